@@ -1,0 +1,153 @@
+"""The body of a trial process, shared by every executor that runs attempts in processes.
+
+It decodes the attempt's payload, runs the trainable under a :class:`~ftnb.session.TrialSession`,
+and tells the controller how the attempt ended through ``conn``:
+
+* ``("started", {"pid"})`` first,
+* ``("result", row)`` after every persisted report,
+* ``("error", {...})`` when the trainable raised, exited non-zero, or misused the API,
+* ``("done", {"outcome"})`` when it ended on its own terms (finished, stopped, preempted).
+
+The process's exit code and signal are reported by the executor, which sees them from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Any
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+# A preempted attempt that could not checkpoint in its grace period still ends as a preemption.
+EXIT_PREEMPTED = 143
+
+
+def run_attempt(payload: bytes, conn: Any) -> int:
+    import cloudpickle
+
+    from . import session as session_mod
+    from .results import ResultLog
+    from .storage import ExperimentPaths
+
+    def send(kind: str, data: Any) -> None:
+        conn.send((kind, data))
+
+    def poll_stop() -> bool:
+        try:
+            while conn.poll(0):
+                kind, _ = conn.recv()
+                if kind == "stop":
+                    return True
+        except (EOFError, OSError):
+            # The controller is gone; the fork server's exit will kill us, but stop anyway.
+            return True
+        return False
+
+    send("started", {"pid": os.getpid()})
+    try:
+        spec = cloudpickle.loads(payload)
+    except BaseException as exc:  # the trainable could not be unpickled (a missing module...)
+        _send_exception(send, exc, "exception")
+        return EXIT_ERROR
+
+    storage = spec["storage"]
+    experiment = ExperimentPaths(storage, spec["experiment_dir"])
+    paths = experiment.trial(spec["trial_dir_name"])
+    log = ResultLog(paths, existing=spec.get("rows"))
+    context = session_mod.TrialContext(
+        trial_id=spec["trial_id"],
+        trial_name=spec["trial_id"],
+        experiment_name=spec["experiment_name"],
+        experiment_path=experiment.uri,
+        trial_dir=storage.uri(paths.dir),
+        attempt=spec["attempt"],
+    )
+    session = session_mod.TrialSession(
+        context=context,
+        storage=storage,
+        paths=paths,
+        log=log,
+        send=send,
+        poll_stop=poll_stop,
+        start_iteration=spec["start_iteration"],
+        time_offset=spec["time_offset"],
+        next_checkpoint_index=spec["next_checkpoint_index"],
+        restore_checkpoint=spec["restore_checkpoint"],
+        stop=spec["stop"],
+        checkpoint_score_attribute=spec["checkpoint_score_attribute"],
+    )
+    session_mod._set_session(session)
+    _install_preemption_handler(session, spec["preemption_grace_period_s"], send)
+
+    trainable = spec["trainable"]
+    config = spec["config"]
+    try:
+        returned = trainable(config)
+        if isinstance(returned, dict) and returned:
+            session.report(returned)  # Ray's function API: a returned dict is the final result
+        outcome = "finished"
+    except session_mod._AttemptEnd as end:
+        outcome = end.outcome
+    except session_mod.UsageError as exc:
+        _send_exception(send, exc, "usage")
+        return EXIT_ERROR
+    except SystemExit as exc:
+        code = exc.code
+        if code in (None, 0):
+            outcome = "finished"
+        else:
+            numeric = code if isinstance(code, int) else 1
+            send("error", {"kind": "exit", "exit_code": numeric, "message": f"sys.exit({code!r})",
+                           "iteration": session.iteration})
+            return numeric
+    except BaseException as exc:
+        _send_exception(send, exc, "exception", session.iteration)
+        return EXIT_ERROR
+    finally:
+        log.close()
+    send("done", {"outcome": outcome, "iteration": session.iteration})
+    return EXIT_OK
+
+
+def _send_exception(send: Any, exc: BaseException, kind: str, iteration: int = 0) -> None:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    # The traceback also goes to the trial's stderr, where users look first.
+    print(tb, file=sys.stderr, flush=True)
+    send(
+        "error",
+        {
+            "kind": kind,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": tb,
+            "iteration": iteration,
+        },
+    )
+
+
+def _install_preemption_handler(session: Any, grace_s: float, send: Any) -> None:
+    """SIGTERM means the slot is going away: ask for a checkpoint, then leave in time."""
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if session.preempted:
+            return
+        session.preempted = True
+        try:
+            send("preempted", {"iteration": session.iteration})
+        except OSError:
+            pass
+
+        def leave() -> None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_PREEMPTED)
+
+        timer = threading.Timer(grace_s, leave)
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)

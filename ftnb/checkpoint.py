@@ -1,0 +1,115 @@
+"""Checkpoint: a folder of files on some filesystem, local or remote."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator, Optional
+
+__all__ = ["Checkpoint"]
+
+
+class Checkpoint:
+    """A folder of files that a trainable saves and restores from, as in Ray Tune.
+
+    Inside a trainable, save state to a local folder and hand it to ``report``; ftnb copies it
+    into the trial's folder on storage before ``report`` returns::
+
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(model.state_dict(), os.path.join(d, "model.pt"))
+            ftnb.report({"loss": loss}, checkpoint=ftnb.Checkpoint.from_directory(d))
+
+    and restore with ``get_checkpoint``::
+
+        ckpt = ftnb.get_checkpoint()
+        if ckpt:
+            with ckpt.as_directory() as d:
+                model.load_state_dict(torch.load(os.path.join(d, "model.pt")))
+
+    Attributes:
+        path: the folder's path on its filesystem (without the protocol).
+        filesystem: the fsspec filesystem holding it.
+    """
+
+    def __init__(self, path: str | os.PathLike, filesystem: Any = None) -> None:
+        import fsspec.core
+
+        path = os.fspath(path)
+        if filesystem is None:
+            filesystem, path = fsspec.core.url_to_fs(os.path.expanduser(path))
+        self.filesystem = filesystem
+        self.path: str = path
+        if self._is_local:
+            self.path = os.path.abspath(path)
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
+        """A checkpoint of the folder ``path`` (a local path or an fsspec URL)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"Checkpoint.from_directory(path=...) needs a folder path; got "
+                f"{type(path).__name__}: {path!r}."
+            )
+        ckpt = cls(path)
+        if ckpt._is_local and not os.path.isdir(ckpt.path):
+            raise ValueError(
+                f"Checkpoint.from_directory(path={os.fspath(path)!r}): no such folder. "
+                "Fix: save your files into a folder first, then pass that folder."
+            )
+        return ckpt
+
+    @property
+    def _is_local(self) -> bool:
+        protocol = self.filesystem.protocol
+        protocol = protocol if isinstance(protocol, str) else protocol[0]
+        return protocol in ("file", "local")
+
+    @property
+    def uri(self) -> str:
+        """The checkpoint's location as a path (local) or URL (remote)."""
+        return self.path if self._is_local else self.filesystem.unstrip_protocol(self.path)
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local folder with the checkpoint's files, for reading.
+
+        A local checkpoint is yielded in place, without a copy (do not modify it); a remote one
+        is downloaded to a temporary folder that is deleted afterwards.
+        """
+        if self._is_local:
+            yield self.path
+            return
+        tmp = tempfile.mkdtemp(prefix="ftnb-checkpoint-")
+        try:
+            self._download(tmp)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def to_directory(self, path: Optional[str | os.PathLike] = None) -> str:
+        """Copy the checkpoint's files into the local folder ``path`` (default: a new temporary
+        folder) and return that folder's path."""
+        target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="ftnb-checkpoint-")
+        os.makedirs(target, exist_ok=True)
+        if self._is_local:
+            shutil.copytree(self.path, target, dirs_exist_ok=True)
+        else:
+            self._download(target)
+        return target
+
+    def _download(self, target: str) -> None:
+        self.filesystem.get(self.path.rstrip("/") + "/", target.rstrip("/") + "/", recursive=True)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    def __reduce__(self) -> tuple:
+        return (Checkpoint, (self.path, self.filesystem))

@@ -1,0 +1,292 @@
+"""Configuration objects, with Ray Tune's names and defaults.
+
+Every class validates its arguments when it is built, so a bad value is reported before any
+trial starts and before anything is written to storage.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+__all__ = [
+    "CheckpointConfig",
+    "FailureConfig",
+    "RunConfig",
+    "TuneConfig",
+]
+
+StopCriterion = Union[Mapping[str, float], Callable[[str, dict], bool], None]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass
+class FailureConfig:
+    """How trial failures are handled.
+
+    Args:
+        max_failures: retries per trial. 0 means a trial is ERRORED at its first failure, N means
+            up to N retries (N + 1 attempts), -1 means retry forever. Preemptions (SIGTERM) and
+            interruptions of the driver never count.
+        fail_fast: stop the whole experiment as soon as one trial is ERRORED. Running trials are
+            stopped cleanly and keep their checkpoints; the experiment can be restored later.
+        stop_on_repeated_error: when two consecutive attempts of a trial fail with the same
+            exception type and message at the same ``training_iteration``, the failure is
+            deterministic and retrying will not fix it: the trial is ERRORED at once. Set to False
+            to keep retrying up to ``max_failures`` anyway.
+        preemption_grace_period_s: after a trial process receives SIGTERM it has this long to
+            report a checkpoint (``get_context().should_checkpoint`` turns True) before it is
+            killed. It is then restarted from its latest checkpoint.
+
+    Example:
+        >>> FailureConfig(max_failures=3)
+        FailureConfig(max_failures=3, fail_fast=False, stop_on_repeated_error=True, preemption_grace_period_s=30.0)
+    """
+
+    max_failures: int = 0
+    fail_fast: bool = False
+    stop_on_repeated_error: bool = True
+    preemption_grace_period_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int):
+            raise TypeError(
+                f"FailureConfig(max_failures=...) must be an int; got "
+                f"{type(self.max_failures).__name__}: {self.max_failures!r}. "
+                "Fix: use 0 for no retries, N for up to N retries, -1 for unlimited."
+            )
+        if self.max_failures < -1:
+            raise ValueError(
+                f"FailureConfig(max_failures={self.max_failures}) is invalid. "
+                "Fix: use 0 for no retries, N > 0 for up to N retries, or -1 for unlimited."
+            )
+        if not isinstance(self.fail_fast, bool):
+            raise TypeError(
+                f"FailureConfig(fail_fast=...) must be True or False; got {self.fail_fast!r}."
+            )
+        if not _is_number(self.preemption_grace_period_s) or self.preemption_grace_period_s < 0:
+            raise ValueError(
+                "FailureConfig(preemption_grace_period_s=...) must be a number of seconds >= 0; "
+                f"got {self.preemption_grace_period_s!r}."
+            )
+
+    def allows_retry(self, failures_so_far: int) -> bool:
+        """Whether a trial that has failed ``failures_so_far`` times may be started again."""
+        return self.max_failures == -1 or failures_so_far <= self.max_failures
+
+
+@dataclass
+class CheckpointConfig:
+    """Which checkpoints to keep on storage.
+
+    Args:
+        num_to_keep: keep at most this many checkpoints per trial (None keeps all). The others are
+            deleted from storage: the worst by ``checkpoint_score_attribute`` when one is set, the
+            oldest otherwise. The latest checkpoint is never deleted: resuming needs it.
+        checkpoint_score_attribute: a metric reported together with each checkpoint, used to rank
+            checkpoints for retention and ``Result.best_checkpoints``.
+        checkpoint_score_order: "max" (higher is better) or "min".
+
+    Example:
+        >>> CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc")
+        CheckpointConfig(num_to_keep=2, checkpoint_score_attribute='acc', checkpoint_score_order='max')
+    """
+
+    num_to_keep: Optional[int] = None
+    checkpoint_score_attribute: Optional[str] = None
+    checkpoint_score_order: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (
+            isinstance(self.num_to_keep, bool)
+            or not isinstance(self.num_to_keep, int)
+            or self.num_to_keep < 1
+        ):
+            raise ValueError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep!r}) is invalid. "
+                "Fix: pass a whole number >= 1, or None to keep every checkpoint."
+            )
+        if self.checkpoint_score_attribute is not None and (
+            not isinstance(self.checkpoint_score_attribute, str)
+            or not self.checkpoint_score_attribute
+        ):
+            raise TypeError(
+                "CheckpointConfig(checkpoint_score_attribute=...) must be the name of a reported "
+                f"metric; got {self.checkpoint_score_attribute!r}."
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) is "
+                'invalid. Fix: use "max" (higher is better) or "min".'
+            )
+
+
+@dataclass
+class TuneConfig:
+    """How many trials to run and how to rank them.
+
+    Args:
+        num_samples: how many times the whole grid is repeated (each repetition draws new values
+            for the random domains).
+        max_concurrent_trials: at most this many trials run at once (None: as many as the
+            machine's CPUs and GPUs allow for ``resources_per_trial``).
+        metric, mode: the default metric and direction ("max"/"min") for
+            ``ResultGrid.get_best_result`` and the status table.
+        seed: makes the random draws of the search space reproducible.
+    """
+
+    num_samples: int = 1
+    max_concurrent_trials: Optional[int] = None
+    metric: Optional[str] = None
+    mode: Optional[str] = None
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.num_samples, bool)
+            or not isinstance(self.num_samples, int)
+            or self.num_samples < 1
+        ):
+            raise ValueError(
+                f"TuneConfig(num_samples={self.num_samples!r}) is invalid. "
+                "Fix: pass a whole number >= 1 (how many times the search space is sampled)."
+            )
+        if self.max_concurrent_trials is not None and (
+            isinstance(self.max_concurrent_trials, bool)
+            or not isinstance(self.max_concurrent_trials, int)
+            or self.max_concurrent_trials < 1
+        ):
+            raise ValueError(
+                f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}) is invalid. "
+                "Fix: pass a whole number >= 1, or None to fill the machine."
+            )
+        if self.mode not in (None, "max", "min"):
+            raise ValueError(
+                f'TuneConfig(mode={self.mode!r}) is invalid. Fix: use "max", "min" or None.'
+            )
+        if self.metric is not None and not isinstance(self.metric, str):
+            raise TypeError(
+                f"TuneConfig(metric=...) must be a metric name (str); got {self.metric!r}."
+            )
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise TypeError(f"TuneConfig(seed=...) must be an int or None; got {self.seed!r}.")
+
+
+_VERBOSITY = (0, 1, 2)
+
+
+@dataclass
+class RunConfig:
+    """Where an experiment lives and how it runs.
+
+    Args:
+        name: the experiment's folder under ``storage_path``. Default: the trainable's name and
+            the current time, e.g. ``train_fn_2026-11-22_10-31-07``.
+        storage_path: a local path or any fsspec URL (``s3://bucket/prefix``, ``gs://...``).
+            Default: ``~/ftnb_results``, or the ``FTNB_STORAGE_PATH`` environment variable.
+        storage_filesystem: an fsspec filesystem to use instead of the one ``storage_path``'s
+            protocol gives (e.g. ``s3fs.S3FileSystem(endpoint_url=...)``). It must be picklable:
+            trial processes write their results and checkpoints through it.
+        failure_config: see :class:`FailureConfig`.
+        checkpoint_config: see :class:`CheckpointConfig`.
+        stop: when a trial is done. A dict of metric thresholds (the trial stops once a reported
+            value reaches any of them, e.g. ``{"training_iteration": 10}``), or a function
+            ``(trial_id, result) -> bool``. Both are evaluated inside the trial process right after
+            a report is persisted, so a trial never runs an iteration past its criterion; a
+            function must therefore be picklable and must not rely on state in the caller.
+        verbose: 0 silent, 1 a live status table and the trials' output prefixed with their id,
+            2 also every reported result.
+    """
+
+    name: Optional[str] = None
+    storage_path: Optional[str] = None
+    storage_filesystem: Any = None
+    failure_config: Optional[FailureConfig] = None
+    checkpoint_config: Optional[CheckpointConfig] = None
+    stop: StopCriterion = None
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        if self.name is not None:
+            _validate_name(self.name)
+        if self.storage_path is not None and not isinstance(self.storage_path, (str,)):
+            import os
+
+            if isinstance(self.storage_path, os.PathLike):
+                self.storage_path = os.fspath(self.storage_path)
+            else:
+                raise TypeError(
+                    "RunConfig(storage_path=...) must be a local path or an fsspec URL string; "
+                    f"got {type(self.storage_path).__name__}: {self.storage_path!r}."
+                )
+        if self.failure_config is None:
+            self.failure_config = FailureConfig()
+        elif not isinstance(self.failure_config, FailureConfig):
+            raise TypeError(
+                "RunConfig(failure_config=...) must be an ftnb.FailureConfig; got "
+                f"{self.failure_config!r}. Fix: RunConfig(failure_config=FailureConfig(max_failures=3))."
+            )
+        if self.checkpoint_config is None:
+            self.checkpoint_config = CheckpointConfig()
+        elif not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise TypeError(
+                "RunConfig(checkpoint_config=...) must be an ftnb.CheckpointConfig; got "
+                f"{self.checkpoint_config!r}."
+            )
+        _validate_stop(self.stop)
+        if self.verbose not in _VERBOSITY:
+            raise ValueError(
+                f"RunConfig(verbose={self.verbose!r}) is invalid. Fix: use 0 (silent), "
+                "1 (status table and trial output) or 2 (also every result)."
+            )
+
+
+def _validate_name(name: Any) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"RunConfig(name={name!r}) is invalid. Fix: pass a non-empty folder name such as "
+            '"sweep1".'
+        )
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(
+            f"RunConfig(name={name!r}) must be a single folder name, not a path. Fix: put the "
+            "parent folders in storage_path and keep name a plain name."
+        )
+
+
+def _validate_stop(stop: Any) -> None:
+    if stop is None or callable(stop):
+        return
+    if not isinstance(stop, Mapping):
+        raise TypeError(
+            f"RunConfig(stop=...) must be a dict of metric thresholds or a function "
+            f"(trial_id, result) -> bool; got {type(stop).__name__}: {stop!r}. "
+            'Fix: stop={"training_iteration": 10}.'
+        )
+    for key, value in stop.items():
+        if not isinstance(key, str):
+            raise TypeError(f"RunConfig(stop=...) keys must be metric names; got {key!r}.")
+        if not _is_number(value) or (isinstance(value, float) and math.isnan(value)):
+            raise TypeError(
+                f"RunConfig(stop={{{key!r}: {value!r}}}): thresholds must be numbers. "
+                f'Fix: stop={{"{key}": 10}}.'
+            )
+
+
+def describe_stop(stop: StopCriterion) -> Any:
+    """A JSON-able description of a stop criterion, for the experiment state."""
+    if stop is None:
+        return None
+    if callable(stop):
+        return {"function": getattr(stop, "__qualname__", repr(stop))}
+    return dict(stop)
+
+
+def config_to_json(obj: Any) -> dict:
+    """The JSON-able fields of a plain config dataclass (for the experiment state)."""
+    return asdict(obj)

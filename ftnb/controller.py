@@ -1,0 +1,593 @@
+"""The controller loop: schedule attempts, handle their events, apply the failure policy, and
+persist the experiment state.
+
+The loop is single-threaded and owns the experiment state. Executors only start and stop
+processes and stream events; every decision (retry, preemption, repeated error, fail-fast,
+retention) is made here. UIs are listeners: they are told what happened and never steer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+from ._attempt import EXIT_PREEMPTED
+from .config import RunConfig
+from .executors.base import AttemptLaunch, Event, ExitInfo
+from .resources import Allocation, ResourcePool, TrialResources
+from .results import ResultLog
+from .state import (
+    AttemptRecord,
+    ExperimentState,
+    FailureKind,
+    FailureRecord,
+    TrialRecord,
+    TrialStatus,
+)
+from .storage import ExperimentPaths, checkpoint_index
+
+__all__ = ["Controller", "ExperimentListener"]
+
+STATE_SAVE_INTERVAL_S = 1.0
+
+
+class ExperimentListener(Protocol):
+    """What a UI may be told. Every method is optional (see :class:`NullListener`)."""
+
+    def on_experiment_start(self, state: ExperimentState) -> None: ...
+    def on_trial_start(self, state: ExperimentState, trial: TrialRecord) -> None: ...
+    def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None: ...
+    def on_trial_failure(
+        self, state: ExperimentState, trial: TrialRecord, failure: FailureRecord
+    ) -> None: ...
+    def on_trial_complete(self, state: ExperimentState, trial: TrialRecord) -> None: ...
+    def on_output(self, trial_id: str, stream: str, text: str) -> None: ...
+    def on_tick(self, state: ExperimentState) -> None: ...
+    def on_experiment_end(self, state: ExperimentState) -> None: ...
+
+
+class NullListener:
+    """The do-nothing listener; subclass it and override what you need."""
+
+    def on_experiment_start(self, state: ExperimentState) -> None:
+        pass
+
+    def on_trial_start(self, state: ExperimentState, trial: TrialRecord) -> None:
+        pass
+
+    def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
+        pass
+
+    def on_trial_failure(
+        self, state: ExperimentState, trial: TrialRecord, failure: FailureRecord
+    ) -> None:
+        pass
+
+    def on_trial_complete(self, state: ExperimentState, trial: TrialRecord) -> None:
+        pass
+
+    def on_output(self, trial_id: str, stream: str, text: str) -> None:
+        pass
+
+    def on_tick(self, state: ExperimentState) -> None:
+        pass
+
+    def on_experiment_end(self, state: ExperimentState) -> None:
+        pass
+
+
+@dataclass
+class _Live:
+    """What the controller tracks about a running attempt, beyond the persisted record."""
+
+    allocation: Allocation
+    stdout_path: Optional[str]
+    stderr_path: Optional[str]
+    staged_output: bool
+    error: Optional[dict] = None
+    outcome: Optional[str] = None
+    preempted: bool = False
+    stop_requested_at: Optional[float] = None
+    offsets: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+
+
+class Controller:
+    """Runs one experiment to completion (or until stopped) on an executor."""
+
+    def __init__(
+        self,
+        *,
+        paths: ExperimentPaths,
+        state: ExperimentState,
+        trainable: Any,
+        configs: dict[str, Any],
+        run_config: RunConfig,
+        max_concurrent: Optional[int],
+        resources: TrialResources,
+        pool: ResourcePool,
+        executor: Any,
+        listeners: list[Any],
+    ) -> None:
+        self.paths = paths
+        self.storage = paths.storage
+        self.state = state
+        self.trainable = trainable
+        self.configs = configs
+        self.run_config = run_config
+        self.failure_config = run_config.failure_config
+        self.checkpoint_config = run_config.checkpoint_config
+        self.max_concurrent = max_concurrent or sys.maxsize
+        self.resources = resources
+        self.pool = pool
+        self.executor = executor
+        self.listeners = listeners
+        self.live: dict[str, _Live] = {}
+        self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
+        self._dirty = False
+        self._last_save = 0.0
+        self._staging = None if self.storage.is_local else tempfile.mkdtemp(prefix="ftnb-out-")
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> ExperimentState:
+        self._emit("on_experiment_start", self.state)
+        try:
+            while True:
+                if self.stopping is None:
+                    self._schedule()
+                if not self.live and (self.stopping or not self._pending()):
+                    break
+                for event in self.executor.poll(0.1):
+                    self._handle(event)
+                self._enforce_stop_deadlines()
+                self._forward_output()
+                self._emit("on_tick", self.state)
+                if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
+                    self._save()
+        except BaseException as exc:
+            self._interrupt(exc)
+            raise
+        self.state.status = self._final_status()
+        self._save()
+        self._emit("on_experiment_end", self.state)
+        return self.state
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Stop the experiment cleanly: running trials end at their next report and are PAUSED
+        with their checkpoints; pending trials stay PENDING. Safe to call from a listener."""
+        if self.stopping is not None:
+            return
+        self.stopping = reason
+        for trial_id in list(self.live):
+            self._request_stop(trial_id)
+
+    def _final_status(self) -> str:
+        if self.stopping == "fail_fast":
+            return "ERRORED"
+        if self.stopping:
+            return "INTERRUPTED"
+        if any(t.status == TrialStatus.ERRORED for t in self.state.trials):
+            return "ERRORED"
+        return "FINISHED"
+
+    def _pending(self) -> list[TrialRecord]:
+        pending = [t for t in self.state.trials if t.status == TrialStatus.PENDING]
+        # Trials that already made progress go first: their work is the most valuable.
+        pending.sort(key=lambda t: (0 if t.attempts else 1, self.state.trials.index(t)))
+        return pending
+
+    def _schedule(self) -> None:
+        for trial in self._pending():
+            if len(self.live) >= self.max_concurrent:
+                return
+            allocation = self.pool.try_acquire(self.resources)
+            if allocation is None:
+                return
+            self._start_attempt(trial, allocation)
+
+    # -- starting an attempt -------------------------------------------------------------------
+    def _start_attempt(self, trial: TrialRecord, allocation: Allocation) -> None:
+        import cloudpickle
+
+        trial_paths = self.paths.trial(trial.dir_name)
+        latest = trial.latest_checkpoint
+        start_iteration = latest["iteration"] if latest else 0
+        rows = self._rows_up_to(trial, start_iteration)
+        attempt = AttemptRecord(
+            number=len(trial.attempts) + 1,
+            started=time.time(),
+            start_iteration=start_iteration,
+            restored_from=latest["dir_name"] if latest else None,
+        )
+        trial.attempts.append(attempt)
+        trial.status = TrialStatus.RUNNING.value
+        trial.iteration = start_iteration
+        trial.last_result = rows[-1] if rows else None
+
+        staged = not self.storage.is_local
+        if staged:
+            out_dir = os.path.join(self._staging, trial.dir_name)
+            os.makedirs(out_dir, exist_ok=True)
+            stdout_path = os.path.join(out_dir, "stdout")
+            stderr_path = os.path.join(out_dir, "stderr")
+        else:
+            stdout_path, stderr_path = trial_paths.stdout, trial_paths.stderr
+        spec = {
+            "trainable": self.trainable,
+            "config": self.configs[trial.trial_id],
+            "storage": self.storage,
+            "experiment_dir": self.paths.dir,
+            "experiment_name": self.state.name,
+            "trial_id": trial.trial_id,
+            "trial_dir_name": trial.dir_name,
+            "attempt": attempt.number,
+            "start_iteration": start_iteration,
+            "time_offset": latest.get("time_total_s", 0.0) if latest else 0.0,
+            "next_checkpoint_index": trial.next_checkpoint_index,
+            "restore_checkpoint": latest["dir_name"] if latest else None,
+            "stop": self.run_config.stop,
+            "checkpoint_score_attribute": self.checkpoint_config.checkpoint_score_attribute,
+            "preemption_grace_period_s": self.failure_config.preemption_grace_period_s,
+            "rows": rows,
+        }
+        env = dict(os.environ)
+        env.update(allocation.env())
+        if "OMP_NUM_THREADS" in os.environ:
+            env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+        env["FTNB_TRIAL_ID"] = trial.trial_id
+        launch = AttemptLaunch(
+            trial_id=trial.trial_id,
+            attempt=attempt.number,
+            payload=cloudpickle.dumps(spec),
+            env=env,
+            stdout_path=stdout_path,
+            stderr_path=stderr_path,
+        )
+        live = _Live(allocation, stdout_path, stderr_path, staged)
+        # The files are appended to across attempts: forward only what this attempt writes.
+        for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
+            try:
+                live.offsets[stream] = os.path.getsize(path)
+            except OSError:
+                pass
+        self.live[trial.trial_id] = live
+        self.executor.start(launch)
+        self._save()
+        self._emit("on_trial_start", self.state, trial)
+
+    def _rows_up_to(self, trial: TrialRecord, iteration: int) -> list[dict]:
+        """The trial's result rows up to ``iteration``; rows past it (reported after the
+        checkpoint the trial restarts from) are removed from its files, so that no
+        ``training_iteration`` appears twice once the attempt redoes them."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        rows = trial_paths.read_results()
+        keep = [r for r in rows if r.get("training_iteration", 0) <= iteration]
+        if len(keep) != len(rows):
+            ResultLog(trial_paths, existing=keep).rewrite(keep)
+            if trial.failures:
+                trial.failures[-1].lost_iterations = len(rows) - len(keep)
+        self._remove_checkpoint_debris(trial)
+        return keep
+
+    def _remove_checkpoint_debris(self, trial: TrialRecord) -> None:
+        """Delete checkpoint folders that no acknowledged report names (an attempt died while
+        writing them) and temporary copies, so the next attempt can reuse their numbers."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        known = {c["dir_name"] for c in trial.checkpoints}
+        latest = trial.latest_checkpoint
+        if latest:
+            known.add(latest["dir_name"])
+        for name in self.storage.listdir(trial_paths.dir):
+            index = checkpoint_index(name)
+            debris = name.startswith(".tmp-checkpoint_") or (
+                index is not None and name not in known and index >= trial.next_checkpoint_index
+            )
+            if debris:
+                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
+
+    # -- events --------------------------------------------------------------------------------
+    def _handle(self, event: Event) -> None:
+        trial = self.state.trial(event.trial_id)
+        live = self.live.get(event.trial_id)
+        if live is None:
+            return
+        if event.kind == "started":
+            trial.attempts[-1].pid = event.data.get("pid")
+        elif event.kind == "result":
+            self._on_result(trial, event.data)
+        elif event.kind == "error":
+            live.error = event.data
+        elif event.kind == "preempted":
+            live.preempted = True
+        elif event.kind == "done":
+            live.outcome = event.data.get("outcome")
+        elif event.kind == "exit":
+            self._on_exit(trial, live, event.data)
+
+    def _on_result(self, trial: TrialRecord, row: dict) -> None:
+        trial.iteration = row.get("training_iteration", trial.iteration)
+        trial.last_result = row
+        name = row.get("checkpoint_dir_name")
+        if name:
+            entry = {
+                "dir_name": name,
+                "iteration": trial.iteration,
+                "time_total_s": row.get("time_total_s", 0.0),
+            }
+            attr = self.checkpoint_config.checkpoint_score_attribute
+            if attr:
+                entry["score"] = row.get(attr)
+            trial.checkpoints.append(entry)
+            trial.latest_checkpoint = entry
+            index = checkpoint_index(name)
+            if index is not None:
+                trial.next_checkpoint_index = max(trial.next_checkpoint_index, index + 1)
+            self._apply_retention(trial)
+        self._dirty = True
+        self._emit("on_result", self.state, trial, row)
+
+    def _apply_retention(self, trial: TrialRecord) -> None:
+        keep = self.checkpoint_config.num_to_keep
+        if keep is None or len(trial.checkpoints) <= keep:
+            return
+        latest = trial.checkpoints[-1]
+        candidates = trial.checkpoints[:-1]
+        attr = self.checkpoint_config.checkpoint_score_attribute
+        if attr:
+            sign = 1 if self.checkpoint_config.checkpoint_score_order == "max" else -1
+
+            def badness(c: dict) -> tuple:
+                score = c.get("score")
+                valid = isinstance(score, (int, float)) and score == score
+                # Missing or NaN scores are the worst; ties go to the older checkpoint.
+                return (0 if not valid else 1, sign * score if valid else 0, c["iteration"])
+
+            ranked = sorted(candidates, key=badness)
+        else:
+            ranked = list(candidates)  # oldest first
+        doomed = ranked[: len(trial.checkpoints) - keep]
+        for entry in doomed:
+            self.storage.remove(
+                self.paths.trial(trial.dir_name).checkpoint(entry["dir_name"]), recursive=True
+            )
+        names = {e["dir_name"] for e in doomed}
+        trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
+        assert trial.checkpoints[-1] is latest
+
+    def _on_exit(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> None:
+        self.live.pop(trial.trial_id, None)
+        self.pool.release(live.allocation)
+        self._forward_output_of(trial.trial_id, live)
+        if live.staged_output:
+            self._upload_output(trial, live)
+        attempt = trial.attempts[-1]
+        attempt.ended = time.time()
+        attempt.end_iteration = trial.iteration
+        outcome = live.outcome
+        sig = info.signal_number
+
+        if outcome == "finished":
+            attempt.outcome = "finished"
+            self._complete(trial, TrialStatus.TERMINATED)
+        elif outcome == "stopped" or (live.stop_requested_at and live.error is None):
+            # Stopped by us: by a stop request, or killed after its grace period ran out.
+            attempt.outcome = "stopped" if outcome == "stopped" else "interrupted"
+            status = TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED
+            self._complete(trial, status)
+        elif (
+            outcome == "preempted"
+            or sig == signal.SIGTERM
+            or (live.preempted and info.exit_code == EXIT_PREEMPTED)
+        ):
+            attempt.outcome = "preempted"
+            failure = FailureRecord(
+                attempt=attempt.number,
+                time=time.time(),
+                iteration=trial.iteration,
+                kind=FailureKind.PREEMPTION.value,
+                signal="SIGTERM",
+                message="preempted (SIGTERM)",
+                counted=False,
+            )
+            self._record_failure(trial, failure)
+            self._retry_or_error(trial, failure)
+        else:
+            attempt.outcome = "failed"
+            failure = self._classify(trial, live, info)
+            self._record_failure(trial, failure)
+            self._retry_or_error(trial, failure)
+        self._save()
+
+    def _classify(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> FailureRecord:
+        number = trial.attempts[-1].number
+        err = live.error
+        if err is not None:
+            return FailureRecord(
+                attempt=number,
+                time=time.time(),
+                iteration=max(trial.iteration, err.get("iteration") or 0),
+                kind=err.get("kind", "exception"),
+                type=err.get("type"),
+                message=err.get("message", ""),
+                traceback=err.get("traceback"),
+                exit_code=err.get("exit_code", info.exit_code),
+            )
+        sig = info.signal_number
+        if sig is not None:
+            name = _signal_name(sig)
+            return FailureRecord(
+                attempt=number,
+                time=time.time(),
+                iteration=trial.iteration,
+                kind=FailureKind.OOM.value if info.oom_killed else FailureKind.SIGNAL.value,
+                signal=name,
+                message=f"killed by {name}"
+                + (" (the kernel's out-of-memory killer)" if info.oom_killed else ""),
+                exit_code=info.exit_code,
+            )
+        return FailureRecord(
+            attempt=number,
+            time=time.time(),
+            iteration=trial.iteration,
+            kind=FailureKind.EXIT.value,
+            message=f"the trial process exited with code {info.exit_code}",
+            exit_code=info.exit_code,
+        )
+
+    def _record_failure(self, trial: TrialRecord, failure: FailureRecord) -> None:
+        trial.failures.append(failure)
+        self.storage.write_atomic(
+            self.paths.trial(trial.dir_name).error, failure.describe()
+        )
+        self._emit("on_trial_failure", self.state, trial, failure)
+
+    def _retry_or_error(self, trial: TrialRecord, failure: FailureRecord) -> None:
+        if self.stopping:
+            self._complete(trial, TrialStatus.PAUSED)
+            return
+        if not failure.counted:
+            trial.status = TrialStatus.PENDING.value  # restarted at once from its checkpoint
+            return
+        reason = None
+        if failure.kind == FailureKind.USAGE.value:
+            reason = "ftnb's API was misused; retrying cannot help"
+        elif self.failure_config.stop_on_repeated_error and self._repeats(trial, failure):
+            reason = (
+                f"the same error happened twice in a row at training_iteration "
+                f"{failure.iteration} ({failure.type}: {failure.message}): it is deterministic, "
+                "so retrying will not fix it (set FailureConfig(stop_on_repeated_error=False) "
+                "to retry anyway)"
+            )
+        elif not self.failure_config.allows_retry(trial.num_failures):
+            reason = (
+                f"it failed {trial.num_failures} times, more than "
+                f"FailureConfig(max_failures={self.failure_config.max_failures}) allows"
+            )
+        if reason is None:
+            trial.status = TrialStatus.PENDING.value
+            return
+        trial.error = {"reason": reason, "failure": failure.__dict__.copy()}
+        self._complete(trial, TrialStatus.ERRORED)
+        if self.failure_config.fail_fast:
+            self.stop("fail_fast")
+
+    def _repeats(self, trial: TrialRecord, failure: FailureRecord) -> bool:
+        counted = [f for f in trial.failures if f.counted]
+        if len(counted) < 2 or failure.kind != FailureKind.EXCEPTION.value:
+            return False
+        previous = counted[-2]
+        # Consecutive means no successful attempt in between: the previous attempt failed.
+        consecutive = previous.attempt == failure.attempt - 1 or all(
+            f.kind == FailureKind.PREEMPTION.value
+            for f in trial.failures
+            if previous.attempt < f.attempt < failure.attempt
+        )
+        return (
+            consecutive
+            and previous.kind == failure.kind
+            and previous.type == failure.type
+            and previous.message == failure.message
+            and previous.iteration == failure.iteration
+        )
+
+    def _complete(self, trial: TrialRecord, status: TrialStatus) -> None:
+        trial.status = status.value
+        self._emit("on_trial_complete", self.state, trial)
+
+    # -- stopping ------------------------------------------------------------------------------
+    def _request_stop(self, trial_id: str) -> None:
+        live = self.live.get(trial_id)
+        if live is None or live.stop_requested_at is not None:
+            return
+        live.stop_requested_at = time.time()
+        self.executor.request_stop(trial_id)
+
+    def _enforce_stop_deadlines(self) -> None:
+        grace = self.failure_config.preemption_grace_period_s
+        now = time.time()
+        for trial_id, live in list(self.live.items()):
+            if live.stop_requested_at is not None and now - live.stop_requested_at > grace:
+                self.executor.kill(trial_id)
+
+    def _interrupt(self, exc: BaseException) -> None:
+        """The loop itself was interrupted (Ctrl+C, an error in a listener): stop every trial,
+        mark the experiment INTERRUPTED and persist, so it can be resumed."""
+        self.stopping = self.stopping or "interrupted"
+        try:
+            for trial_id in list(self.live):
+                self._request_stop(trial_id)
+            deadline = time.time() + min(10.0, self.failure_config.preemption_grace_period_s)
+            while self.live and time.time() < deadline:
+                for event in self.executor.poll(0.1):
+                    self._handle(event)
+            for trial_id in list(self.live):
+                self.executor.kill(trial_id)
+            deadline = time.time() + 5
+            while self.live and time.time() < deadline:
+                for event in self.executor.poll(0.1):
+                    self._handle(event)
+            for trial in self.state.trials:
+                if trial.status == TrialStatus.RUNNING:
+                    trial.status = TrialStatus.PAUSED.value
+            self.state.status = "INTERRUPTED"
+            self._save()
+        except BaseException:
+            pass  # the original exception matters more; the state on disk stays resumable
+
+    # -- output --------------------------------------------------------------------------------
+    def _forward_output(self) -> None:
+        if self.run_config.verbose < 1:
+            return
+        for trial_id, live in self.live.items():
+            self._forward_output_of(trial_id, live)
+
+    def _forward_output_of(self, trial_id: str, live: _Live) -> None:
+        if self.run_config.verbose < 1:
+            return
+        for stream, path in (("stdout", live.stdout_path), ("stderr", live.stderr_path)):
+            if not path:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(live.offsets[stream])
+                    data = f.read()
+            except OSError:
+                continue
+            # Only whole lines: a half-written line is forwarded when it is complete.
+            end = data.rfind(b"\n") + 1
+            if end:
+                live.offsets[stream] += end
+                self._emit("on_output", trial_id, stream, data[:end].decode("utf-8", "replace"))
+
+    def _upload_output(self, trial: TrialRecord, live: _Live) -> None:
+        trial_paths = self.paths.trial(trial.dir_name)
+        for local, remote in ((live.stdout_path, trial_paths.stdout),
+                              (live.stderr_path, trial_paths.stderr)):
+            if local and os.path.exists(local):
+                try:
+                    self.storage.upload_file(local, remote)
+                except Exception as exc:  # output is a convenience; never fail a trial for it
+                    print(f"ftnb: could not upload {local} to {remote}: {exc}", file=sys.stderr)
+
+    # -- persistence and listeners -------------------------------------------------------------
+    def _save(self) -> None:
+        self.state.save(self.paths)
+        self._dirty = False
+        self._last_save = time.time()
+
+    def _emit(self, method: str, *args: Any) -> None:
+        for listener in self.listeners:
+            fn = getattr(listener, method, None)
+            if fn is not None:
+                fn(*args)
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

@@ -1,0 +1,94 @@
+"""The terminal reporter: a listener that prints the live status table and trial output."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional, TextIO
+
+from .controller import NullListener
+from .state import ExperimentState, FailureRecord, TrialRecord
+from .view import ExperimentView, render_table
+
+__all__ = ["TerminalReporter"]
+
+
+class TerminalReporter(NullListener):
+    """Prints the status table every ``interval_s`` seconds while something changed, each
+    failure as it happens, the trials' output prefixed with their id, and a final table.
+
+    verbose=1: table, failures and output; verbose=2: also one line per result.
+    """
+
+    def __init__(
+        self,
+        verbose: int = 1,
+        interval_s: float = 2.0,
+        stream: Optional[TextIO] = None,
+        path: str = "",
+    ) -> None:
+        self.verbose = verbose
+        self.interval_s = interval_s
+        self.stream = stream
+        self.path = path
+        self._last_print = 0.0
+        self._changed = True
+
+    def _out(self) -> TextIO:
+        return self.stream or sys.stdout
+
+    def _print(self, text: str) -> None:
+        out = self._out()
+        out.write(text if text.endswith("\n") else text + "\n")
+        out.flush()
+
+    def _table(self, state: ExperimentState) -> str:
+        return render_table(ExperimentView.from_state(state, self.path))
+
+    def on_experiment_start(self, state: ExperimentState) -> None:
+        if self.verbose:
+            self._print(
+                f"ftnb: experiment {state.name} with {len(state.trials)} trials -> {self.path}"
+            )
+
+    def on_trial_start(self, state: ExperimentState, trial: TrialRecord) -> None:
+        self._changed = True
+        if self.verbose and len(trial.attempts) > 1:
+            latest = trial.latest_checkpoint
+            where = f"from {latest['dir_name']} (iter {latest['iteration']})" if latest else "from scratch"
+            self._print(f"ftnb: restarting trial {trial.trial_id} (attempt {len(trial.attempts)}) {where}")
+
+    def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
+        self._changed = True
+        if self.verbose >= 2:
+            shown = {k: v for k, v in row.items() if k not in ("trial_id", "timestamp")}
+            self._print(f"ftnb: {trial.trial_id} result {shown}")
+
+    def on_trial_failure(
+        self, state: ExperimentState, trial: TrialRecord, failure: FailureRecord
+    ) -> None:
+        self._changed = True
+        if self.verbose:
+            self._print(f"ftnb: trial {trial.trial_id} {failure.summary()}")
+
+    def on_trial_complete(self, state: ExperimentState, trial: TrialRecord) -> None:
+        self._changed = True
+        if self.verbose and trial.status == "ERRORED" and trial.error:
+            self._print(f"ftnb: trial {trial.trial_id} ERRORED: {trial.error.get('reason')}")
+
+    def on_output(self, trial_id: str, stream: str, text: str) -> None:
+        if not self.verbose:
+            return
+        prefix = f"({trial_id}) " if stream == "stdout" else f"({trial_id} stderr) "
+        self._print("".join(prefix + line for line in text.splitlines(keepends=True)))
+
+    def on_tick(self, state: ExperimentState) -> None:
+        now = time.time()
+        if self.verbose and self._changed and now - self._last_print >= self.interval_s:
+            self._last_print = now
+            self._changed = False
+            self._print(self._table(state))
+
+    def on_experiment_end(self, state: ExperimentState) -> None:
+        if self.verbose:
+            self._print(self._table(state))

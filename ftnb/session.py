@@ -1,0 +1,282 @@
+"""What a trainable calls: ``report``, ``get_checkpoint``, ``get_context``.
+
+These functions work inside a trial process only. ``report`` persists the result line (and the
+checkpoint) itself, from the trial's own process, before it returns: an acknowledged report is
+on storage whatever dies afterwards, and the controller is only told about it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+
+from .checkpoint import Checkpoint
+from .state import encode_metrics
+
+if TYPE_CHECKING:
+    from .results import ResultLog
+    from .storage import Storage, TrialPaths
+
+__all__ = ["TrialContext", "get_checkpoint", "get_context", "report"]
+
+# Keys ftnb fills in on every result row; a trainable may not report them itself.
+AUTO_KEYS = (
+    "training_iteration",
+    "trial_id",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "attempt",
+    "checkpoint_dir_name",
+)
+
+
+class UsageError(Exception):
+    """ftnb's API was called wrongly inside a trial. Such a failure is never retried."""
+
+
+class _AttemptEnd(BaseException):
+    """Unwinds the trainable when the attempt must end (a BaseException, so that a trainable's
+    ``except Exception`` does not swallow it)."""
+
+    outcome = "finished"
+
+
+class _StopCriterionMet(_AttemptEnd):
+    outcome = "finished"
+
+
+class _StopRequested(_AttemptEnd):
+    outcome = "stopped"
+
+
+class _Preempted(_AttemptEnd):
+    outcome = "preempted"
+
+
+@dataclass
+class TrialContext:
+    """Facts about the running trial, as returned by :func:`get_context`.
+
+    Attributes and Ray-style getters (``get_trial_id()`` etc.) are both provided.
+    """
+
+    trial_id: str
+    trial_name: str
+    experiment_name: str
+    experiment_path: str
+    trial_dir: str
+    attempt: int
+    _session: Any = None
+
+    @property
+    def should_checkpoint(self) -> bool:
+        """True once the process has been asked to stop (SIGTERM: preemption, or a stop
+        request): report a checkpoint now and it will be resumed from there."""
+        s = self._session
+        return bool(s and (s.preempted or s.stop_requested))
+
+    @property
+    def preempted(self) -> bool:
+        """True once the trial process received SIGTERM (its machine or slot is going away)."""
+        return bool(self._session and self._session.preempted)
+
+    def get_trial_id(self) -> str:
+        return self.trial_id
+
+    def get_trial_name(self) -> str:
+        return self.trial_name
+
+    def get_experiment_name(self) -> str:
+        return self.experiment_name
+
+    def get_trial_dir(self) -> str:
+        return self.trial_dir
+
+
+class TrialSession:
+    """The state of one attempt inside its process."""
+
+    def __init__(
+        self,
+        *,
+        context: TrialContext,
+        storage: "Storage",
+        paths: "TrialPaths",
+        log: "ResultLog",
+        send: Callable[[str, Any], None],
+        poll_stop: Callable[[], bool],
+        start_iteration: int,
+        time_offset: float,
+        next_checkpoint_index: int,
+        restore_checkpoint: Optional[str],
+        stop: Union[Mapping[str, float], Callable[[str, dict], bool], None],
+        checkpoint_score_attribute: Optional[str],
+    ) -> None:
+        self.context = context
+        self.context._session = self
+        self.storage = storage
+        self.paths = paths
+        self.log = log
+        self.send = send
+        self.poll_stop = poll_stop
+        self.iteration = start_iteration
+        self.time_offset = time_offset
+        self.next_checkpoint_index = next_checkpoint_index
+        self.restore_checkpoint = restore_checkpoint
+        self.stop = stop
+        self.checkpoint_score_attribute = checkpoint_score_attribute
+        self.started = time.time()
+        self.last_report = self.started
+        self.preempted = False
+        self.stop_requested = False
+        self._stop_keys_checked = False
+
+    # -- report --------------------------------------------------------------------------------
+    def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None) -> None:
+        if not isinstance(metrics, Mapping):
+            raise UsageError(
+                f"report(metrics=...) needs a dict of metric names to values; got "
+                f"{type(metrics).__name__}: {metrics!r}. Fix: report({{'loss': loss}})."
+            )
+        try:
+            values = encode_metrics(dict(metrics))
+        except TypeError as exc:
+            raise UsageError(str(exc)) from None
+        clash = [k for k in values if k in AUTO_KEYS]
+        if clash:
+            raise UsageError(
+                f"report() got the metric {clash[0]!r}, which ftnb fills in itself. "
+                f"Fix: rename it (e.g. 'my_{clash[0]}'). Reserved names: {', '.join(AUTO_KEYS)}."
+            )
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise UsageError(
+                f"report(checkpoint=...) needs an ftnb.Checkpoint; got {type(checkpoint).__name__}."
+                " Fix: checkpoint=ftnb.Checkpoint.from_directory(folder)."
+            )
+        attr = self.checkpoint_score_attribute
+        if checkpoint is not None and attr and attr not in values:
+            raise UsageError(
+                f"CheckpointConfig(checkpoint_score_attribute={attr!r}) but this report with a "
+                f"checkpoint has no {attr!r} metric (it has: {', '.join(sorted(values)) or 'none'})."
+                f" Fix: report {attr!r} together with every checkpoint, or change "
+                "checkpoint_score_attribute."
+            )
+
+        now = time.time()
+        self.iteration += 1
+        row = dict(values)
+        row.update(
+            training_iteration=self.iteration,
+            trial_id=self.context.trial_id,
+            time_this_iter_s=now - self.last_report,
+            time_total_s=self.time_offset + (now - self.started),
+            timestamp=now,
+            attempt=self.context.attempt,
+        )
+        self.last_report = now
+        if checkpoint is not None:
+            row["checkpoint_dir_name"] = self._persist_checkpoint(checkpoint, row)
+        self.log.append(row)
+        if checkpoint is not None:
+            self.log.sync()
+        self.send("result", row)
+        self._after_report(row, checkpoint is not None)
+
+    def _persist_checkpoint(self, checkpoint: Checkpoint, row: dict) -> str:
+        from .storage import checkpoint_dir_name
+
+        name = checkpoint_dir_name(self.next_checkpoint_index)
+        self.next_checkpoint_index += 1
+        dest = self.paths.checkpoint(name)
+        marker = {
+            "trial_id": self.context.trial_id,
+            "training_iteration": row["training_iteration"],
+            "time_total_s": row["time_total_s"],
+            "attempt": self.context.attempt,
+        }
+        with checkpoint.as_directory() as local:
+            self.storage.persist_directory(local, dest, marker)
+        return name
+
+    def _after_report(self, row: dict, with_checkpoint: bool) -> None:
+        if self.stop is not None:
+            if not self._stop_keys_checked and isinstance(self.stop, Mapping):
+                missing = [k for k in self.stop if k not in row]
+                if missing:
+                    raise UsageError(
+                        f"RunConfig(stop=...) names {missing[0]!r}, which this trainable does not "
+                        f"report (it reports: {', '.join(sorted(row))}). Fix: use one of the "
+                        "reported metrics in stop, or report it."
+                    )
+                self._stop_keys_checked = True
+            if _stop_met(self.stop, self.context.trial_id, row):
+                raise _StopCriterionMet()
+        if not self.stop_requested and self.poll_stop():
+            self.stop_requested = True
+        if self.stop_requested:
+            raise _StopRequested()
+        if self.preempted and with_checkpoint:
+            raise _Preempted()
+
+    def get_checkpoint(self) -> Optional[Checkpoint]:
+        if self.restore_checkpoint is None:
+            return None
+        path = self.paths.checkpoint(self.restore_checkpoint)
+        return Checkpoint(path, self.storage.fs)
+
+
+def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:
+    if callable(stop):
+        return bool(stop(trial_id, row))
+    for key, threshold in stop.items():
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
+            return True
+    return False
+
+
+_session: Optional[TrialSession] = None
+
+
+def _current(fn: str) -> TrialSession:
+    if _session is None:
+        raise RuntimeError(
+            f"ftnb.{fn}() was called outside a trial. It only works inside a trainable run by "
+            "ftnb.Tuner(...).fit(), ftnb.run(...) or %ftrun. Fix: call your function through "
+            "Tuner(train_fn, param_space=...).fit() instead of calling it directly."
+        )
+    return _session
+
+
+def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None) -> None:
+    """Record one result of the running trial, and optionally a checkpoint.
+
+    Returns only once the result line (and the checkpoint, copied into the trial's
+    ``checkpoint_NNNNNN/`` folder) is persisted: whatever dies afterwards, this report is kept.
+    ftnb adds ``training_iteration``, ``trial_id``, ``time_total_s``, ``time_this_iter_s``,
+    ``timestamp`` and ``attempt`` to every row.
+
+    Example:
+        >>> def train(config):  # doctest: +SKIP
+        ...     for step in range(10):
+        ...         ftnb.report({"loss": 1 / (step + 1)})
+    """
+    _current("report").report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Optional[Checkpoint]:
+    """The checkpoint this attempt should resume from (the trial's latest persisted one), or
+    None on a fresh start."""
+    return _current("get_checkpoint").get_checkpoint()
+
+
+def get_context() -> TrialContext:
+    """Facts about the running trial: ids, names, paths, attempt, and ``should_checkpoint``."""
+    return _current("get_context").context
+
+
+def _set_session(session: Optional[TrialSession]) -> None:
+    global _session
+    _session = session

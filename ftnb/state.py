@@ -1,0 +1,374 @@
+"""Trial and experiment records: the versioned JSON in ``experiment_state.json``.
+
+No user code and no pickles live here: only plain JSON that any later version of ftnb (and a
+human with ``jq``) can read. Configs are stored with placeholders for values that are not JSON
+(live objects are re-specified by the caller on restore).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Optional
+
+from .storage import ExperimentPaths
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "AttemptRecord",
+    "ExperimentState",
+    "FailureRecord",
+    "StateFormatError",
+    "TrialRecord",
+    "TrialStatus",
+    "encode_value",
+]
+
+FORMAT = "ftnb.experiment"
+FORMAT_VERSION = 1
+
+
+class StateFormatError(Exception):
+    """An experiment state file that cannot be read (missing, corrupt, or from a newer ftnb)."""
+
+
+class TrialStatus(str, enum.Enum):
+    """A trial's status, with Ray Tune's names. Compares equal to its string value."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERRORED = "ERRORED"
+
+    def is_finished(self) -> bool:
+        """TERMINATED and ERRORED trials never run again on their own."""
+        return self in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FailureKind(str, enum.Enum):
+    """Why an attempt ended badly. Only some kinds count against ``max_failures``."""
+
+    EXCEPTION = "exception"  # the trainable raised
+    EXIT = "exit"  # the process exited with a non-zero code (sys.exit(3), os._exit)
+    SIGNAL = "signal"  # killed by a signal (SIGKILL, SIGSEGV, ...)
+    OOM = "oom"  # killed by the kernel's out-of-memory killer
+    PREEMPTION = "preemption"  # SIGTERM: the machine or scheduler took the process away
+    USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
+
+    def counts_as_failure(self) -> bool:
+        return self is not FailureKind.PREEMPTION
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class FailureRecord:
+    """One failed (or preempted) attempt."""
+
+    attempt: int
+    time: float
+    iteration: int
+    kind: str
+    type: Optional[str] = None
+    message: str = ""
+    traceback: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    counted: bool = True
+    lost_iterations: int = 0
+
+    def summary(self) -> str:
+        """One line for tables: 'exception ValueError: boom (iter 4)'."""
+        if self.kind in ("exception", "usage"):
+            what = f"{self.type}: {self.message}" if self.type else self.message
+        elif self.kind == "exit":
+            what = f"code {self.exit_code}"
+        elif self.kind in ("signal", "oom", "preemption"):
+            what = self.signal or self.message
+            if self.kind == "oom":
+                what = f"out of memory ({self.signal})"
+        else:
+            what = self.message
+        line = f"{self.kind} {what}".strip().replace("\n", " ")
+        return f"{line} (attempt {self.attempt}, iter {self.iteration})"
+
+    def describe(self) -> str:
+        """Several lines for error.txt."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.time))
+        lines = [
+            f"Attempt {self.attempt} failed at {when}, at training_iteration {self.iteration}.",
+            f"Kind: {self.kind}" + ("" if self.counted else " (not counted against max_failures)"),
+        ]
+        if self.type:
+            lines.append(f"Error: {self.type}: {self.message}")
+        elif self.message:
+            lines.append(f"Error: {self.message}")
+        if self.exit_code is not None:
+            lines.append(f"Exit code: {self.exit_code}")
+        if self.signal:
+            lines.append(f"Signal: {self.signal}")
+        if self.lost_iterations:
+            lines.append(
+                f"Iterations reported after the last checkpoint, to be redone: {self.lost_iterations}"
+            )
+        if self.traceback:
+            lines += ["", self.traceback.rstrip()]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class AttemptRecord:
+    """One run of a trial in one process."""
+
+    number: int
+    started: float
+    start_iteration: int = 0
+    restored_from: Optional[str] = None
+    ended: Optional[float] = None
+    end_iteration: Optional[int] = None
+    outcome: str = "running"  # running | finished | stopped | failed | preempted | interrupted
+    pid: Optional[int] = None
+
+
+@dataclass
+class TrialRecord:
+    """Everything ftnb knows about one trial, enough to resume it from storage alone."""
+
+    trial_id: str
+    dir_name: str
+    config: Any
+    status: str = TrialStatus.PENDING.value
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    failures: list[FailureRecord] = field(default_factory=list)
+    iteration: int = 0
+    latest_checkpoint: Optional[dict] = None  # {"dir_name", "iteration", "time_total_s"}
+    checkpoints: list[dict] = field(default_factory=list)  # kept ones: dir_name, iteration, score
+    next_checkpoint_index: int = 0
+    last_result: Optional[dict] = None
+    error: Optional[dict] = None  # {"reason": ..., "failure": FailureRecord as dict}
+
+    @property
+    def num_failures(self) -> int:
+        """Failures that count against ``max_failures`` (preemptions do not)."""
+        return sum(1 for f in self.failures if f.counted)
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(1 for f in self.failures if f.kind == FailureKind.PREEMPTION.value)
+
+    @property
+    def trial_status(self) -> TrialStatus:
+        return TrialStatus(self.status)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TrialRecord":
+        data = dict(data)
+        data["attempts"] = [_from_dict(AttemptRecord, a) for a in data.get("attempts", [])]
+        data["failures"] = [_from_dict(FailureRecord, f) for f in data.get("failures", [])]
+        return _from_dict(cls, data)
+
+
+def _from_dict(cls: type, data: dict) -> Any:
+    # Unknown keys come from a newer minor version; they are dropped rather than fatal.
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ExperimentState:
+    """The whole experiment: settings, the search space and every trial."""
+
+    name: str
+    trainable: str
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    status: str = "RUNNING"  # RUNNING | FINISHED | ERRORED | INTERRUPTED
+    settings: dict = field(default_factory=dict)
+    param_space: Any = None
+    trials: list[TrialRecord] = field(default_factory=list)
+    generation: int = 0
+
+    def trial(self, trial_id: str) -> TrialRecord:
+        for t in self.trials:
+            if t.trial_id == trial_id:
+                return t
+        raise KeyError(trial_id)
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in TrialStatus}
+        for t in self.trials:
+            out[t.status] = out.get(t.status, 0) + 1
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "trainable": self.trainable,
+            "created": self.created,
+            "updated": self.updated,
+            "status": self.status,
+            "generation": self.generation,
+            "settings": self.settings,
+            "param_space": self.param_space,
+            "trials": [t.to_json() for t in self.trials],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "experiment_state.json") -> "ExperimentState":
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise StateFormatError(f"{where} is not an ftnb experiment state")
+        version = data.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise StateFormatError(
+                f"{where} has format_version {version!r}, newer than this ftnb understands "
+                f"({FORMAT_VERSION}). Fix: upgrade ftnb (pip install -U ftnb)."
+            )
+        return cls(
+            name=data["name"],
+            trainable=data.get("trainable", "?"),
+            created=data.get("created", 0.0),
+            updated=data.get("updated", 0.0),
+            status=data.get("status", "RUNNING"),
+            settings=data.get("settings", {}),
+            param_space=data.get("param_space"),
+            trials=[TrialRecord.from_json(t) for t in data.get("trials", [])],
+            generation=data.get("generation", 0),
+        )
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, paths: ExperimentPaths) -> None:
+        """Write the state atomically, keeping the previous generation as a fallback.
+
+        The previous generation is copied to ``experiment_state.prev.json`` first, so even a
+        state file damaged after its rename (a broken disk, a hand edit) leaves a readable one.
+        """
+        self.updated = time.time()
+        self.generation += 1
+        data = json.dumps(self.to_json(), indent=1, default=str, allow_nan=True).encode("utf-8")
+        previous = getattr(self, "_last_bytes", None)
+        if previous is not None:
+            paths.storage.write_atomic(paths.state_backup, previous)
+        paths.storage.write_atomic(paths.state, data)
+        self._last_bytes = data
+
+    @classmethod
+    def load(cls, paths: ExperimentPaths) -> "ExperimentState":
+        """Read the state, falling back to the previous generation if the latest is unreadable."""
+        errors = []
+        for path in (paths.state, paths.state_backup):
+            try:
+                raw = paths.storage.read_bytes(path)
+            except FileNotFoundError:
+                errors.append(f"{path}: missing")
+                continue
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                errors.append(f"{path}: not valid JSON ({exc})")
+                continue
+            try:
+                state = cls.from_json(data, where=paths.storage.uri(path))
+            except StateFormatError as exc:
+                if "newer than this ftnb" in str(exc):
+                    raise
+                errors.append(str(exc))
+                continue
+            except (KeyError, TypeError) as exc:
+                errors.append(f"{path}: missing field {exc}")
+                continue
+            state._last_bytes = raw
+            return state
+        raise StateFormatError(
+            f"no readable experiment state at {paths.uri}: " + "; ".join(errors)
+        )
+
+
+def encode_value(value: Any) -> Any:
+    """A JSON-able stand-in for a config value.
+
+    JSON types pass through (tuples become lists), numpy/torch scalars become numbers, and any
+    other object becomes a placeholder ``{"__ftnb_object__": type, "repr": ...}``: the state
+    records what was there without pickling it.
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, dict):
+        return {str(k): encode_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v) for v in value]
+    scalar = _as_scalar(value)
+    if scalar is not _NOT_SCALAR:
+        return scalar
+    text = repr(value)
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return {"__ftnb_object__": f"{type(value).__module__}.{type(value).__qualname__}", "repr": text}
+
+
+_NOT_SCALAR = object()
+
+
+def _as_scalar(value: Any) -> Any:
+    """numpy scalars, 0-d arrays and 0-d tensors as plain Python numbers."""
+    item = getattr(value, "item", None)
+    shape = getattr(value, "shape", None)
+    if callable(item) and shape is not None and tuple(shape) == ():
+        try:
+            out = item()
+        except Exception:
+            return _NOT_SCALAR
+        if isinstance(out, (bool, int, float, str)):
+            return out
+    return _NOT_SCALAR
+
+
+def encode_metrics(metrics: dict) -> dict:
+    """Validate reported metrics as JSON and return them as plain Python values.
+
+    Raises TypeError naming the first key whose value cannot be written as JSON.
+    """
+    return {str(k): _metric_value(v, str(k)) for k, v in metrics.items()}
+
+
+def _metric_value(value: Any, key: str) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _metric_value(v, f"{key}/{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_metric_value(v, key) for v in value]
+    scalar = _as_scalar(value)
+    if scalar is not _NOT_SCALAR:
+        return scalar
+    raise TypeError(
+        f"report() metric {key!r} has a value of type {type(value).__name__} that cannot be "
+        f"written as JSON: {_short_repr(value)}. Fix: report numbers, strings, bools, lists or "
+        "dicts of them (e.g. float(loss) or loss.item()); save larger objects in a checkpoint."
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

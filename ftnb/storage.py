@@ -1,0 +1,399 @@
+"""Experiment storage: named paths and atomic, durable writes through fsspec.
+
+Contract (every writer follows it, every reader relies on it):
+
+* A reader never sees half a file. Whole files are replaced atomically: on a local disk through
+  a temporary file that is fsynced and renamed over the target (then the folder is fsynced); on
+  object stores with one PUT of the complete object.
+* ``result.json`` is the one append-only file. Each line is written with a single ``write()``
+  so a process death leaves at most a torn *last* line, which readers skip.
+* A checkpoint folder is complete once its ``.ftnb_checkpoint.json`` marker exists and the
+  result line naming it is written. Folders without both are debris from a crash and are ignored.
+* Only the process that runs the current attempt of a trial writes into that trial's folder
+  (results, checkpoints, output); only the controller writes ``experiment_state.json``,
+  ``params.json`` and ``error.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "ExperimentPaths",
+    "Storage",
+    "TrialPaths",
+    "default_storage_path",
+    "read_json_lines",
+]
+
+STATE_FILE = "experiment_state.json"
+STATE_BACKUP_FILE = "experiment_state.prev.json"
+CHECKPOINT_MARKER = ".ftnb_checkpoint.json"
+
+
+def default_storage_path() -> str:
+    """``$FTNB_STORAGE_PATH`` if set, else ``~/ftnb_results``."""
+    return os.environ.get("FTNB_STORAGE_PATH") or os.path.join(
+        os.path.expanduser("~"), "ftnb_results"
+    )
+
+
+def checkpoint_dir_name(index: int) -> str:
+    return f"checkpoint_{index:06d}"
+
+
+def checkpoint_index(dir_name: str) -> Optional[int]:
+    prefix = "checkpoint_"
+    if dir_name.startswith(prefix) and dir_name[len(prefix) :].isdigit():
+        return int(dir_name[len(prefix) :])
+    return None
+
+
+class Storage:
+    """An fsspec filesystem and a root folder on it, with the atomic operations ftnb needs.
+
+    ``Storage`` is picklable: trial processes receive the controller's instance and write through
+    the same filesystem (same credentials, same endpoint).
+    """
+
+    def __init__(self, url: str, filesystem: Any = None) -> None:
+        import fsspec.core
+
+        url = os.fspath(url)
+        if filesystem is None:
+            fs, path = fsspec.core.url_to_fs(os.path.expanduser(url))
+        else:
+            fs = filesystem
+            path = fs._strip_protocol(url)
+        self.fs = fs
+        self.root = path.rstrip("/") if path != "/" else path
+        self.url = url
+        self.is_local = _is_local_fs(fs)
+        if self.is_local:
+            self.root = os.path.abspath(self.root)
+
+    def __repr__(self) -> str:
+        return f"Storage({self.uri(self.root)!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+    def join(self, *parts: str) -> str:
+        if self.is_local:
+            return os.path.join(*parts)
+        return posixpath.join(*parts)
+
+    def uri(self, path: str) -> str:
+        """A path a user can paste: plain for local disk, with the protocol otherwise."""
+        if self.is_local:
+            return path
+        return self.fs.unstrip_protocol(path)
+
+    def child(self, *parts: str) -> "Storage":
+        """A Storage rooted at a sub-folder of this one (sharing the filesystem object)."""
+        new = object.__new__(Storage)
+        new.fs = self.fs
+        new.root = self.join(self.root, *parts)
+        new.url = self.uri(new.root)
+        new.is_local = self.is_local
+        return new
+
+    # -- reads ---------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        if self.is_local:
+            return os.path.exists(path)
+        return self.fs.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        if self.is_local:
+            return os.path.isdir(path)
+        return self.fs.isdir(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        if self.is_local:
+            with open(path, "rb") as f:
+                return f.read()
+        return self.fs.cat_file(path)
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def listdir(self, path: str) -> list[str]:
+        """Names (not paths) of the entries of a folder; [] if it does not exist."""
+        if self.is_local:
+            try:
+                return sorted(os.listdir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            entries = self.fs.ls(path, detail=False, refresh=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        names = [posixpath.basename(e.rstrip("/")) for e in entries]
+        return sorted(n for n in names if n)
+
+    # -- writes --------------------------------------------------------------------------------
+    def makedirs(self, path: str) -> None:
+        if self.is_local:
+            os.makedirs(path, exist_ok=True)
+        else:
+            self.fs.makedirs(path, exist_ok=True)
+
+    def write_atomic(self, path: str, data: bytes | str) -> None:
+        """Replace ``path`` with ``data`` so that readers see the old or the new file, whole."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if self.is_local:
+            _local_write_atomic(path, data)
+        else:
+            # One PUT of the complete object: object stores never expose a partial object.
+            self.fs.pipe_file(path, data)
+
+    def write_json_atomic(self, path: str, obj: Any) -> None:
+        self.write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        try:
+            if self.is_local:
+                if recursive and os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+            else:
+                self.fs.rm(path, recursive=recursive)
+        except FileNotFoundError:
+            pass
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        if self.is_local:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+            shutil.copyfile(local_path, tmp)
+            os.replace(tmp, path)
+        else:
+            self.fs.put_file(local_path, path)
+
+    def check_writable(self) -> None:
+        """Create the root and write+delete a probe file; raise a clear error if that fails."""
+        probe = self.join(self.root, f".ftnb-write-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            self.makedirs(self.root)
+            self.write_atomic(probe, b"ok")
+            self.remove(probe)
+        except Exception as exc:  # any backend error means the same thing to the user
+            raise ValueError(
+                f"storage_path={self.uri(self.root)!r} is not writable: "
+                f"{type(exc).__name__}: {exc}. Fix: pass a storage_path you can write to "
+                "(a local folder, an NFS mount, or an s3:// / gs:// URL with credentials), or "
+                "set FTNB_STORAGE_PATH."
+            ) from exc
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def persist_directory(self, source: str, dest: str, marker: dict) -> None:
+        """Copy the local folder ``source`` to ``dest`` durably, then write the marker.
+
+        Locally the copy goes to a hidden temporary folder that is fsynced and renamed into place,
+        so ``dest`` either does not exist or is complete. On object stores the files are uploaded
+        and the marker goes last: a folder without a marker is incomplete.
+        """
+        marker_bytes = json.dumps(marker).encode("utf-8")
+        if self.is_local:
+            parent = os.path.dirname(dest)
+            tmp = os.path.join(parent, f".tmp-{os.path.basename(dest)}-{uuid.uuid4().hex[:8]}")
+            _copy_tree_fsync(source, tmp)
+            _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes)
+            _fsync_dir(tmp)
+            if os.path.exists(dest):
+                # Debris of an attempt that died after renaming but before its result line.
+                shutil.rmtree(dest)
+            os.rename(tmp, dest)
+            _fsync_dir(parent)
+        else:
+            self.fs.put(source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True)
+            self.fs.pipe_file(self.join(dest, CHECKPOINT_MARKER), marker_bytes)
+
+    def download_directory(self, path: str, local_dir: str) -> None:
+        os.makedirs(local_dir, exist_ok=True)
+        self.fs.get(path.rstrip("/") + "/", local_dir.rstrip("/") + "/", recursive=True)
+
+
+def _is_local_fs(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def _write_fsync(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _local_write_atomic(path: str, data: bytes) -> None:
+    parent = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(parent)
+
+
+def _copy_file_fsync(src: str, dst: str) -> None:
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        offset = 0
+        # copy_file_range / sendfile move the bytes in the kernel, without a trip through Python.
+        try:
+            while offset < size:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), size - offset)
+                if n == 0:
+                    break
+                offset += n
+        except (AttributeError, OSError):
+            fin.seek(offset)
+            fout.seek(offset)
+            shutil.copyfileobj(fin, fout, 8 << 20)
+        fout.flush()
+        os.fsync(fout.fileno())
+    shutil.copystat(src, dst, follow_symlinks=True)
+
+
+def _copy_tree_fsync(src: str, dst: str) -> None:
+    os.makedirs(dst)
+    for root, dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        target_root = dst if rel == "." else os.path.join(dst, rel)
+        for d in dirs:
+            os.makedirs(os.path.join(target_root, d), exist_ok=True)
+        for name in files:
+            _copy_file_fsync(os.path.join(root, name), os.path.join(target_root, name))
+        if target_root != dst:
+            _fsync_dir(target_root)
+
+
+def read_json_lines(data: bytes) -> list[dict]:
+    """Parse JSON Lines, skipping a torn or corrupt line instead of failing the whole file."""
+    rows = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line from a process that died mid-write
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True)
+class TrialPaths:
+    """Every file of one trial, by name. Nobody joins trial paths by hand elsewhere."""
+
+    storage: Storage
+    dir: str
+
+    @property
+    def params(self) -> str:
+        return self.storage.join(self.dir, "params.json")
+
+    @property
+    def results(self) -> str:
+        return self.storage.join(self.dir, "result.json")
+
+    @property
+    def progress(self) -> str:
+        return self.storage.join(self.dir, "progress.csv")
+
+    @property
+    def error(self) -> str:
+        return self.storage.join(self.dir, "error.txt")
+
+    @property
+    def stdout(self) -> str:
+        return self.storage.join(self.dir, "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self.storage.join(self.dir, "stderr")
+
+    def checkpoint(self, dir_name: str) -> str:
+        return self.storage.join(self.dir, dir_name)
+
+    def read_results(self) -> list[dict]:
+        try:
+            return read_json_lines(self.storage.read_bytes(self.results))
+        except FileNotFoundError:
+            return []
+
+    def checkpoint_dirs(self) -> list[str]:
+        """Names of the complete checkpoint folders (with a marker), oldest first."""
+        names = [n for n in self.storage.listdir(self.dir) if checkpoint_index(n) is not None]
+        return [
+            n
+            for n in sorted(names, key=lambda n: checkpoint_index(n) or 0)
+            if self.storage.exists(self.storage.join(self.checkpoint(n), CHECKPOINT_MARKER))
+        ]
+
+
+@dataclass(frozen=True)
+class ExperimentPaths:
+    """Every file of one experiment, by name."""
+
+    storage: Storage
+    dir: str
+
+    @classmethod
+    def of(cls, storage: Storage, name: str) -> "ExperimentPaths":
+        return cls(storage, storage.join(storage.root, name))
+
+    @classmethod
+    def at(cls, path: str, filesystem: Any = None) -> "ExperimentPaths":
+        """The experiment whose folder is ``path`` (a local path or an fsspec URL)."""
+        storage = Storage(path, filesystem)
+        return cls(storage, storage.root)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.dir.rstrip("/").replace(os.sep, "/"))
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri(self.dir)
+
+    @property
+    def state(self) -> str:
+        return self.storage.join(self.dir, STATE_FILE)
+
+    @property
+    def state_backup(self) -> str:
+        return self.storage.join(self.dir, STATE_BACKUP_FILE)
+
+    def trial(self, dir_name: str) -> TrialPaths:
+        return TrialPaths(self.storage, self.storage.join(self.dir, dir_name))
