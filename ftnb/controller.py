@@ -246,6 +246,8 @@ class Controller:
             env=env,
             stdout_path=stdout_path,
             stderr_path=stderr_path,
+            sys_path=list(sys.path),
+            cwd=os.getcwd(),
         )
         live = _Live(allocation, stdout_path, stderr_path, staged)
         # The files are appended to across attempts: forward only what this attempt writes.

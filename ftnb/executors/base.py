@@ -23,6 +23,10 @@ class AttemptLaunch:
     env: dict[str, str] = field(default_factory=dict)
     stdout_path: Optional[str] = None
     stderr_path: Optional[str] = None
+    # The caller's import path and working directory: modules and relative paths that work in
+    # the notebook or script work in its trials too.
+    sys_path: list[str] = field(default_factory=list)
+    cwd: Optional[str] = None
 
 
 @dataclass

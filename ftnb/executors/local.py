@@ -88,7 +88,7 @@ class LocalProcessExecutor:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         process = ctx.Process(
             target=_attempt_main,
-            args=(launch.payload, child_conn, launch.env, launch.stdout_path, launch.stderr_path),
+            args=(launch, child_conn),
             name=f"ftnb-trial-{launch.trial_id}",
             daemon=False,
         )
@@ -229,13 +229,7 @@ def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> 
             pass
 
 
-def _attempt_main(
-    payload: bytes,
-    conn: Any,
-    env: dict[str, str],
-    stdout_path: Optional[str],
-    stderr_path: Optional[str],
-) -> None:
+def _attempt_main(launch: AttemptLaunch, conn: Any) -> None:
     """Entry point of a trial process: run one attempt and report how it ended."""
     try:
         os.setpgid(0, 0)
@@ -244,15 +238,22 @@ def _attempt_main(
     _die_with_parent()
     # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _redirect_output(stdout_path, stderr_path)
+    _redirect_output(launch.stdout_path, launch.stderr_path)
     import faulthandler
 
     faulthandler.enable()  # a segfault leaves a Python traceback in the trial's stderr
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(launch.env)
+    if launch.sys_path:
+        sys.path[:] = launch.sys_path
+    if launch.cwd:
+        try:
+            os.chdir(launch.cwd)
+        except OSError:
+            pass
     from .._attempt import run_attempt
 
-    code = run_attempt(payload, conn)
+    code = run_attempt(launch.payload, conn)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
