@@ -257,7 +257,10 @@ def _columns(header: list[str], rows: list[list[str]], right: set[int]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        out = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        out = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths))
+        ]
         return "  ".join(out).rstrip()
 
     return "\n".join([line(header)] + [line(r) for r in rows])
@@ -340,23 +343,12 @@ def _find_experiment(where: str) -> ExperimentPaths:
 
 def _fallback_note(paths: ExperimentPaths, state: ExperimentState) -> Optional[str]:
     """Say so when the state came from experiment_state.prev.json (the latest is damaged)."""
-    loaded = getattr(state, "_last_bytes", None)
-    try:
-        raw = paths.storage.read_bytes(paths.state)
-    except FileNotFoundError:
-        return f"{STATE_FILE} is missing; showing {STATE_BACKUP_FILE}"
-    except OSError:
+    if state.loaded_from != paths.state_backup:
         return None
-    if raw == loaded:
-        return None
-    try:  # different bytes may just be a newer generation written since: check it is readable
-        ExperimentState.from_json(json.loads(raw))
-        return None
-    except Exception as exc:
-        return (
-            f"{STATE_FILE} is unreadable ({_one_line(str(exc))[:120]}); showing the previous "
-            f"generation from {STATE_BACKUP_FILE}"
-        )
+    return (
+        f"{STATE_FILE} is missing or unreadable; showing the previous generation from "
+        f"{STATE_BACKUP_FILE}"
+    )
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ __all__ = [
     "ExperimentState",
     "FailureRecord",
     "StateFormatError",
+    "StateVersionError",
     "TrialRecord",
     "TrialStatus",
     "encode_value",
@@ -34,6 +35,10 @@ FORMAT_VERSION = 1
 
 class StateFormatError(Exception):
     """An experiment state file that cannot be read (missing, corrupt, or from a newer ftnb)."""
+
+
+class StateVersionError(StateFormatError):
+    """An experiment state written by a newer ftnb than this one."""
 
 
 class TrialStatus(str, enum.Enum):
@@ -199,6 +204,8 @@ class ExperimentState:
     param_space: Any = None
     trials: list[TrialRecord] = field(default_factory=list)
     generation: int = 0
+    # Which file load() read: the state file, or the previous generation when it fell back.
+    loaded_from: Optional[str] = field(default=None, repr=False, compare=False)
 
     def trial(self, trial_id: str) -> TrialRecord:
         for t in self.trials:
@@ -233,7 +240,7 @@ class ExperimentState:
             raise StateFormatError(f"{where} is not an ftnb experiment state")
         version = data.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise StateFormatError(
+            raise StateVersionError(
                 f"{where} has format_version {version!r}, newer than this ftnb understands "
                 f"({FORMAT_VERSION}). Fix: upgrade ftnb (pip install -U ftnb)."
             )
@@ -282,15 +289,16 @@ class ExperimentState:
                 continue
             try:
                 state = cls.from_json(data, where=paths.storage.uri(path))
+            except StateVersionError:
+                raise
             except StateFormatError as exc:
-                if "newer than this ftnb" in str(exc):
-                    raise
                 errors.append(str(exc))
                 continue
             except (KeyError, TypeError) as exc:
                 errors.append(f"{path}: missing field {exc}")
                 continue
             state._last_bytes = raw
+            state.loaded_from = path
             return state
         raise StateFormatError(
             f"no readable experiment state at {paths.uri}: " + "; ".join(errors)

@@ -250,6 +250,9 @@ def _local_write_atomic(path: str, data: bytes) -> None:
     parent = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
     try:
+        # mkstemp makes owner-only files; experiment files are for every reader (other users,
+        # the JupyterLab server), like any file the umask allows.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -262,6 +265,12 @@ def _local_write_atomic(path: str, data: bytes) -> None:
             pass
         raise
     _fsync_dir(parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _copy_file_fsync(src: str, dst: str) -> None:
