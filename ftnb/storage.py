@@ -141,6 +141,10 @@ class Storage:
     def makedirs(self, path: str) -> None:
         if self.is_local:
             os.makedirs(path, exist_ok=True)
+        elif _is_object_store(self.fs):
+            # Folders are implicit there; s3fs's makedirs would *create a bucket* for a
+            # mistyped storage_path (and fail where HeadBucket is denied but the prefix is not).
+            return
         else:
             self.fs.makedirs(path, exist_ok=True)
 
@@ -219,6 +223,14 @@ class Storage:
     def download_directory(self, path: str, local_dir: str) -> None:
         os.makedirs(local_dir, exist_ok=True)
         self.fs.get(path.rstrip("/") + "/", local_dir.rstrip("/") + "/", recursive=True)
+
+
+_OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def _is_object_store(fs: Any) -> bool:
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    return bool(protocols & _OBJECT_STORE_PROTOCOLS)
 
 
 def _is_local_fs(fs: Any) -> bool:
