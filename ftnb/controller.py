@@ -152,7 +152,7 @@ class Controller:
             self._interrupt(exc)
             raise
         self.state.status = self._final_status()
-        self._save()
+        self._save(final=True)
         self._emit("on_experiment_end", self.state)
         return self.state
 
@@ -175,10 +175,13 @@ class Controller:
         return "FINISHED"
 
     def _pending(self) -> list[TrialRecord]:
-        pending = [t for t in self.state.trials if t.status == TrialStatus.PENDING]
         # Trials that already made progress go first: their work is the most valuable.
-        pending.sort(key=lambda t: (0 if t.attempts else 1, self.state.trials.index(t)))
-        return pending
+        pending = [
+            (0 if t.attempts else 1, i, t)
+            for i, t in enumerate(self.state.trials)
+            if t.status == TrialStatus.PENDING
+        ]
+        return [t for _, _, t in sorted(pending, key=lambda p: p[:2])]
 
     def _schedule(self) -> None:
         for trial in self._pending():
@@ -258,7 +261,9 @@ class Controller:
                 pass
         self.live[trial.trial_id] = live
         self.executor.start(launch)
-        self._save()
+        # Saved by the throttle: a full save per start would make an experiment quadratic in its
+        # trial count, and restore reconciles RUNNING trials from their result files anyway.
+        self._dirty = True
         self._emit("on_trial_start", self.state, trial)
 
     def _rows_up_to(self, trial: TrialRecord, iteration: int) -> list[dict]:
@@ -402,7 +407,7 @@ class Controller:
             failure = self._classify(trial, live, info)
             self._record_failure(trial, failure)
             self._retry_or_error(trial, failure)
-        self._save()
+        self._dirty = True
 
     def _classify(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> FailureRecord:
         number = trial.attempts[-1].number
@@ -536,7 +541,7 @@ class Controller:
                 if trial.status == TrialStatus.RUNNING:
                     trial.status = TrialStatus.PAUSED.value
             self.state.status = "INTERRUPTED"
-            self._save()
+            self._save(final=True)
         except BaseException:
             pass  # the original exception matters more; the state on disk stays resumable
 
@@ -576,8 +581,8 @@ class Controller:
                     print(f"ftnb: could not upload {local} to {remote}: {exc}", file=sys.stderr)
 
     # -- persistence and listeners -------------------------------------------------------------
-    def _save(self) -> None:
-        self.state.save(self.paths)
+    def _save(self, final: bool = False) -> None:
+        self.state.save(self.paths, final=final)
         self._dirty = False
         self._last_save = time.time()
 

@@ -257,19 +257,24 @@ class ExperimentState:
         )
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, paths: ExperimentPaths) -> None:
+    def save(self, paths: ExperimentPaths, final: bool = False) -> None:
         """Write the state atomically, keeping the previous generation as a fallback.
 
         The previous generation is copied to ``experiment_state.prev.json`` first, so even a
         state file damaged after its rename (a broken disk, a hand edit) leaves a readable one.
+        ``final`` (the experiment stopped) writes the new state to both files: a finished
+        experiment's fallback loses nothing.
         """
         self.updated = time.time()
         self.generation += 1
-        data = json.dumps(self.to_json(), indent=1, default=str, allow_nan=True).encode("utf-8")
+        # No indent: it forces json's pure-Python encoder, several times slower on big states.
+        data = json.dumps(self.to_json(), default=str, allow_nan=True).encode("utf-8")
         previous = getattr(self, "_last_bytes", None)
         if previous is not None:
             paths.storage.write_atomic(paths.state_backup, previous)
         paths.storage.write_atomic(paths.state, data)
+        if final:
+            paths.storage.write_atomic(paths.state_backup, data)
         self._last_bytes = data
 
     @classmethod

@@ -140,8 +140,13 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     """The view as a plain-text table (terminal, ``ftnb status``, non-notebook displays)."""
     header = ["trial_id", "status", "iter", "attempts", "failures"]
     header += view.param_columns + view.metric_columns + ["last error"]
+    rows = view.rows
+    if len(rows) > max_rows:
+        # Keep what needs attention when rows are cut: errored and running trials first.
+        urgency = {"ERRORED": 0, "RUNNING": 1, "PAUSED": 2, "PENDING": 3, "TERMINATED": 4}
+        rows = sorted(rows, key=lambda r: urgency.get(r.status, 5))[:max_rows]
     lines = []
-    for row in view.rows[:max_rows]:
+    for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
         cells = [row.trial_id, row.status, str(row.iteration), str(row.attempts), failures]
         cells += [_fmt(row.params.get(k)) for k in view.param_columns]

@@ -227,3 +227,24 @@ def test_oom_kill_is_classified(tmp_path):
     failure = Controller._classify(None, trial, _Live(None, None, None, False), ExitInfo(-9, True))
     assert failure.kind == "oom" and failure.signal == "SIGKILL"
     assert "out-of-memory" in failure.message
+
+
+def test_script_without_main_guard(tmp_path):
+    # Trial processes must not re-run the caller's script (it would start the experiment again).
+    proc = _run_script(
+        tmp_path,
+        """
+        import ftnb
+
+        def train(config):
+            ftnb.report({"x": config["i"]})
+
+        r = ftnb.Tuner(train, param_space={"i": ftnb.grid_search([1, 2, 3])},
+                       run_config=ftnb.RunConfig(storage_path="res", name="g", verbose=0)).fit()
+        print("RESULT", r.num_terminated, r.num_errors)
+        """,
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "RESULT 3 0" in out
+    assert out.count("RESULT") == 1

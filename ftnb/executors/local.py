@@ -37,11 +37,40 @@ _context_lock = threading.Lock()
 _context: Optional[Any] = None
 
 
+_TRIAL_PROCESS_PREFIX = "ftnb-trial-"
+
+
+def _skip_main_for_trials() -> None:
+    """Trial processes must not re-run the caller's ``__main__``.
+
+    multiprocessing re-imports the parent's main script in every child so that pickled
+    references to its functions resolve. ftnb sends the trainable by value, so that is pure
+    cost (every import at the top of the script, per trial) and, worse, a script without an
+    ``if __name__ == "__main__":`` guard would start its experiment again in every trial.
+    """
+    import multiprocessing.spawn as spawn
+
+    original = spawn.get_preparation_data
+    if getattr(original, "_ftnb", False):
+        return
+
+    def get_preparation_data(name: str) -> dict:
+        data = original(name)
+        if name.startswith(_TRIAL_PROCESS_PREFIX):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    get_preparation_data._ftnb = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
+
+
 def _fork_server_context() -> Any:
     """The process-wide fork-server context, started on first use and reused afterwards."""
     global _context
     with _context_lock:
         if _context is None:
+            _skip_main_for_trials()
             ctx = multiprocessing.get_context("forkserver")
             preload = list(_ALWAYS_PRELOAD)
             preload += [m for m in _PRELOAD_IF_LOADED if m in sys.modules]
@@ -89,7 +118,7 @@ class LocalProcessExecutor:
         process = ctx.Process(
             target=_attempt_main,
             args=(launch, child_conn),
-            name=f"ftnb-trial-{launch.trial_id}",
+            name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}",
             daemon=False,
         )
         oom_before = _oom_kill_count()
