@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 __all__ = [
@@ -285,8 +285,3 @@ def describe_stop(stop: StopCriterion) -> Any:
     if callable(stop):
         return {"function": getattr(stop, "__qualname__", repr(stop))}
     return dict(stop)
-
-
-def config_to_json(obj: Any) -> dict:
-    """The JSON-able fields of a plain config dataclass (for the experiment state)."""
-    return asdict(obj)

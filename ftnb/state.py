@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
@@ -381,7 +380,3 @@ def _metric_value(value: Any, key: str) -> Any:
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

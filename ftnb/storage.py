@@ -94,15 +94,6 @@ class Storage:
             return path
         return self.fs.unstrip_protocol(path)
 
-    def child(self, *parts: str) -> "Storage":
-        """A Storage rooted at a sub-folder of this one (sharing the filesystem object)."""
-        new = object.__new__(Storage)
-        new.fs = self.fs
-        new.root = self.join(self.root, *parts)
-        new.url = self.uri(new.root)
-        new.is_local = self.is_local
-        return new
-
     # -- reads ---------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
         if self.is_local:
@@ -219,10 +210,6 @@ class Storage:
         else:
             self.fs.put(source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True)
             self.fs.pipe_file(self.join(dest, CHECKPOINT_MARKER), marker_bytes)
-
-    def download_directory(self, path: str, local_dir: str) -> None:
-        os.makedirs(local_dir, exist_ok=True)
-        self.fs.get(path.rstrip("/") + "/", local_dir.rstrip("/") + "/", recursive=True)
 
 
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})

@@ -131,10 +131,6 @@ class LocalProcessExecutor:
     def running(self) -> list[str]:
         return list(self._running)
 
-    def pid(self, trial_id: str) -> Optional[int]:
-        run = self._running.get(trial_id)
-        return run.process.pid if run else None
-
     def poll(self, timeout: float) -> list[Event]:
         if not self._running:
             time.sleep(min(timeout, 0.05))
@@ -194,14 +190,6 @@ class LocalProcessExecutor:
             run.conn.send(("stop", None))
         except (OSError, BrokenPipeError):
             pass
-
-    def signal(self, trial_id: str, signum: int) -> None:
-        run = self._running.get(trial_id)
-        if run is not None and run.process.pid:
-            try:
-                os.kill(run.process.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def kill(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
