@@ -62,9 +62,9 @@ class Checkpoint:
 
     @property
     def _is_local(self) -> bool:
-        protocol = self.filesystem.protocol
-        protocol = protocol if isinstance(protocol, str) else protocol[0]
-        return protocol in ("file", "local")
+        from .storage import is_local_fs
+
+        return is_local_fs(self.filesystem)
 
     @property
     def uri(self) -> str:

@@ -20,7 +20,6 @@ import json
 import os
 import posixpath
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -75,7 +74,7 @@ class Storage:
         self.fs = fs
         self.root = path.rstrip("/") if path != "/" else path
         self.url = url
-        self.is_local = _is_local_fs(fs)
+        self.is_local = is_local_fs(fs)
         if self.is_local:
             self.root = os.path.abspath(self.root)
 
@@ -215,18 +214,23 @@ class Storage:
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
 
 
+def _protocols(fs: Any) -> set[str]:
+    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+
+
 def _is_object_store(fs: Any) -> bool:
-    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-    return bool(protocols & _OBJECT_STORE_PROTOCOLS)
+    return bool(_protocols(fs) & _OBJECT_STORE_PROTOCOLS)
 
 
-def _is_local_fs(fs: Any) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
+def is_local_fs(fs: Any) -> bool:
+    """Whether an fsspec filesystem is this machine's disk."""
+    return bool(_protocols(fs) & {"file", "local"})
 
 
 def _write_fsync(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # 0o666 less the umask, as open() gives: experiment files are for every reader (other
+    # users, the JupyterLab server), not only their writer.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         view = memoryview(data)
         while view:
@@ -247,15 +251,9 @@ def _fsync_dir(path: str) -> None:
 
 def _local_write_atomic(path: str, data: bytes) -> None:
     parent = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        # mkstemp makes owner-only files; experiment files are for every reader (other users,
-        # the JupyterLab server), like any file the umask allows.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_fsync(tmp, data)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -264,12 +262,6 @@ def _local_write_atomic(path: str, data: bytes) -> None:
             pass
         raise
     _fsync_dir(parent)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _copy_file_fsync(src: str, dst: str) -> None:

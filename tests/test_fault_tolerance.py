@@ -319,3 +319,22 @@ def test_trial_output_reaches_caller_prefixed(tmp_path, capsys):
 def _chatty(config):
     print("hello from the trial")
     ftnb.report({"x": 1})
+
+
+def test_experiment_files_are_readable_by_other_users(tmp_path):
+    # Other users and the JupyterLab server read experiments: files follow the umask, as
+    # open() does, rather than being owner-only.
+    old = os.umask(0o022)
+    try:
+        results = fit(tmp_path, {"n": 2})
+    finally:
+        os.umask(old)
+    trial_dir = results[0].path
+    for path in (
+        os.path.join(results.experiment_path, "experiment_state.json"),
+        os.path.join(results.experiment_path, "experiment_state.prev.json"),
+        os.path.join(trial_dir, "params.json"),
+        os.path.join(trial_dir, "progress.csv"),
+        os.path.join(trial_dir, "checkpoint_000001", ".ftnb_checkpoint.json"),
+    ):
+        assert os.stat(path).st_mode & 0o777 == 0o644, path
