@@ -124,7 +124,11 @@ def run_attempt(payload: bytes, conn: Any) -> int:
 def _send_exception(send: Any, exc: BaseException, kind: str, iteration: int = 0) -> None:
     frames = exc.__traceback__
     # The first frame is ftnb calling the trainable: start the traceback at the user's code.
-    if frames is not None and frames.tb_next is not None and frames.tb_frame.f_code.co_filename == __file__:
+    if (
+        frames is not None
+        and frames.tb_next is not None
+        and frames.tb_frame.f_code.co_filename == __file__
+    ):
         frames = frames.tb_next
     tb = "".join(traceback.format_exception(type(exc), exc, frames))
     # The traceback also goes to the trial's stderr, where users look first.

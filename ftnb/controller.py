@@ -270,6 +270,8 @@ class Controller:
         """The trial's result rows up to ``iteration``; rows past it (reported after the
         checkpoint the trial restarts from) are removed from its files, so that no
         ``training_iteration`` appears twice once the attempt redoes them."""
+        if not trial.attempts:
+            return []  # a trial that never ran has no rows and no checkpoints yet
         trial_paths = self.paths.trial(trial.dir_name)
         rows = trial_paths.read_results()
         keep = [r for r in rows if r.get("training_iteration", 0) <= iteration]

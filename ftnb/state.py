@@ -268,12 +268,14 @@ class ExperimentState:
         self.generation += 1
         # No indent: it forces json's pure-Python encoder, several times slower on big states.
         data = json.dumps(self.to_json(), default=str, allow_nan=True).encode("utf-8")
-        previous = getattr(self, "_last_bytes", None)
-        if previous is not None:
-            paths.storage.write_atomic(paths.state_backup, previous)
-        paths.storage.write_atomic(paths.state, data)
         if final:
+            paths.storage.write_atomic(paths.state, data)
             paths.storage.write_atomic(paths.state_backup, data)
+        else:
+            previous = getattr(self, "_last_bytes", None)
+            if previous is not None:
+                paths.storage.write_atomic(paths.state_backup, previous)
+            paths.storage.write_atomic(paths.state, data)
         self._last_bytes = data
 
     @classmethod
