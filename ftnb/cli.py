@@ -384,9 +384,7 @@ def _describe(exc: BaseException) -> str:
 def _has_state(storage: Storage, folder: str) -> bool:
     """Whether ``folder`` holds an experiment (its state, or at least the previous generation)."""
     try:
-        return storage.exists(storage.join(folder, STATE_FILE)) or storage.exists(
-            storage.join(folder, STATE_BACKUP_FILE)
-        )
+        return ExperimentPaths(storage, folder).has_state()
     except Exception:
         return False
 

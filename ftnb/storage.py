@@ -395,5 +395,9 @@ class ExperimentPaths:
     def state_backup(self) -> str:
         return self.storage.join(self.dir, STATE_BACKUP_FILE)
 
+    def has_state(self) -> bool:
+        """Whether the folder holds an experiment (its state, or the previous generation)."""
+        return self.storage.exists(self.state) or self.storage.exists(self.state_backup)
+
     def trial(self, dir_name: str) -> TrialPaths:
         return TrialPaths(self.storage, self.storage.join(self.dir, dir_name))

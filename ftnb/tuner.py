@@ -98,7 +98,7 @@ class Tuner:
         storage.check_writable()
         name = rc.name or _default_name(self.trainable, storage)
         paths = ExperimentPaths.of(storage, name)
-        if storage.exists(paths.state) or storage.exists(paths.state_backup):
+        if paths.has_state():
             raise ValueError(
                 f"An experiment named {name!r} already exists at {paths.uri}. Running it again "
                 "with Tuner(...).fit() would mix two experiments in one folder. Fix: choose "

@@ -16,7 +16,7 @@ import pytest
 import ftnb
 from ftnb.cli import main
 from ftnb.state import ExperimentState, TrialRecord
-from ftnb.storage import ExperimentPaths, Storage
+from ftnb.storage import ExperimentPaths
 from ftnb.view import ExperimentView
 
 # -- trainables (module level: trial processes import them by reference) -----------------------
