@@ -7,18 +7,25 @@ restarts, and an experiment directory that is always the whole truth.
 
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from .lease import ExperimentLockedError, LeaseLostError
+from .objects import ObjectRef, get, put
 from .result import Result, ResultGrid, TrialError
 from .search import choice, grid_search, loguniform, randint, sample_from, uniform
 from .session import TrialContext, get_checkpoint, get_context, report
 from .state import TrialStatus
-from .tuner import Tuner
+from .restore import RestoreError
+from .tuner import Tuner, run
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentLockedError",
     "FailureConfig",
+    "LeaseLostError",
+    "ObjectRef",
+    "RestoreError",
     "Result",
     "ResultGrid",
     "RunConfig",
@@ -29,12 +36,15 @@ __all__ = [
     "Tuner",
     "__version__",
     "choice",
+    "get",
     "get_checkpoint",
     "get_context",
     "grid_search",
     "loguniform",
+    "put",
     "randint",
     "report",
+    "run",
     "sample_from",
     "uniform",
 ]

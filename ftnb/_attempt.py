@@ -31,6 +31,7 @@ def run_attempt(payload: bytes, conn: Any) -> int:
     import cloudpickle
 
     from . import session as session_mod
+    from .objects import resolve_refs
     from .results import ResultLog
     from .storage import ExperimentPaths
 
@@ -66,6 +67,11 @@ def run_attempt(payload: bytes, conn: Any) -> int:
     experiment = ExperimentPaths(storage, spec["experiment_dir"])
     paths = experiment.trial(spec["trial_dir_name"])
     log = ResultLog(paths, existing=spec.get("rows"))
+    fence = None
+    if spec.get("fence"):
+        from .lease import Fence
+
+        fence = Fence(experiment, spec["fence"])
     context = session_mod.TrialContext(
         trial_id=spec["trial_id"],
         trial_name=spec["trial_id"],
@@ -87,19 +93,22 @@ def run_attempt(payload: bytes, conn: Any) -> int:
         restore_checkpoint=spec["restore_checkpoint"],
         stop=spec["stop"],
         checkpoint_score_attribute=spec["checkpoint_score_attribute"],
+        fence=fence,
     )
     session_mod._set_session(session)
     _install_preemption_handler(session, spec["preemption_grace_period_s"], send)
 
     trainable = spec["trainable"]
-    config = spec["config"]
     try:
+        config = resolve_refs(spec["config"])
         returned = trainable(config)
         if isinstance(returned, dict) and returned:
             session.report(returned)  # Ray's function API: a returned dict is the final result
         outcome = "finished"
     except session_mod._AttemptEnd as end:
         outcome = end.outcome
+        if isinstance(end, session_mod._Fenced):
+            print(f"ftnb: {end}", file=sys.stderr, flush=True)
     except session_mod.UsageError as exc:
         _send_exception(send, exc, "usage")
         return EXIT_ERROR

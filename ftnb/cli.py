@@ -272,7 +272,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     paths = _find_experiment(args.path)
     try:
-        state = ExperimentState.load(paths)
+        state = ExperimentState.load(paths).merge_trial_records(paths)
     except StateFormatError as exc:
         raise CliError(_one_line(str(exc))) from None
     except OSError as exc:
@@ -291,6 +291,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if len(view.rows) > max_rows:
         print("(--all shows every trial)")
     print(f"Updated {_local_time(state.updated)}  {paths.uri}")
+    owner = _owner_line(paths, state)
+    if owner:
+        print(owner)
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):
         reported = sorted({k for t in state.trials for k in (t.last_result or {})})
         known = ", ".join(reported) if reported else "none yet"
@@ -299,6 +302,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _owner_line(paths: ExperimentPaths, state: ExperimentState) -> Optional[str]:
+    """Who drives the experiment, and how to resume it if that driver is gone."""
+    from .lease import read_lease
+
+    lease = read_lease(paths)
+    if lease is None or state.status in ("FINISHED", "ERRORED") and lease.released:
+        return None
+    alive, why = lease.liveness()
+    if alive:
+        return f"Driver: {lease.describe()}, alive ({why})"
+    if state.status in ("FINISHED", "ERRORED"):
+        return None
+    return (
+        f"Driver: {lease.describe()}, gone ({why}). Resume with "
+        f"ftnb.Tuner.restore({paths.uri!r}, <trainable>).fit(), or run the same ftnb.run(...) "
+        "again"
+    )
 
 
 def _find_experiment(where: str) -> ExperimentPaths:

@@ -8,6 +8,7 @@ retention) is made here. UIs are listeners: they are told what happened and neve
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from typing import Any, Optional, Protocol
 from ._attempt import EXIT_PREEMPTED
 from .config import RunConfig
 from .executors.base import AttemptLaunch, Event, ExitInfo
+from .lease import Lease, LeaseLostError
 from .resources import Allocation, ResourcePool, TrialResources
 from .results import ResultLog
 from .state import (
@@ -112,6 +114,8 @@ class Controller:
         pool: ResourcePool,
         executor: Any,
         listeners: list[Any],
+        lease: Optional[Lease] = None,
+        resume_hint: Optional[str] = None,
     ) -> None:
         self.paths = paths
         self.storage = paths.storage
@@ -126,6 +130,8 @@ class Controller:
         self.pool = pool
         self.executor = executor
         self.listeners = listeners
+        self.lease = lease
+        self.resume_hint = resume_hint
         self.live: dict[str, _Live] = {}
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
@@ -144,6 +150,8 @@ class Controller:
                 for event in self.executor.poll(0.1):
                     self._handle(event)
                 self._enforce_stop_deadlines()
+                if self.lease is not None and self.lease.lost:
+                    raise LeaseLostError(self.lease.lost)
                 self._forward_output()
                 self._emit("on_tick", self.state)
                 if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
@@ -210,6 +218,7 @@ class Controller:
         trial.status = TrialStatus.RUNNING.value
         trial.iteration = start_iteration
         trial.last_result = rows[-1] if rows else None
+        self._persist_trial(trial)
 
         staged = not self.storage.is_local
         if staged:
@@ -236,12 +245,15 @@ class Controller:
             "checkpoint_score_attribute": self.checkpoint_config.checkpoint_score_attribute,
             "preemption_grace_period_s": self.failure_config.preemption_grace_period_s,
             "rows": rows,
+            "fence": self.lease.fence_spec() if self.lease is not None else None,
         }
         env = dict(os.environ)
         env.update(allocation.env())
         if "OMP_NUM_THREADS" in os.environ:
             env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
         env["FTNB_TRIAL_ID"] = trial.trial_id
+        if self.lease is not None:
+            env["FTNB_LEASE_TOKEN"] = self.lease.token
         launch = AttemptLaunch(
             trial_id=trial.trial_id,
             attempt=attempt.number,
@@ -276,9 +288,13 @@ class Controller:
         rows = trial_paths.read_results()
         keep = [r for r in rows if r.get("training_iteration", 0) <= iteration]
         if len(keep) != len(rows):
+            self._guard()
             ResultLog(trial_paths, existing=keep).rewrite(keep)
-            if trial.failures:
-                trial.failures[-1].lost_iterations = len(rows) - len(keep)
+            lost = len(rows) - len(keep)
+            trial.attempts[-1].lost_iterations = lost
+            failure = trial.failures[-1] if trial.failures else None
+            if failure is not None and failure.attempt == trial.attempts[-1].number:
+                failure.lost_iterations = lost
         self._remove_checkpoint_debris(trial)
         return keep
 
@@ -296,7 +312,76 @@ class Controller:
                 index is not None and name not in known and index >= trial.next_checkpoint_index
             )
             if debris:
+                self._guard()
                 self.storage.remove(trial_paths.checkpoint(name), recursive=True)
+
+    # -- restore -------------------------------------------------------------------------------
+    def reconcile(self, trial: TrialRecord) -> None:
+        """Bring a trial's record up to date with its files, after its driver died.
+
+        The trial's process wrote every acknowledged report (``result.json``) and checkpoint
+        itself; the driver's record of them may lag. The files are the truth: the trial resumes
+        from the newest complete checkpoint that a result row acknowledged.
+        """
+        trial_paths = self.paths.trial(trial.dir_name)
+        rows = trial_paths.read_results()
+        attr = self.checkpoint_config.checkpoint_score_attribute
+        by_name = {c["dir_name"]: c for c in trial.checkpoints}
+        highest = trial.next_checkpoint_index - 1
+        for row in rows:
+            name = row.get("checkpoint_dir_name")
+            if not name:
+                continue
+            highest = max(highest, checkpoint_index(name) or 0)
+            if name not in by_name:
+                entry = {
+                    "dir_name": name,
+                    "iteration": row.get("training_iteration", 0),
+                    "time_total_s": row.get("time_total_s", 0.0),
+                }
+                if attr:
+                    entry["score"] = row.get(attr)
+                by_name[name] = entry
+        present = set(trial_paths.checkpoint_dirs())
+        trial.checkpoints = sorted(
+            (c for name, c in by_name.items() if name in present), key=lambda c: c["iteration"]
+        )
+        trial.latest_checkpoint = dict(trial.checkpoints[-1]) if trial.checkpoints else None
+        trial.next_checkpoint_index = highest + 1
+        if rows:
+            trial.iteration = rows[-1].get("training_iteration", trial.iteration)
+            trial.last_result = rows[-1]
+        seen_attempts = {r.get("attempt") for r in rows if isinstance(r.get("attempt"), int)}
+        for number in sorted(a for a in seen_attempts if a > len(trial.attempts)):
+            first = next(r for r in rows if r.get("attempt") == number)
+            trial.attempts.append(
+                AttemptRecord(number=number, started=first.get("timestamp", 0.0),
+                              start_iteration=first.get("training_iteration", 1) - 1)
+            )
+        if trial.attempts and trial.attempts[-1].outcome == "running":
+            attempt = trial.attempts[-1]
+            own = [r for r in rows if r.get("attempt") == attempt.number]
+            attempt.outcome = "interrupted"
+            attempt.ended = own[-1].get("timestamp") if own else self.state.updated
+            attempt.end_iteration = trial.iteration
+        if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
+            self._apply_retention(trial)
+
+    def reset_trial(self, trial: TrialRecord) -> None:
+        """Start a trial over from scratch (restore with ``restart_errored``): its results and
+        checkpoints go; its id, folder and history of attempts and failures stay."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        self._guard()
+        ResultLog(trial_paths, existing=[]).rewrite([])
+        for name in self.storage.listdir(trial_paths.dir):
+            if checkpoint_index(name) is not None or name.startswith(".tmp-checkpoint_"):
+                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
+        trial.checkpoints = []
+        trial.latest_checkpoint = None
+        trial.iteration = 0
+        trial.last_result = None
+        if trial.attempts and trial.attempts[-1].outcome == "running":
+            trial.attempts[-1].outcome = "interrupted"
 
     # -- events --------------------------------------------------------------------------------
     def _handle(self, event: Event) -> None:
@@ -359,6 +444,7 @@ class Controller:
         else:
             ranked = list(candidates)  # oldest first
         doomed = ranked[: len(trial.checkpoints) - keep]
+        self._guard()
         for entry in doomed:
             self.storage.remove(
                 self.paths.trial(trial.dir_name).checkpoint(entry["dir_name"]), recursive=True
@@ -409,6 +495,7 @@ class Controller:
             failure = self._classify(trial, live, info)
             self._record_failure(trial, failure)
             self._retry_or_error(trial, failure)
+        self._persist_trial(trial)
         self._dirty = True
 
     def _classify(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> FailureRecord:
@@ -449,6 +536,7 @@ class Controller:
 
     def _record_failure(self, trial: TrialRecord, failure: FailureRecord) -> None:
         trial.failures.append(failure)
+        self._guard()
         self.storage.write_atomic(
             self.paths.trial(trial.dir_name).error, failure.describe()
         )
@@ -524,8 +612,13 @@ class Controller:
 
     def _interrupt(self, exc: BaseException) -> None:
         """The loop itself was interrupted (Ctrl+C, an error in a listener): stop every trial,
-        mark the experiment INTERRUPTED and persist, so it can be resumed."""
+        mark the experiment INTERRUPTED and persist, so it can be resumed.
+
+        When another driver took the experiment over, kill the trials and write nothing."""
         self.stopping = self.stopping or "interrupted"
+        if isinstance(exc, LeaseLostError) or (self.lease is not None and self.lease.lost):
+            self._abandon()
+            return
         try:
             for trial_id in list(self.live):
                 self._request_stop(trial_id)
@@ -546,6 +639,22 @@ class Controller:
             self._save(final=True)
         except BaseException:
             pass  # the original exception matters more; the state on disk stays resumable
+        if isinstance(exc, KeyboardInterrupt) and self.resume_hint:
+            print(
+                f"\nftnb: experiment {self.state.name!r} interrupted; its trials were stopped "
+                f"and its state saved. Resume it with:\n    {self.resume_hint}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _abandon(self) -> None:
+        """Another driver owns the experiment now: kill our trials and write nothing more."""
+        for trial_id in list(self.live):
+            try:
+                self.executor.kill(trial_id)
+            except Exception:
+                pass
+        self.live.clear()
 
     # -- output --------------------------------------------------------------------------------
     def _forward_output(self) -> None:
@@ -583,7 +692,21 @@ class Controller:
                     print(f"ftnb: could not upload {local} to {remote}: {exc}", file=sys.stderr)
 
     # -- persistence and listeners -------------------------------------------------------------
+    def _guard(self) -> None:
+        """Before any write that could harm another owner: are we still the owner?"""
+        if self.lease is not None:
+            self.lease.check()
+
+    def _persist_trial(self, trial: TrialRecord) -> None:
+        """Write the trial's own record at once (the experiment state is saved at most once a
+        second): a driver killed right after a failure or a start loses nothing of either."""
+        self._guard()
+        trial.seq += 1
+        data = json.dumps(trial.to_json(), default=str, allow_nan=True)
+        self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
+
     def _save(self, final: bool = False) -> None:
+        self._guard()
         self.state.save(self.paths, final=final)
         self._dirty = False
         self._last_save = time.time()

@@ -142,7 +142,7 @@ class ResultGrid:
     def from_path(cls, path: str, filesystem: Any = None) -> "ResultGrid":
         """Read the results of the experiment in the folder ``path`` (local path or URL)."""
         paths = ExperimentPaths.at(path, filesystem)
-        return cls(paths, ExperimentState.load(paths))
+        return cls(paths, ExperimentState.load(paths).merge_trial_records(paths))
 
     @property
     def experiment_path(self) -> str:

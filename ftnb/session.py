@@ -55,6 +55,12 @@ class _Preempted(_AttemptEnd):
     outcome = "preempted"
 
 
+class _Fenced(_AttemptEnd):
+    """Another driver owns the experiment: end at once, writing nothing more."""
+
+    outcome = "fenced"
+
+
 @dataclass
 class TrialContext:
     """Facts about the running trial, as returned by :func:`get_context`.
@@ -113,6 +119,7 @@ class TrialSession:
         restore_checkpoint: Optional[str],
         stop: Union[Mapping[str, float], Callable[[str, dict], bool], None],
         checkpoint_score_attribute: Optional[str],
+        fence: Any = None,
     ) -> None:
         self.context = context
         self.context._session = self
@@ -127,6 +134,7 @@ class TrialSession:
         self.restore_checkpoint = restore_checkpoint
         self.stop = stop
         self.checkpoint_score_attribute = checkpoint_score_attribute
+        self.fence = fence
         self.started = time.time()
         self.last_report = self.started
         self.preempted = False
@@ -177,12 +185,25 @@ class TrialSession:
         )
         self.last_report = now
         if checkpoint is not None:
+            self._check_fence(force=True)
             row["checkpoint_dir_name"] = self._persist_checkpoint(checkpoint, row)
+        self._check_fence(force=checkpoint is not None)
         self.log.append(row)
         if checkpoint is not None:
             self.log.sync()
         self.send("result", row)
         self._after_report(row, checkpoint is not None)
+
+    def _check_fence(self, force: bool) -> None:
+        """Nothing is written once another driver owns the experiment (see ftnb.lease)."""
+        if self.fence is None:
+            return
+        from .lease import FencedError
+
+        try:
+            self.fence.check(force)
+        except FencedError as exc:
+            raise _Fenced(str(exc)) from None
 
     def _persist_checkpoint(self, checkpoint: Checkpoint, row: dict) -> str:
         from .storage import checkpoint_dir_name

@@ -141,6 +141,9 @@ class AttemptRecord:
     end_iteration: Optional[int] = None
     outcome: str = "running"  # running | finished | stopped | failed | preempted | interrupted
     pid: Optional[int] = None
+    # Rows this attempt reported after its last checkpoint, dropped when the next attempt
+    # restarted from that checkpoint (they were redone).
+    lost_iterations: int = 0
 
 
 @dataclass
@@ -159,11 +162,19 @@ class TrialRecord:
     next_checkpoint_index: int = 0
     last_result: Optional[dict] = None
     error: Optional[dict] = None  # {"reason": ..., "failure": FailureRecord as dict}
+    # Failures before this index were forgiven by a restore with resume/restart_errored: the
+    # trial gets a fresh max_failures budget but keeps its history.
+    failures_forgiven: int = 0
+    # Bumped on every change the controller persists to the trial's own trial.json, so restore
+    # can tell which of trial.json and experiment_state.json is newer.
+    seq: int = 0
+    note: Optional[str] = None
 
     @property
     def num_failures(self) -> int:
-        """Failures that count against ``max_failures`` (preemptions do not)."""
-        return sum(1 for f in self.failures if f.counted)
+        """Failures that count against ``max_failures`` (preemptions and failures forgiven by a
+        restore do not)."""
+        return sum(1 for f in self.failures[self.failures_forgiven :] if f.counted)
 
     @property
     def num_preemptions(self) -> int:
@@ -278,6 +289,23 @@ class ExperimentState:
             paths.storage.write_atomic(paths.state, data)
         self._last_bytes = data
 
+    def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":
+        """Replace each trial's record by its own ``trial.json`` where that is newer.
+
+        The controller writes a trial's record at every transition (attempt started, failed,
+        finished) but saves the whole state at most once a second: after a driver died, the
+        trial records are the latest word. Returns self.
+        """
+        for i, trial in enumerate(self.trials):
+            try:
+                data = json.loads(paths.storage.read_bytes(paths.trial(trial.dir_name).record))
+                record = TrialRecord.from_json(data)
+            except (FileNotFoundError, ValueError, TypeError, KeyError):
+                continue
+            if record.seq > trial.seq and record.trial_id == trial.trial_id:
+                self.trials[i] = record
+        return self
+
     @classmethod
     def load(cls, paths: ExperimentPaths) -> "ExperimentState":
         """Read the state, falling back to the previous generation if the latest is unreadable."""
@@ -329,6 +357,10 @@ def encode_value(value: Any) -> Any:
     scalar = _as_scalar(value)
     if scalar is not _NOT_SCALAR:
         return scalar
+    from .objects import ObjectRef
+
+    if isinstance(value, ObjectRef):
+        return value.placeholder()  # the object was put: restore re-binds it by its place
     text = repr(value)
     if len(text) > 200:
         text = text[:197] + "..."

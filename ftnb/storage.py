@@ -138,12 +138,17 @@ class Storage:
         else:
             self.fs.makedirs(path, exist_ok=True)
 
-    def write_atomic(self, path: str, data: bytes | str) -> None:
-        """Replace ``path`` with ``data`` so that readers see the old or the new file, whole."""
+    def write_atomic(self, path: str, data: bytes | str, durable: bool = True) -> None:
+        """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
+
+        ``durable=False`` skips the fsyncs on a local disk: the file still survives the death
+        of any process, but not necessarily a machine crash (for records that have a durable
+        fallback).
+        """
         if isinstance(data, str):
             data = data.encode("utf-8")
         if self.is_local:
-            _local_write_atomic(path, data)
+            _local_write_atomic(path, data, durable)
         else:
             # One PUT of the complete object: object stores never expose a partial object.
             self.fs.pipe_file(path, data)
@@ -227,7 +232,7 @@ def is_local_fs(fs: Any) -> bool:
     return bool(_protocols(fs) & {"file", "local"})
 
 
-def _write_fsync(path: str, data: bytes) -> None:
+def _write_fsync(path: str, data: bytes, durable: bool = True) -> None:
     # 0o666 less the umask, as open() gives: experiment files are for every reader (other
     # users, the JupyterLab server), not only their writer.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -236,7 +241,8 @@ def _write_fsync(path: str, data: bytes) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -249,11 +255,11 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _local_write_atomic(path: str, data: bytes) -> None:
+def _local_write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     parent = os.path.dirname(path) or "."
     tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        _write_fsync(tmp, data)
+        _write_fsync(tmp, data, durable)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -334,6 +340,12 @@ class TrialPaths:
     @property
     def error(self) -> str:
         return self.storage.join(self.dir, "error.txt")
+
+    @property
+    def record(self) -> str:
+        """The controller's record of the trial (attempts, failures, status), written at every
+        transition; newer than ``experiment_state.json`` when the driver died in between."""
+        return self.storage.join(self.dir, "trial.json")
 
     @property
     def stdout(self) -> str:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Optional
 
 from .config import CheckpointConfig, RunConfig, TuneConfig, describe_stop
 from .result import ResultGrid
-from .state import ExperimentState, TrialRecord, encode_value
+from .state import ExperimentState, TrialRecord, TrialStatus, encode_value
 from .storage import ExperimentPaths, Storage, default_storage_path
 
-__all__ = ["Tuner"]
+__all__ = ["Tuner", "run"]
+
+_UNSET: Any = object()
 
 
 class Tuner:
@@ -53,12 +57,7 @@ class Tuner:
         from .resources import TrialResources
         from .search import validate_param_space
 
-        if not callable(trainable):
-            raise TypeError(
-                f"Tuner(trainable=...) must be a function that takes a config dict; got "
-                f"{type(trainable).__name__}: {_short(trainable)}. Fix: define "
-                "`def train(config): ...` and pass `train` (not `train()`)."
-            )
+        _check_trainable(trainable, "Tuner")
         validate_param_space(param_space)
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
             raise TypeError(
@@ -74,15 +73,40 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.resources = TrialResources.from_user(resources_per_trial)
         self.listeners: list[Any] = []
+        self._restore: Optional[_RestorePlan] = None
+        self._results: Optional[ResultGrid] = None
 
+    # -- starting ------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
         """Run every trial to completion (or until ``fail_fast`` stops the experiment) and
-        return their results. Trial failures do not raise: see ``ResultGrid.errors``."""
+        return their results. Trial failures do not raise: see ``ResultGrid.errors``.
+
+        Ctrl+C stops the trials cleanly, saves the state and prints the line that resumes the
+        experiment; a driver that dies any other way is resumed the same way
+        (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
+        if self._restore is not None:
+            self._results = self._fit_restored(self._restore)
+        else:
+            self._results = self._fit_new()
+        return self._results
+
+    def get_results(self) -> ResultGrid:
+        """The results of the last ``fit()``, or of the restored experiment as it stands."""
+        if self._results is not None:
+            return self._results
+        if self._restore is not None:
+            plan = self._restore
+            return ResultGrid(plan.paths, plan.state, plan.configs)
+        raise RuntimeError(
+            "Tuner.get_results() has no results yet: call fit() first, or create the Tuner with "
+            "Tuner.restore(path, trainable) to read an existing experiment."
+        )
+
+    def _fit_new(self) -> ResultGrid:
         import cloudpickle
 
-        from .controller import Controller
-        from .executors.local import LocalProcessExecutor
-        from .reporting import TerminalReporter
+        from .lease import Lease
+        from .objects import bind_objects
         from .resources import ResourcePool, check_fits
         from .search import encode_space, generate_variants, varying_keys
 
@@ -90,7 +114,8 @@ class Tuner:
         # Everything is checked before the experiment directory is touched.
         pool = ResourcePool.from_machine()
         check_fits(self.resources, pool)
-        variants = generate_variants(self.param_space, tc.num_samples, tc.seed)
+        space, _ = bind_objects(self.param_space)
+        variants = generate_variants(space, tc.num_samples, tc.seed)
         _check_picklable(self.trainable, "trainable", cloudpickle)
         if callable(rc.stop):
             _check_picklable(rc.stop, "RunConfig(stop=...)", cloudpickle)
@@ -98,27 +123,32 @@ class Tuner:
         storage.check_writable()
         name = rc.name or _default_name(self.trainable, storage)
         paths = ExperimentPaths.of(storage, name)
-        if paths.has_state():
-            raise ValueError(
-                f"An experiment named {name!r} already exists at {paths.uri}. Running it again "
-                "with Tuner(...).fit() would mix two experiments in one folder. Fix: choose "
-                "another RunConfig(name=...), or delete that folder to start over."
-            )
+        _refuse_existing(paths)
+        lease = Lease.acquire(paths, what="start")
+        try:
+            _refuse_existing(paths)  # another driver may have created it while we checked
+            state = self._new_state(name, variants, storage)
+            configs = {t.trial_id: c for t, c in zip(state.trials, variants)}
+            state.settings["varying_keys"] = varying_keys(space)
+            state.param_space = encode_space(space, encode_value)
+            storage.makedirs(paths.dir)
+            # The state first: a driver killed while it lays out the trial folders leaves an
+            # experiment that restore completes, not folders that belong to nothing.
+            state.save(paths)
+            _lay_out_trials(paths, state, check=False)
+            hint = _resume_hint(paths, self.trainable, bool(_objects_in(state)))
+            return self._run(paths, state, configs, pool, lease, hint, restored=False)
+        finally:
+            lease.release()
 
-        state = self._new_state(name, variants, storage)
-        storage.makedirs(paths.dir)
-        configs = {}
-        for trial, config in zip(state.trials, variants):
-            configs[trial.trial_id] = config
-            trial_paths = paths.trial(trial.dir_name)
-            storage.makedirs(trial_paths.dir)
-            storage.write_atomic(
-                trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n"
-            )
-        state.settings["varying_keys"] = varying_keys(self.param_space)
-        state.param_space = encode_space(self.param_space, encode_value)
-        state.save(paths)
+    def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict, pool: Any,
+             lease: Any, hint: str, restored: bool,
+             prepare: Optional[Callable[[Any], None]] = None) -> ResultGrid:
+        from .controller import Controller
+        from .executors.local import LocalProcessExecutor
+        from .reporting import TerminalReporter
 
+        rc, tc = self.run_config, self.tune_config
         listeners = list(self.listeners)
         if rc.verbose:
             listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
@@ -133,7 +163,12 @@ class Tuner:
             pool=pool,
             executor=LocalProcessExecutor(),
             listeners=listeners,
+            lease=lease,
+            resume_hint=hint,
         )
+        if prepare is not None:
+            prepare(controller)
+        lease.start_heartbeat()
         controller.run()
         return ResultGrid(paths, state, configs)
 
@@ -164,6 +199,294 @@ class Tuner:
             )
         return state
 
+    # -- restoring -----------------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: Any, storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` is the folder of an ftnb experiment that can be restored (a readable
+        state). False, never an error, for a missing path, an empty folder, a folder of
+        something else, or a state this ftnb cannot read."""
+        from .state import StateFormatError
+
+        try:
+            paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+            if not paths.has_state():
+                return False
+            ExperimentState.load(paths)
+            return True
+        except (StateFormatError, OSError, ValueError, TypeError):
+            return False
+
+    @classmethod
+    def restore(
+        cls,
+        path: Any,
+        trainable: Callable[[dict], Any],
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: Optional[Mapping[str, Any]] = None,
+        storage_filesystem: Any = None,
+        stop: Any = _UNSET,
+        takeover: bool = False,
+        verbose: int = 1,
+    ) -> "Tuner":
+        """Resume the experiment in folder ``path`` (local or an fsspec URL); call ``.fit()``.
+
+        Trials left RUNNING, PAUSED or PENDING continue from their latest checkpoint
+        (``resume_unfinished``; with False they are marked TERMINATED as they stand). ERRORED
+        trials stay ERRORED unless ``resume_errored`` (continue from their latest checkpoint) or
+        ``restart_errored`` (start over from scratch); either gives them a fresh
+        ``max_failures`` budget. TERMINATED trials never run again. Every trial keeps its id,
+        folder, results and failure history; ``training_iteration`` continues.
+
+        ``param_space`` must be given when the configs hold objects (models, datasets,
+        ``ftnb.put`` refs), which are never stored: pass the original space with the objects
+        re-created. It must have the same structure as the original (restore resumes the exact
+        experiment). ``stop`` is needed when the original ``RunConfig(stop=...)`` was a
+        function. ``takeover=True`` takes the experiment from a driver that still looks alive
+        (its machine died less than the lease TTL ago).
+        """
+        from .config import FailureConfig
+        from .lease import ExperimentLockedError, read_lease
+        from .resources import TrialResources
+        from .restore import (
+            RestoreError,
+            bind_configs,
+            load_state,
+            missing_objects_message,
+            needed_objects,
+            stored_configs,
+        )
+
+        _check_trainable(trainable, "Tuner.restore")
+        for flag, value in (("resume_unfinished", resume_unfinished),
+                            ("resume_errored", resume_errored),
+                            ("restart_errored", restart_errored), ("takeover", takeover)):
+            if not isinstance(value, bool):
+                raise TypeError(f"Tuner.restore({flag}={value!r}) must be True or False.")
+        if resume_errored and restart_errored:
+            raise ValueError(
+                "Tuner.restore(resume_errored=True, restart_errored=True) asks for two things at "
+                "once. Fix: resume_errored=True continues errored trials from their latest "
+                "checkpoint; restart_errored=True starts them over from scratch. Pick one."
+            )
+        paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+        state = load_state(paths)
+        owner = read_lease(paths)
+        if owner is not None and not takeover:
+            alive, why = owner.liveness()
+            if alive:
+                from .lease import _locked_message
+
+                raise ExperimentLockedError(_locked_message(paths, owner, why, "restore"))
+        flags = _RestoreFlags(resume_unfinished, resume_errored, restart_errored)
+        to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
+        if param_space is not None:
+            from .search import validate_param_space
+
+            validate_param_space(param_space)
+            configs, _ = bind_configs(state, stored_configs(state), param_space)
+        else:
+            needed = needed_objects(stored_configs(state, to_run))
+            if needed:
+                raise RestoreError(missing_objects_message(paths, _callable_name(trainable),
+                                                           needed))
+            configs = stored_configs(state)
+        settings = state.settings
+        stored_stop = settings.get("stop")
+        if stop is _UNSET:
+            if isinstance(stored_stop, dict) and set(stored_stop) == {"function"}:
+                raise RestoreError(
+                    f"The experiment at {paths.uri} was stopped by the function "
+                    f"{stored_stop['function']} (RunConfig(stop=...)), which is not saved with "
+                    "it. Fix: pass it again: Tuner.restore(..., stop=your_stop_function)."
+                )
+            stop = stored_stop
+        run_config = RunConfig(
+            name=paths.name,
+            storage_path=paths.storage.uri(paths.storage.root),
+            storage_filesystem=storage_filesystem,
+            failure_config=_from_settings(FailureConfig, settings.get("failure_config")),
+            checkpoint_config=_from_settings(CheckpointConfig, settings.get("checkpoint_config")),
+            stop=stop,
+            verbose=verbose,
+        )
+        tuner = cls.__new__(cls)
+        tuner.trainable = trainable
+        tuner.param_space = dict(param_space) if param_space is not None else {}
+        tuner.tune_config = TuneConfig(
+            max_concurrent_trials=settings.get("max_concurrent_trials"),
+            metric=settings.get("metric"),
+            mode=settings.get("mode"),
+        )
+        tuner.run_config = run_config
+        tuner.resources = TrialResources.from_user(settings.get("resources_per_trial"))
+        tuner.listeners = []
+        tuner._results = None
+        tuner._restore = _RestorePlan(paths, state, configs, flags, takeover,
+                                      param_space is not None)
+        return tuner
+
+    def _fit_restored(self, plan: "_RestorePlan") -> ResultGrid:
+        import cloudpickle
+
+        from .lease import Lease, host_id, reap_processes
+        from .resources import ResourcePool, check_fits
+        from .restore import load_state
+
+        pool = ResourcePool.from_machine()
+        check_fits(self.resources, pool)
+        _check_picklable(self.trainable, "trainable", cloudpickle)
+        paths = plan.paths
+        lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
+        try:
+            previous = lease.previous
+            if previous is not None and not previous.released:
+                if previous.host_id == host_id():
+                    # The dead (or overridden) driver's trials on this machine: kill them
+                    # before anything of ours runs, so no ghost writes after this point.
+                    reap_processes(previous.token)
+                else:
+                    # Trials elsewhere check the lease before every write (at most every
+                    # second on object stores): give them the time to see it is gone.
+                    time.sleep(0.2 if paths.storage.is_local else 2.0)
+            # Re-read now that we own it: the state may have moved since restore() read it.
+            state = load_state(paths)
+            state.merge_trial_records(paths)
+            _lay_out_trials(paths, state, check=True)
+            plan.state = state
+            hint = _resume_hint(paths, self.trainable, plan.rebound)
+
+            def prepare(controller: Any) -> None:
+                _apply_restore(controller, state, plan.flags)
+                state.status = "RUNNING"
+                state.settings["storage_path"] = paths.storage.uri(paths.storage.root)
+                controller._save()
+
+            return self._run(paths, state, plan.configs, pool, lease, hint, restored=True,
+                             prepare=prepare)
+        finally:
+            lease.release()
+
+class _RestoreFlags:
+    def __init__(self, resume_unfinished: bool, resume_errored: bool,
+                 restart_errored: bool) -> None:
+        self.resume_unfinished = resume_unfinished
+        self.resume_errored = resume_errored
+        self.restart_errored = restart_errored
+
+    def will_run(self, status: str) -> bool:
+        if status == TrialStatus.TERMINATED:
+            return False
+        if status == TrialStatus.ERRORED:
+            return self.resume_errored or self.restart_errored
+        return self.resume_unfinished
+
+
+@dataclass
+class _RestorePlan:
+    paths: ExperimentPaths
+    state: ExperimentState
+    configs: dict
+    flags: _RestoreFlags
+    takeover: bool
+    rebound: bool
+
+
+def _apply_restore(controller: Any, state: ExperimentState, flags: _RestoreFlags) -> None:
+    """Bring every trial up to date with its files and set it to run (or not) as asked."""
+    for trial in state.trials:
+        status = trial.status
+        if status == TrialStatus.TERMINATED:
+            continue
+        if status == TrialStatus.ERRORED:
+            if flags.restart_errored:
+                controller.reset_trial(trial)
+            elif flags.resume_errored:
+                controller.reconcile(trial)
+            else:
+                continue
+            trial.failures_forgiven = len(trial.failures)
+            trial.error = None
+            trial.status = TrialStatus.PENDING.value
+            continue
+        controller.reconcile(trial)
+        if flags.resume_unfinished:
+            trial.status = TrialStatus.PENDING.value
+        else:
+            trial.status = TrialStatus.TERMINATED.value
+            trial.note = "not resumed: restored with resume_unfinished=False"
+
+
+def _lay_out_trials(paths: ExperimentPaths, state: ExperimentState, check: bool) -> None:
+    """Create each trial's folder with its ``params.json`` (only the missing ones if
+    ``check``: a driver may have died while laying them out)."""
+    storage = paths.storage
+    for trial in state.trials:
+        trial_paths = paths.trial(trial.dir_name)
+        if check and storage.exists(trial_paths.params):
+            continue
+        storage.makedirs(trial_paths.dir)
+        storage.write_atomic(
+            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n"
+        )
+
+
+def _refuse_existing(paths: ExperimentPaths) -> None:
+    if not paths.has_state():
+        return
+    from .restore import RestoreError, load_state
+
+    try:
+        load_state(paths, what="start a new experiment at")
+    except RestoreError as exc:
+        if "newer than this ftnb" in str(exc):
+            raise
+    raise ValueError(
+        f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
+        "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "
+        f"ftnb.Tuner.restore({paths.uri!r}, trainable).fit() (or use ftnb.run(...), which "
+        "starts or resumes), choose another RunConfig(name=...), or delete that folder to "
+        "start over."
+    )
+
+
+def _objects_in(state: ExperimentState) -> list:
+    from .objects import walk_placeholders
+
+    return walk_placeholders(state.param_space)
+
+
+def _resume_hint(paths: ExperimentPaths, trainable: Any, with_space: bool) -> str:
+    space = ", param_space=param_space" if with_space else ""
+    return f"ftnb.Tuner.restore({paths.uri!r}, {_callable_name(trainable)}{space}).fit()"
+
+
+def _from_settings(cls: type, data: Any) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+def _path_str(path: Any) -> str:
+    if isinstance(path, os.PathLike):
+        return os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise TypeError(
+            f"path={path!r} must be the experiment's folder: a local path or an fsspec URL "
+            "such as 's3://bucket/experiments/sweep1'."
+        )
+    return path
+
+
+def _check_trainable(trainable: Any, where: str) -> None:
+    if not callable(trainable):
+        raise TypeError(
+            f"{where}(trainable=...) must be a function that takes a config dict; got "
+            f"{type(trainable).__name__}: {_short(trainable)}. Fix: define "
+            "`def train(config): ...` and pass `train` (not `train()`)."
+        )
+
 
 def _callable_name(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
@@ -192,3 +515,71 @@ def _check_picklable(obj: Any, what: str, cloudpickle: Any) -> None:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def run(
+    trainable: Callable[[dict], Any],
+    *,
+    name: str,
+    param_space: Optional[Mapping[str, Any]] = None,
+    storage_path: Optional[str] = None,
+    tune_config: Optional[TuneConfig] = None,
+    run_config: Optional[RunConfig] = None,
+    resources_per_trial: Any = None,
+    takeover: bool = False,
+) -> ResultGrid:
+    """Start the experiment ``name``, or resume it if it exists: one call to re-run as is after
+    any interruption (a killed script, a restarted kernel, a preempted machine).
+
+    A new experiment runs as ``Tuner(trainable, ...).fit()``; an existing one as
+    ``Tuner.restore(path, trainable, resume_errored=True, param_space=param_space).fit()``
+    (errored trials get another chance from their latest checkpoint, finished ones are kept).
+    ``name`` and ``storage_path`` given here take precedence over those in ``run_config``.
+
+    Example (a script that is simply run again until it is done)::
+
+        results = ftnb.run(train, name=args.name, storage_path=args.storage_path,
+                           param_space={"lr": ftnb.grid_search([0.1, 0.01])},
+                           run_config=ftnb.RunConfig(failure_config=ftnb.FailureConfig(3)))
+    """
+    import dataclasses
+
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ValueError(
+            f"ftnb.run(name={name!r}) must be a non-empty folder name without '/'. Fix: pass "
+            "name='my_sweep'; the experiment lives in <storage_path>/<name>."
+        )
+    if run_config is not None and not isinstance(run_config, RunConfig):
+        raise TypeError(f"ftnb.run(run_config=...) must be an ftnb.RunConfig; got {run_config!r}.")
+    rc = run_config or RunConfig()
+    rc = dataclasses.replace(rc, name=name, storage_path=storage_path or rc.storage_path)
+    storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
+    paths = ExperimentPaths.of(storage, name)
+    if Tuner.can_restore(paths.uri, rc.storage_filesystem):
+        state = ExperimentState.load(paths)
+        counts = state.counts()
+        done = counts.get("TERMINATED", 0)
+        if rc.verbose:
+            print(
+                f"ftnb: resuming experiment {name!r} at {paths.uri} ({done} of "
+                f"{len(state.trials)} trials finished, {counts.get('ERRORED', 0)} errored)",
+                flush=True,
+            )
+        tuner = Tuner.restore(
+            paths.uri,
+            trainable,
+            resume_errored=True,
+            param_space=param_space,
+            storage_filesystem=rc.storage_filesystem,
+            stop=rc.stop,
+            takeover=takeover,
+            verbose=rc.verbose,
+        )
+        return tuner.fit()
+    return Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune_config,
+        run_config=rc,
+        resources_per_trial=resources_per_trial,
+    ).fit()

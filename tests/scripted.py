@@ -28,12 +28,7 @@ def scripted(config: dict) -> None:
     n = config.get("n", 6)
     every = config.get("ckpt_every", 1)
     fault = (config.get("faults") or {}).get(str(ctx.attempt))
-    start = 0
-    ckpt = ftnb.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            with open(os.path.join(d, "state.json")) as f:
-                start = json.load(f)["step"]
+    start = restored_step()
     log_path = os.path.join(ctx.trial_dir, "executed.log")
     for step in range(start + 1, n + 1):
         time.sleep(config.get("sleep", 0))
@@ -51,6 +46,16 @@ def scripted(config: dict) -> None:
                 ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
         else:
             ftnb.report(metrics)
+
+
+def restored_step() -> int:
+    """The step saved in the checkpoint this attempt resumes from (0 on a fresh start)."""
+    ckpt = ftnb.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as d:
+        with open(os.path.join(d, "state.json")) as f:
+            return json.load(f)["step"]
 
 
 def _fire(how: str, step: int, attempt: int) -> None:
@@ -79,3 +84,51 @@ def executed(trial_dir: str) -> list[tuple[int, int]]:
             return [tuple(int(x) for x in line.split()) for line in f if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def scripted_case(config: dict) -> None:
+    """``scripted`` with its settings in ``config["case"]`` (a dict chosen by a grid), so that
+    one experiment holds trials that behave differently."""
+    scripted({**config, **config["case"]})
+
+
+def case_dirs(experiment_dir: str) -> dict[str, str]:
+    """{case name: trial folder} of an experiment run with :func:`scripted_case`."""
+    out = {}
+    if not os.path.isdir(experiment_dir):
+        return out
+    for name in os.listdir(experiment_dir):
+        params = os.path.join(experiment_dir, name, "params.json")
+        if os.path.exists(params):
+            with open(params) as f:
+                out[json.load(f)["case"]["name"]] = os.path.join(experiment_dir, name)
+    return out
+
+
+def result_rows(trial_dir: str) -> list[dict]:
+    from ftnb.storage import read_json_lines
+
+    try:
+        with open(os.path.join(trial_dir, "result.json"), "rb") as f:
+            return read_json_lines(f.read())
+    except FileNotFoundError:
+        return []
+
+
+def uses_objects(config: dict) -> None:
+    """Reports what it sees of ``config["data"]`` (an array) and ``config["frame"]`` (a
+    DataFrame), checkpointing every step, so tests can tell which objects a trial was given."""
+    ctx = ftnb.get_context()
+    start = restored_step()
+    for step in range(start + 1, config.get("n", 8) + 1):
+        time.sleep(config.get("sleep", 0.1))
+        metrics = {
+            "data_sum": float(config["data"].sum()),
+            "frame_sum": float(config["frame"]["x"].sum()),
+            "w": config["w"],
+            "attempt_seen": ctx.attempt,
+        }
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -16,30 +13,7 @@ import ftnb
 from ftnb.state import ExperimentState
 from ftnb.storage import ExperimentPaths
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def wait_for(condition, timeout=30.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
+from procs import pid_alive, run_script, wait_for
 
 
 def _gpu_probe(config):
@@ -79,22 +53,8 @@ def test_no_gpu_requested_sees_no_gpu(tmp_path, monkeypatch):
     assert results[0].rows[0]["cuda"] == ""
 
 
-def _run_script(tmp_path, body: str, *args: str) -> subprocess.Popen:
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent(body))
-    env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, str(script), *args],
-        cwd=str(tmp_path),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def test_trainable_defined_in_main_with_relative_paths(tmp_path):
-    proc = _run_script(
+    proc = run_script(
         tmp_path,
         """
         import ftnb
@@ -144,7 +104,7 @@ def _trial_pids(tmp_path):
 
 
 def test_trials_die_with_a_killed_driver(tmp_path):
-    proc = _run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
     pids = wait_for(lambda: _trial_pids(tmp_path), what="trial processes")
     assert all(pid_alive(p) for p in pids)
     proc.kill()  # SIGKILL: no cleanup code runs in the driver
@@ -158,7 +118,7 @@ def test_trials_die_with_a_killed_driver(tmp_path):
 
 
 def test_ctrl_c_stops_trials_cleanly_and_persists(tmp_path):
-    proc = _run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
     pids = wait_for(lambda: _trial_pids(tmp_path), what="trial processes")
     paths = ExperimentPaths.at(str(tmp_path / "long"))
     wait_for(
@@ -181,7 +141,7 @@ def test_ctrl_c_stops_trials_cleanly_and_persists(tmp_path):
 
 
 def test_state_is_valid_json_while_running(tmp_path):
-    proc = _run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
     try:
         wait_for(lambda: _trial_pids(tmp_path), what="trial processes")
         path = tmp_path / "long" / "experiment_state.json"
@@ -231,7 +191,7 @@ def test_oom_kill_is_classified(tmp_path):
 
 def test_script_without_main_guard(tmp_path):
     # Trial processes must not re-run the caller's script (it would start the experiment again).
-    proc = _run_script(
+    proc = run_script(
         tmp_path,
         """
         import ftnb

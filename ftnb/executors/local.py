@@ -233,6 +233,21 @@ def _die_with_parent() -> None:
         pass  # not Linux: the controller's shutdown kills attempts instead
 
 
+def _name_process(token: Optional[str]) -> None:
+    """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
+    ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
+    experiment over can find and kill a dead driver's trials (:func:`ftnb.lease.reap_processes`)."""
+    if not token:
+        return
+    from ..lease import process_name
+
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(process_name(token))
+    except OSError:
+        pass
+
+
 def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> None:
     for fd, path in ((1, stdout_path), (2, stderr_path)):
         if path:
@@ -253,6 +268,7 @@ def _attempt_main(launch: AttemptLaunch, conn: Any) -> None:
     except OSError:
         pass
     _die_with_parent()
+    _name_process(launch.env.get("FTNB_LEASE_TOKEN"))
     # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _redirect_output(launch.stdout_path, launch.stderr_path)

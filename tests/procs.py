@@ -1,0 +1,67 @@
+"""Helpers for tests that run drivers as real child processes and kill them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(REPO, "tests")
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def run_script(tmp_path, body: str, *args: str, env: dict | None = None,
+               name: str = "driver.py") -> subprocess.Popen:
+    """Start ``body`` as a Python script in ``tmp_path`` (ftnb and tests/ importable)."""
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(body))
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, TESTS]), PYTHONUNBUFFERED="1")
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=str(tmp_path),
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def processes_named(name: str) -> list[int]:
+    """Pids of the live processes whose /proc/PID/comm is ``name``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() == name and pid_alive(int(entry)):
+                        out.append(int(entry))
+            except OSError:
+                continue
+    return out

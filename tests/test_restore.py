@@ -1,0 +1,285 @@
+"""Restoring experiments whose driver died: Tuner.restore flags trial by trial, can_restore,
+ftnb.run, Ctrl+C, copied folders, and every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+import ftnb
+from ftnb.state import FORMAT_VERSION, ExperimentState
+from ftnb.storage import ExperimentPaths
+from procs import run_script, wait_for
+from scripted import case_dirs, executed, result_rows, scripted_case
+
+CASES = {
+    "done": {"name": "done", "n": 2},
+    "errored": {"name": "errored", "n": 4, "faults": {"1": [2, "raise"]}},
+    "running": {"name": "running", "n": 6, "sleep": 0.25},
+    "pending": {"name": "pending", "n": 2},
+}
+
+# One trial at a time, in this order: "done" finishes, "errored" fails for good
+# (max_failures=0), "running" is killed mid-way, "pending" never starts.
+MATRIX_DRIVER = """
+import sys, ftnb
+from scripted import scripted_case
+from test_restore import CASES
+
+ftnb.Tuner(
+    scripted_case,
+    param_space={"case": ftnb.grid_search([CASES[k] for k in ("done", "errored", "running", "pending")])},
+    tune_config=ftnb.TuneConfig(max_concurrent_trials=1),
+    run_config=ftnb.RunConfig(storage_path=sys.argv[1], name="matrix", verbose=0,
+                              failure_config=ftnb.FailureConfig(max_failures=0)),
+).fit()
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_matrix(tmp_path_factory):
+    """An experiment whose driver was SIGKILLed while its third trial was running."""
+    tmp = tmp_path_factory.mktemp("matrix")
+    proc = run_script(tmp, MATRIX_DRIVER, str(tmp))
+    exp = tmp / "matrix"
+    try:
+        dirs = wait_for(lambda: len(case_dirs(str(exp))) == 4 and case_dirs(str(exp)),
+                        what="trial folders")
+        wait_for(lambda: len(result_rows(dirs["running"])) >= 2, what="the running trial")
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, out
+    return exp
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _statuses(results):
+    return {json.loads(open(os.path.join(r.path, "params.json")).read())["case"]["name"]: r
+            for r in results}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"resume_unfinished": False},
+        {"resume_errored": True},
+        {"restart_errored": True},
+        {"resume_unfinished": False, "restart_errored": True},
+    ],
+    ids=["default", "no-unfinished", "resume-errored", "restart-errored", "only-restart-errored"],
+)
+def test_restore_flags_trial_by_trial(killed_matrix, tmp_path, flags):
+    # A copy at another path: nothing may depend on the absolute path recorded at launch.
+    exp = _copy(killed_matrix, tmp_path / "moved")
+    dirs = case_dirs(str(exp))
+    before = {case: (result_rows(d), executed(d)) for case, d in dirs.items()}
+    paths = ExperimentPaths.at(str(exp))
+    state = ExperimentState.load(paths)
+    state.merge_trial_records(paths)  # the state file lags the trials' own records
+    by_case = {
+        json.load(open(os.path.join(exp, t.dir_name, "params.json")))["case"]["name"]: t
+        for t in state.trials
+    }
+    assert by_case["done"].status == "TERMINATED"
+    assert by_case["errored"].status == "ERRORED"
+    assert by_case["running"].status == "RUNNING"  # its driver died: nobody recorded an end
+    assert by_case["pending"].status == "PENDING"
+    assert ftnb.Tuner.can_restore(str(exp))
+
+    results = ftnb.Tuner.restore(str(exp), scripted_case, **flags).fit()
+    got = _statuses(results)
+    unfinished = flags.get("resume_unfinished", True)
+
+    # TERMINATED trials never run again and keep their results.
+    assert got["done"].status == "TERMINATED"
+    assert result_rows(dirs["done"]) == before["done"][0]
+    assert executed(dirs["done"]) == before["done"][1]
+
+    # RUNNING: continued from its latest checkpoint, or marked TERMINATED as it stood.
+    running_rows = result_rows(dirs["running"])
+    assert got["running"].status == "TERMINATED"
+    if unfinished:
+        assert [r["training_iteration"] for r in running_rows] == [1, 2, 3, 4, 5, 6]
+        resumed = [r for r in running_rows if r["attempt"] == 2]
+        last_ckpt = max(r["training_iteration"] for r in before["running"][0])
+        assert resumed[0]["resumed_from"] == last_ckpt  # not from scratch
+        assert got["running"].metrics["training_iteration"] == 6
+    else:
+        assert running_rows == before["running"][0]
+        assert executed(dirs["running"]) == before["running"][1]
+    trial = _trial(results, dirs["running"])
+    assert trial.failures == []  # a dead driver is not the trial's failure
+    assert trial.attempts[0].outcome == "interrupted"
+
+    # PENDING: started from scratch, or marked TERMINATED without running.
+    pending_rows = result_rows(dirs["pending"])
+    if unfinished:
+        assert got["pending"].status == "TERMINATED"
+        assert [r["training_iteration"] for r in pending_rows] == [1, 2]
+    else:
+        assert got["pending"].status == "TERMINATED" and pending_rows == []
+        assert executed(dirs["pending"]) == []
+
+    # ERRORED: kept, resumed from its checkpoint, or restarted from scratch.
+    errored_rows = result_rows(dirs["errored"])
+    errored = _trial(results, dirs["errored"])
+    assert len(errored.failures) == 1  # the history is kept either way
+    if flags.get("resume_errored"):
+        assert got["errored"].status == "TERMINATED"
+        assert [r["training_iteration"] for r in errored_rows] == [1, 2, 3, 4]
+        assert [s for a, s in executed(dirs["errored"]) if a == 2] == [2, 3, 4]
+    elif flags.get("restart_errored"):
+        assert got["errored"].status == "TERMINATED"
+        assert [r["training_iteration"] for r in errored_rows] == [1, 2, 3, 4]
+        assert {r["attempt"] for r in errored_rows} == {2}
+        assert [s for a, s in executed(dirs["errored"]) if a == 2] == [1, 2, 3, 4]
+    else:
+        assert got["errored"].status == "ERRORED"
+        assert errored_rows == before["errored"][0]
+        assert results.errors and "injected failure" in str(results.errors[0])
+
+    # The restored run owns the experiment and released it at the end.
+    owner = json.loads((exp / "owner.json").read_text())
+    assert owner["released"] is True and owner["epoch"] == 2  # launch, restore
+
+
+def _trial(results, trial_dir):
+    state = ExperimentState.load(ExperimentPaths.at(results.experiment_path))
+    return next(t for t in state.trials if t.dir_name == os.path.basename(trial_dir))
+
+
+def test_restore_twice_is_idempotent(killed_matrix, tmp_path):
+    exp = _copy(killed_matrix, tmp_path / "twice")
+    first = ftnb.Tuner.restore(str(exp), scripted_case, resume_errored=True).fit()
+    assert first.num_terminated == 4
+    snapshot = {case: result_rows(d) for case, d in case_dirs(str(exp)).items()}
+    second = ftnb.Tuner.restore(str(exp), scripted_case).fit()
+    assert second.num_terminated == 4
+    assert {case: result_rows(d) for case, d in case_dirs(str(exp)).items()} == snapshot
+
+
+def test_fit_again_on_existing_experiment_points_to_restore(killed_matrix, tmp_path):
+    exp = _copy(killed_matrix, tmp_path / "matrix")
+    with pytest.raises(ValueError, match=r"already exists.*Tuner\.restore.*ftnb\.run"):
+        ftnb.Tuner(
+            scripted_case, param_space={"case": CASES["done"]},
+            run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="matrix", verbose=0),
+        ).fit()
+    assert ftnb.Tuner.can_restore(str(exp))  # and the experiment was not touched
+
+
+# -- can_restore and bad input ---------------------------------------------------------------
+def test_can_restore_on_every_kind_of_path(killed_matrix, tmp_path):
+    assert ftnb.Tuner.can_restore(str(killed_matrix))
+    assert not ftnb.Tuner.can_restore(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    assert not ftnb.Tuner.can_restore(str(tmp_path / "empty"))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("hi")
+    assert not ftnb.Tuner.can_restore(str(other))
+    assert not ftnb.Tuner.can_restore(str(other / "notes.txt"))
+    assert not ftnb.Tuner.can_restore(str(killed_matrix.parent))  # the storage folder
+    # Only the previous generation readable: still restorable.
+    fallback = _copy(killed_matrix, tmp_path / "fallback")
+    (fallback / "experiment_state.json").write_text("{ torn")
+    assert ftnb.Tuner.can_restore(str(fallback))
+    # Both generations unreadable, or a newer format: not restorable, and no exception.
+    broken = _copy(killed_matrix, tmp_path / "broken")
+    (broken / "experiment_state.json").write_text("{ torn")
+    (broken / "experiment_state.prev.json").write_text("")
+    assert not ftnb.Tuner.can_restore(str(broken))
+    newer = _copy(killed_matrix, tmp_path / "newer")
+    _set_version(newer, FORMAT_VERSION + 1)
+    assert not ftnb.Tuner.can_restore(str(newer))
+
+
+def _set_version(exp, version):
+    for name in ("experiment_state.json", "experiment_state.prev.json"):
+        data = json.loads((exp / name).read_text())
+        data["format_version"] = version
+        (exp / name).write_text(json.dumps(data))
+
+
+def test_restore_bad_input_is_clear(killed_matrix, tmp_path):
+    exp = str(killed_matrix)
+    with pytest.raises(TypeError, match=r"trainable.*not `train\(\)`"):
+        ftnb.Tuner.restore(exp, "scripted_case")
+    with pytest.raises(ValueError, match="resume_errored=True, restart_errored=True.*Pick one"):
+        ftnb.Tuner.restore(exp, scripted_case, resume_errored=True, restart_errored=True)
+    with pytest.raises(ftnb.RestoreError, match="does not exist"):
+        ftnb.Tuner.restore(str(tmp_path / "nope"), scripted_case)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ftnb.RestoreError, match="the folder is empty"):
+        ftnb.Tuner.restore(str(tmp_path / "empty"), scripted_case)
+    with pytest.raises(ftnb.RestoreError, match=r"holds experiments \(matrix\).*matrix'"):
+        ftnb.Tuner.restore(str(killed_matrix.parent), scripted_case)
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "tuner.pkl").write_bytes(b"x")
+    with pytest.raises(ftnb.RestoreError, match="Ray Tune experiment"):
+        ftnb.Tuner.restore(str(tmp_path / "ray"), scripted_case)
+    newer = _copy(killed_matrix, tmp_path / "newer")
+    _set_version(newer, FORMAT_VERSION + 1)
+    with pytest.raises(ftnb.RestoreError, match="newer than this ftnb.*upgrade"):
+        ftnb.Tuner.restore(str(newer), scripted_case)
+    # The structure of a re-specified space must match: every difference is listed.
+    with pytest.raises(ftnb.RestoreError) as err:
+        ftnb.Tuner.restore(exp, scripted_case, param_space={
+            "case": ftnb.grid_search([CASES["done"], CASES["errored"], CASES["running"]]),
+            "lr": 0.1,
+        })
+    text = str(err.value)
+    assert "case: grid_search of 4 values, now 3" in text and "lr: new key" in text
+    assert "cannot change the search" in text
+    # None of this touched the experiment.
+    assert json.loads((killed_matrix / "owner.json").read_text())["epoch"] == 1
+
+
+LONG_DRIVER = """
+import sys, ftnb
+from scripted import scripted
+
+ftnb.run(scripted, name="long", storage_path=sys.argv[1],
+         param_space={"n": 400, "sleep": 0.05, "i": ftnb.grid_search([0, 1])},
+         run_config=ftnb.RunConfig(verbose=0))
+"""
+
+
+def test_ctrl_c_prints_the_line_that_resumes(tmp_path):
+    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+    exp = tmp_path / "long"
+    wait_for(lambda: exp.exists() and all(len(result_rows(str(d))) >= 2 for d in exp.iterdir()
+                                          if d.is_dir()) and len(list(exp.iterdir())) > 2,
+             what="a few results")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert f"ftnb.Tuner.restore('{exp}', scripted).fit()" in out, out
+    state = ExperimentState.load(ExperimentPaths.at(str(exp)))
+    assert state.status == "INTERRUPTED"
+    assert all(t.failures == [] for t in state.trials)
+
+
+def test_a_live_experiment_cannot_be_run_twice(tmp_path):
+    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+    exp = tmp_path / "long"
+    try:
+        wait_for(lambda: ftnb.Tuner.can_restore(str(exp)), what="the experiment")
+        with pytest.raises(ftnb.ExperimentLockedError,
+                           match=rf"being run by another driver \(pid {proc.pid} .*takeover=True"):
+            ftnb.Tuner.restore(str(exp), scripted_case)
+        with pytest.raises(ftnb.ExperimentLockedError):
+            ftnb.run(scripted_case, name="long", storage_path=str(tmp_path))
+        assert proc.poll() is None  # the owner was not disturbed
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
