@@ -31,7 +31,7 @@ def run_attempt(payload: bytes, conn: Any) -> int:
     import cloudpickle
 
     from . import session as session_mod
-    from .objects import resolve_refs
+    from .objects import ObjectUnavailableError, resolve_refs
     from .results import ResultLog
     from .storage import ExperimentPaths
 
@@ -101,6 +101,10 @@ def run_attempt(payload: bytes, conn: Any) -> int:
     trainable = spec["trainable"]
     try:
         config = resolve_refs(spec["config"])
+    except ObjectUnavailableError as exc:  # the driver that put it is gone: retrying cannot help
+        _send_exception(send, exc, "usage")
+        return EXIT_ERROR
+    try:
         returned = trainable(config)
         if isinstance(returned, dict) and returned:
             session.report(returned)  # Ray's function API: a returned dict is the final result

@@ -106,6 +106,8 @@ def pid_start_time(pid: int) -> Optional[int]:
         return None if not _pid_exists(pid) else -1
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = data[data.rfind(b")") + 2 :].split()
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return None  # a zombie is dead: only its exit status is left for its parent to collect
     try:
         return int(fields[19])
     except (IndexError, ValueError):

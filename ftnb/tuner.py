@@ -96,7 +96,7 @@ class Tuner:
             return self._results
         if self._restore is not None:
             plan = self._restore
-            return ResultGrid(plan.paths, plan.state, plan.configs)
+            return ResultGrid(plan.paths, plan.state, plan.result_configs)
         raise RuntimeError(
             "Tuner.get_results() has no results yet: call fit() first, or create the Tuner with "
             "Tuner.restore(path, trainable) to read an existing experiment."
@@ -137,13 +137,16 @@ class Tuner:
             state.save(paths)
             _lay_out_trials(paths, state, check=False)
             hint = _resume_hint(paths, self.trainable, bool(_objects_in(state)))
-            return self._run(paths, state, configs, pool, lease, hint, restored=False)
+            return self._run(paths, state, configs, pool, lease, hint,
+                             _with_originals(configs, self.param_space, space))
         finally:
             lease.release()
 
     def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict, pool: Any,
-             lease: Any, hint: str, restored: bool,
+             lease: Any, hint: str, result_configs: dict,
              prepare: Optional[Callable[[Any], None]] = None) -> ResultGrid:
+        """Run the controller; the results show ``result_configs`` (the caller's own objects
+        where the trials were given refs to copies)."""
         from .controller import Controller
         from .executors.local import LocalProcessExecutor
         from .reporting import TerminalReporter
@@ -170,7 +173,7 @@ class Tuner:
             prepare(controller)
         lease.start_heartbeat()
         controller.run()
-        return ResultGrid(paths, state, configs)
+        return ResultGrid(paths, state, result_configs)
 
     def _new_state(self, name: str, variants: list[dict], storage: Storage) -> ExperimentState:
         rc, tc = self.run_config, self.tune_config
@@ -286,13 +289,14 @@ class Tuner:
             from .search import validate_param_space
 
             validate_param_space(param_space)
-            configs, _ = bind_configs(state, stored_configs(state), param_space)
+            configs, bound = bind_configs(state, stored_configs(state), param_space)
+            result_configs = _with_originals(configs, param_space, bound)
         else:
             needed = needed_objects(stored_configs(state, to_run))
             if needed:
                 raise RestoreError(missing_objects_message(paths, _callable_name(trainable),
                                                            needed))
-            configs = stored_configs(state)
+            configs = result_configs = stored_configs(state)
         settings = state.settings
         stored_stop = settings.get("stop")
         if stop is _UNSET:
@@ -324,7 +328,7 @@ class Tuner:
         tuner.resources = TrialResources.from_user(settings.get("resources_per_trial"))
         tuner.listeners = []
         tuner._results = None
-        tuner._restore = _RestorePlan(paths, state, configs, flags, takeover,
+        tuner._restore = _RestorePlan(paths, state, configs, result_configs, flags, takeover,
                                       param_space is not None)
         return tuner
 
@@ -364,7 +368,7 @@ class Tuner:
                 state.settings["storage_path"] = paths.storage.uri(paths.storage.root)
                 controller._save()
 
-            return self._run(paths, state, plan.configs, pool, lease, hint, restored=True,
+            return self._run(paths, state, plan.configs, pool, lease, hint, plan.result_configs,
                              prepare=prepare)
         finally:
             lease.release()
@@ -389,6 +393,7 @@ class _RestorePlan:
     paths: ExperimentPaths
     state: ExperimentState
     configs: dict
+    result_configs: dict
     flags: _RestoreFlags
     takeover: bool
     rebound: bool
@@ -450,6 +455,43 @@ def _refuse_existing(paths: ExperimentPaths) -> None:
         "starts or resumes), choose another RunConfig(name=...), or delete that folder to "
         "start over."
     )
+
+
+def _with_originals(configs: dict, original: Any, bound: Any) -> dict:
+    """The configs with each ref that ``bind_objects`` made replaced by the caller's own object
+    (what ``Result.config`` should show), pairing the original and bound spaces by position."""
+    from .objects import ObjectRef
+    from .search import Domain
+
+    originals: dict[str, Any] = {}
+
+    def pair(orig: Any, new: Any) -> None:
+        if isinstance(new, ObjectRef):
+            if not isinstance(orig, ObjectRef):
+                originals[new.id] = orig
+        elif isinstance(new, Domain) and isinstance(orig, Domain):
+            pair(getattr(orig, "categories", None), getattr(new, "categories", None))
+        elif isinstance(new, Mapping) and isinstance(orig, Mapping):
+            for key, value in new.items():
+                pair(orig.get(key), value)
+        elif isinstance(new, (list, tuple)) and isinstance(orig, (list, tuple)):
+            for a, b in zip(orig, new):
+                pair(a, b)
+
+    pair(original, bound)
+    if not originals:
+        return configs
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, ObjectRef):
+            return originals.get(value.id, value)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v) for v in value)
+        return value
+
+    return {trial_id: swap(config) for trial_id, config in configs.items()}
 
 
 def _objects_in(state: ExperimentState) -> list:

@@ -283,3 +283,23 @@ def test_a_live_experiment_cannot_be_run_twice(tmp_path):
     finally:
         proc.kill()
         proc.communicate(timeout=30)
+
+
+def _sum_objects(config):
+    ftnb.report({"s": float(config["frame"]["x"].sum() + config["a"].sum())})
+
+
+def test_objects_are_shared_and_results_show_the_callers_objects(tmp_path):
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    frame, arr = pd.DataFrame({"x": [1, 2]}), np.arange(5)
+    results = ftnb.Tuner(
+        _sum_objects, param_space={"frame": frame, "a": ftnb.grid_search([arr, arr * 2])},
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="objs", verbose=0),
+    ).fit()
+    assert sorted(r.metrics["s"] for r in results) == [13.0, 23.0]
+    assert all(r.config["frame"] is frame for r in results)
+    assert any(r.config["a"] is arr for r in results)
+    # On disk: placeholders, in the state and in params.json alike.
+    params = json.loads(open(os.path.join(results[0].path, "params.json")).read())
+    assert params["frame"]["__ftnb_ref__"] and params["frame"]["type"].endswith("DataFrame")

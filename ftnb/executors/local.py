@@ -28,7 +28,10 @@ from .base import AttemptLaunch, Event, ExitInfo
 __all__ = ["LocalProcessExecutor"]
 
 # Imported once in the fork server so that every attempt starts with them in memory.
-_ALWAYS_PRELOAD = ["ftnb", "ftnb.executors.local", "ftnb.session", "cloudpickle", "fsspec"]
+_ALWAYS_PRELOAD = [
+    "ftnb", "ftnb.executors.local", "ftnb.session", "ftnb.objects", "ftnb.lease", "cloudpickle",
+    "fsspec",
+]
 # Imported in the fork server too when the caller has already imported them: a notebook that
 # trains with torch will have trials that need torch, and importing it once saves seconds a trial.
 _PRELOAD_IF_LOADED = ["numpy", "pandas", "torch", "sklearn", "s3fs"]
