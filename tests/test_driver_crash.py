@@ -24,7 +24,7 @@ from scripted import scripted
 
 ftnb.run(
     scripted, name="dur", storage_path=sys.argv[1],
-    param_space={"n": 16, "sleep": 0.04, "ckpt_every": ftnb.grid_search([1, 3]),
+    param_space={"n": 30, "sleep": 0.04, "ckpt_every": ftnb.grid_search([1, 3]),
                  "i": ftnb.grid_search([0, 1])},
     tune_config=ftnb.TuneConfig(max_concurrent_trials=2),
     run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(max_failures=0)),
@@ -44,16 +44,20 @@ def _trial_dirs(exp):
     return sorted(d for d in exp.iterdir() if d.is_dir()) if exp.exists() else []
 
 
+MAX_KILLS = 12
+
+
 def test_repeated_sigkill_of_the_driver_never_loses_or_duplicates(tmp_path):
     seed = int(os.environ.get("FTNB_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     exp = tmp_path / "dur"
     kills = 0
     acknowledged: dict[str, list[dict]] = {}  # rows up to each trial's last checkpoint
-    for _ in range(40):
+    for _ in range(MAX_KILLS + 1):
         proc = run_script(tmp_path, DURABLE_DRIVER, str(tmp_path))
         try:
-            out, _ = proc.communicate(timeout=rng.uniform(0.4, 1.6))
+            # Killed at a random moment, many times; the last run may finish.
+            out, _ = proc.communicate(timeout=rng.uniform(0.3, 1.2) if kills < MAX_KILLS else 120)
             assert proc.returncode == 0 and "DONE" in out, f"seed {seed}: {out}"
             break
         except subprocess.TimeoutExpired:
@@ -74,7 +78,7 @@ def test_repeated_sigkill_of_the_driver_never_loses_or_duplicates(tmp_path):
             if marks:
                 acknowledged[d.name] = rows[: marks[-1] + 1]
     else:
-        pytest.fail(f"seed {seed}: the experiment did not finish in 40 runs")
+        pytest.fail(f"seed {seed}: the experiment did not finish")
 
     state = ExperimentState.load(ExperimentPaths.at(str(exp)))
     assert state.status == "FINISHED", f"seed {seed}"
@@ -83,7 +87,7 @@ def test_repeated_sigkill_of_the_driver_never_loses_or_duplicates(tmp_path):
         d = exp / trial.dir_name
         rows = result_rows(str(d))
         # Every iteration exactly once, in order.
-        assert [r["training_iteration"] for r in rows] == list(range(1, 17)), f"seed {seed}"
+        assert [r["training_iteration"] for r in rows] == list(range(1, 31)), f"seed {seed}"
         # What was checkpointed before any kill is still there, unchanged: never redone.
         before = acknowledged.get(trial.dir_name, [])
         assert rows[: len(before)] == before, f"seed {seed}"
@@ -97,7 +101,7 @@ def test_repeated_sigkill_of_the_driver_never_loses_or_duplicates(tmp_path):
         every = json.loads((d / "params.json").read_text())["ckpt_every"]
         assert redone <= kills * every, f"seed {seed}"
         assert trial.failures == [], f"seed {seed}: a dead driver is not a trial failure"
-    assert kills >= 1, f"seed {seed}: the driver was never killed; the test proved nothing"
+    assert kills >= 3, f"seed {seed}: the driver was killed only {kills} times"
 
 
 GHOST_DRIVER = """
