@@ -155,7 +155,7 @@ class LeaseInfo:
         """(alive, why) as seen from this process."""
         now = time.time() if now is None else now
         if self.released:
-            return False, "it finished and released the experiment"
+            return False, "it ended (finished or interrupted) and released the experiment"
         if self.host_id == host_id():
             start = pid_start_time(self.pid)
             if start is None:
@@ -273,14 +273,27 @@ class Lease:
     def _beat(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                current = read_lease(self.paths)
-                if current is None or current.token != self.token:
-                    self._mark_lost(current)
+                if not self._write_if_ours(released=False):
                     return
-                self.info.heartbeat = time.time()
-                self._write()
             except Exception:  # a storage hiccup: try again at the next beat
                 continue
+
+    def _write_if_ours(self, released: bool) -> bool:
+        """Refresh (or release) the lease if it is still ours; False once it is not.
+
+        Under the acquisition lock on local disks, so a take-over can never land between the
+        read and the write and be overwritten. Object stores have no such lock: there the
+        window is one read and one PUT.
+        """
+        with _acquisition_lock(self.paths):
+            current = read_lease(self.paths)
+            if current is None or current.token != self.token:
+                self._mark_lost(current)
+                return False
+            self.info.heartbeat = time.time()
+            self.info.released = released
+            self._write()
+            return True
 
     def _write(self) -> None:
         self.paths.storage.write_atomic(
@@ -315,11 +328,7 @@ class Lease:
         if self.lost is not None:
             return
         try:
-            current = read_lease(self.paths)
-            if current is not None and current.token == self.token:
-                self.info.released = True
-                self.info.heartbeat = time.time()
-                self._write()
+            self._write_if_ours(released=True)
         except Exception:
             pass  # a lease we could not release expires (or its pid dies) on its own
 
