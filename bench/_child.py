@@ -1,9 +1,9 @@
 """One repetition of one workload, in a fresh process: ``python -m bench._child WORKLOAD
 FRAMEWORK PARAMS_JSON STORAGE_ROOT OUT_JSON``.
 
-It runs the workload in a new temporary folder under STORAGE_ROOT (deleted afterwards) and
-writes its figures to OUT_JSON. Kept tiny and import-safe: ftnb's fork server imports the main
-module again in every trial process, so nothing may happen at import time.
+It runs the workload in a new temporary folder under STORAGE_ROOT (deleted afterwards, with
+whatever the framework started) and writes its figures to OUT_JSON. Kept tiny and import-safe:
+ftnb's fork server imports the main module again, so nothing may happen at import time.
 """
 
 from __future__ import annotations
@@ -13,17 +13,10 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    import shutil
-    import tempfile
-
-    from bench.workloads import WORKLOADS
+    from bench.workloads import run_in_storage
 
     name, framework, params, storage_root, out = argv
-    storage = tempfile.mkdtemp(prefix=f"ftnb-bench-{name}-", dir=storage_root or None)
-    try:
-        figures = WORKLOADS[name].fn(framework, storage, **json.loads(params))
-    finally:
-        shutil.rmtree(storage, ignore_errors=True)
+    figures = run_in_storage(name, framework, json.loads(params), storage_root or None)
     with open(out, "w") as f:
         json.dump(figures, f)
     return 0

@@ -1,4 +1,4 @@
-"""Run the workloads, print the table of medians, append the JSON lines."""
+"""Run the workloads, print the table of medians, ratios and targets, append the JSON lines."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import time
 from typing import Any, Optional
 
 from . import FRAMEWORKS, frameworks
-from .workloads import WORKLOADS, Workload, unit_of
+from .procs import REPO_ROOT, subprocess_env, usable_cpus
+from .workloads import WORKLOADS, Variant, Workload, run_in_storage, unit_of
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "results.jsonl")
 CHILD_TIMEOUT_S = 600
 
@@ -26,11 +26,16 @@ class RepetitionFailed(RuntimeError):
     pass
 
 
+def _split(items: Optional[list[str]]) -> list[str]:
+    return [n.strip() for item in items or [] for n in item.split(",") if n.strip()]
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmark ftnb (and later Ray Tune) on the same workloads. Each repetition "
-        "runs in a fresh Python process with its own temporary storage; the table shows medians.",
+        description="Benchmark ftnb and Ray Tune side by side on the same workloads. Each "
+        "repetition runs in a fresh Python process with its own temporary storage; the table "
+        "shows medians, the ratio ftnb/Ray and whether each target is met.",
     )
     p.add_argument("--reps", type=int, default=3, help="repetitions per workload (default 3)")
     p.add_argument(
@@ -39,10 +44,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         metavar="NAME",
         help="run only this workload (repeat, or comma-separate, for several)",
     )
+    p.add_argument(
+        "--framework",
+        action="append",
+        metavar="NAME",
+        help=f"run only this framework ({', '.join(FRAMEWORKS)}; default: both, Ray Tune when "
+        "it can be imported)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a figure)")
     p.add_argument(
         "--out", default=DEFAULT_OUT, help=f"JSON Lines file to append to (default {DEFAULT_OUT})"
     )
+    p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown to PATH")
     p.add_argument(
         "--storage",
         default=None,
@@ -57,37 +70,36 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "--no-warmup",
         dest="warmup",
         action="store_false",
-        help="skip the untimed --quick-size repetition run before each workload's timed ones",
+        help="skip the untimed --quick-size repetition run before each workload's timed ones "
+        "(one per framework and workload)",
     )
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     args = p.parse_args(argv)
     if args.reps < 1:
         p.error("--reps must be >= 1")
-    names = []
-    for item in args.only or []:
-        names += [n.strip() for n in item.split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS]
+    args.names = _split(args.only) or list(WORKLOADS)
+    unknown = [n for n in args.names if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-    args.names = names or list(WORKLOADS)
+    args.frameworks = _split(args.framework) or list(FRAMEWORKS)
+    unknown = [n for n in args.frameworks if n not in FRAMEWORKS]
+    if unknown:
+        p.error(f"unknown framework(s) {', '.join(unknown)}; choose from {', '.join(FRAMEWORKS)}")
     return args
 
 
 # ---- running -------------------------------------------------------------------------------------
 
 
-def child_env(pycache_dir: Optional[str]) -> dict:
-    """The environment of a repetition's process: ``bench`` importable, and byte-code caching on
-    (in a private folder) even where ``PYTHONDONTWRITEBYTECODE`` is set, so that imports cost
-    what they cost on a user's machine rather than a compile of every module each time."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+def ray_unavailable(env: dict) -> Optional[str]:
+    """Why Ray Tune cannot be benchmarked here (None when ``import ray.tune`` works)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import ray.tune"], env=env, capture_output=True, text=True
     )
-    if pycache_dir:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = pycache_dir
-    return env
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"`import ray.tune` failed ({last}); install it with: pip install -e '.[bench]'"
 
 
 def run_repetition(
@@ -98,14 +110,9 @@ def run_repetition(
     inline: bool,
     env: Optional[dict] = None,
 ) -> dict:
+    """One repetition's figures, run in a fresh process (or in this one with ``inline``)."""
     if inline:
-        storage = tempfile.mkdtemp(prefix=f"ftnb-bench-{wl.name}-", dir=storage_root)
-        try:
-            return wl.fn(framework, storage, **params)
-        finally:
-            import shutil
-
-            shutil.rmtree(storage, ignore_errors=True)
+        return run_in_storage(wl.name, framework, params, storage_root)
     fd, out = tempfile.mkstemp(prefix="ftnb-bench-figures-", suffix=".json")
     os.close(fd)
     cmd = [
@@ -122,7 +129,7 @@ def run_repetition(
         proc = subprocess.run(
             cmd,
             cwd=REPO_ROOT,
-            env=env if env is not None else child_env(None),
+            env=env if env is not None else subprocess_env(),
             capture_output=True,
             text=True,
             timeout=CHILD_TIMEOUT_S,
@@ -147,62 +154,87 @@ def check_figures(figures: Any) -> dict:
     return figures
 
 
+def _progress(text: str, end: str = "") -> None:
+    print(text, end=end, file=sys.stderr, flush=True)
+
+
+def _attempt(what: str, errors: list[str], fn: Any, *fn_args: Any) -> Optional[dict]:
+    """``fn(*fn_args)``, or None after noting its failure in ``errors`` (the others still run)."""
+    _progress(f"  {what} ...")
+    t = time.perf_counter()
+    try:
+        result = fn(*fn_args)
+    except Exception as exc:
+        _progress(" FAILED", "\n")
+        errors.append(f"{what}: {exc}")
+        return None
+    _progress(f" {time.perf_counter() - t:.1f}s", "\n")
+    return result
+
+
+def _checked_repetition(*args: Any) -> dict:
+    return check_figures(run_repetition(*args))
+
+
+def run_variant(
+    wl: Workload, variant: Variant, args: argparse.Namespace, env: Optional[dict],
+    errors: list[str], warm_up: bool,
+) -> Optional[dict[str, list[float]]]:
+    """``{figure: [value per repetition]}`` of one variant, or None if a repetition failed."""
+    label = f"{wl.name} [{variant.key}]"
+    where = (args.storage, args.inline, env)
+    # Untimed, at --quick size: fills the byte-code and page caches, so rep 1 is not the odd one.
+    warmup = {**wl.params(True), **variant.params}
+    if warm_up and _attempt(
+        f"{label} warm-up", errors, run_repetition, wl, variant.framework, warmup, *where
+    ) is None:
+        return None
+    params = {**wl.params(args.quick), **variant.params}
+    per_figure: dict[str, list[float]] = {}
+    for rep in range(args.reps):
+        figures = _attempt(
+            f"{label} rep {rep + 1}/{args.reps}", errors,
+            _checked_repetition, wl, variant.framework, params, *where,
+        )
+        if figures is None:
+            return None
+        for key, value in figures.items():
+            per_figure.setdefault(key, []).append(float(value))
+    return per_figure
+
+
 def run_workload(
     wl: Workload, args: argparse.Namespace, env: Optional[dict]
-) -> tuple[dict, dict, list[str]]:
-    """``({framework: {figure: [values]}}, params, errors)`` for one workload."""
-    params = wl.params(args.quick)
+) -> tuple[dict, list[str]]:
+    """``({variant key: {figure: [values]}}, errors)`` for one workload."""
     values: dict[str, dict[str, list[float]]] = {}
-    errors = []
-    for framework in FRAMEWORKS:
-        if framework not in wl.variants:
-            continue
-        if args.warmup:
-            # Untimed: fills the byte-code and page caches, so rep 1 is not the odd one out.
-            print(f"  {wl.name} [{framework}] warm-up ...", end="", file=sys.stderr, flush=True)
-            try:
-                run_repetition(wl, framework, wl.params(True), args.storage, args.inline, env)
-                print(" ok", file=sys.stderr, flush=True)
-            except Exception as exc:
-                print(" FAILED", file=sys.stderr, flush=True)
-                errors.append(f"{wl.name} [{framework}] warm-up: {exc}")
-                continue
-        per_figure: dict[str, list[float]] = {}
-        for rep in range(args.reps):
-            t = time.perf_counter()
-            print(
-                f"  {wl.name} [{framework}] rep {rep + 1}/{args.reps} ...",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-            try:
-                figures = check_figures(
-                    run_repetition(wl, framework, params, args.storage, args.inline, env)
-                )
-            except Exception as exc:
-                print(" FAILED", file=sys.stderr, flush=True)
-                errors.append(f"{wl.name} [{framework}] rep {rep + 1}: {exc}")
-                break
-            print(f" {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
-            for key, value in figures.items():
-                per_figure.setdefault(key, []).append(float(value))
-        if per_figure and not any(e.startswith(f"{wl.name} [{framework}]") for e in errors):
-            values[framework] = per_figure
-    return values, params, errors
+    errors: list[str] = []
+    warmed: set[str] = set()  # one warm-up per framework: its variants share the caches
+    for variant in wl.variants:
+        if variant.framework in args.frameworks:
+            warm_up = args.warmup and variant.framework not in warmed
+            warmed.add(variant.framework)
+            result = run_variant(wl, variant, args, env, errors, warm_up)
+            if result is not None:
+                values[variant.key] = result
+    return values, errors
 
 
 # ---- reporting -----------------------------------------------------------------------------------
 
 
-def machine_info() -> dict:
+def _total_ram_gib() -> Optional[float]:
     try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = None
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def machine_info() -> dict:
     info = {
         "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
+        "cpus_usable": usable_cpus(),
+        "ram_gib": _total_ram_gib(),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "platform": platform.platform(),
@@ -230,28 +262,54 @@ def machine_info() -> dict:
     return info
 
 
-def rows_for(name: str, values: dict) -> list[dict]:
-    """One row per figure: the median per framework and the ftnb/ray ratio where both exist."""
-    figures: list[str] = []
-    for per_figure in values.values():
-        figures += [f for f in per_figure if f not in figures]
+def describe_machine(machine: dict) -> str:
+    ram = f"{machine['ram_gib']:.0f} GiB RAM, " if machine.get("ram_gib") else ""
+    return (
+        f"{machine['cpus_usable'] or machine['cpu_count']} CPUs, {ram}{machine['platform']}, "
+        f"Python {machine['python']}, ftnb {machine['ftnb_version']}, "
+        f"Ray {machine['ray_version'] or 'not installed'}"
+    )
+
+
+def _median(values: dict, key: str, figure: str) -> Optional[float]:
+    series = values.get(key, {}).get(figure)
+    return statistics.median(series) if series else None
+
+
+def _ray_labels(wl: Workload, values: dict) -> list[str]:
+    """The Ray variants to compare against: those that ran, or the default for an n/a column."""
+    labels = [v.label for v in wl.variants if v.framework == "ray" and v.key in values]
+    return labels or [""]
+
+
+def rows_for(wl: Workload, values: dict) -> list[dict]:
+    """One row per figure and Ray variant: both medians, the ratio ftnb/Ray and the target."""
     rows = []
-    for figure in figures:
-        medians = {
-            fw: statistics.median(values[fw][figure]) if figure in values.get(fw, {}) else None
-            for fw in FRAMEWORKS
-        }
-        ftnb_v, ray_v = medians.get("ftnb"), medians.get("ray")
-        rows.append(
-            {
-                "workload": name,
-                "figure": figure,
-                "unit": unit_of(figure),
-                **medians,
-                "ratio_ftnb_ray": ftnb_v / ray_v if ftnb_v is not None and ray_v else None,
-                "values": {fw: values[fw][figure] for fw in values if figure in values[fw]},
-            }
-        )
+    for label in _ray_labels(wl, values):
+        ray_key = Variant("ray", label).key
+        figures: list[str] = []
+        for key in ("ftnb", ray_key):
+            figures += [f for f in values.get(key, {}) if f not in figures]
+        for figure in figures:
+            ftnb_v, ray_v = _median(values, "ftnb", figure), _median(values, ray_key, figure)
+            target = next(
+                (t for t in wl.targets if t.figure == figure and t.ray_label == label), None
+            )
+            rows.append(
+                {
+                    "workload": wl.name,
+                    "ray_variant": label,
+                    "figure": figure,
+                    "unit": unit_of(figure),
+                    "ftnb": ftnb_v,
+                    "ray": ray_v,
+                    "ratio_ftnb_ray": ftnb_v / ray_v if ftnb_v is not None and ray_v else None,
+                    "target": target.describe() if target else None,
+                    "target_met": target.met(ftnb_v, ray_v) if target else None,
+                    "values": {k: values[k][figure] for k in ("ftnb", ray_key)
+                               if figure in values.get(k, {})},
+                }
+            )
     return rows
 
 
@@ -260,26 +318,60 @@ def _fmt(value: Optional[float]) -> str:
         return "n/a"
     if value == 0 or abs(value) >= 1000:
         return f"{value:,.0f}"
-    return f"{value:.4g}"
+    return f"{value:.3g}"
+
+
+def _verdict(row: dict) -> str:
+    if not row["target"]:
+        return ""
+    met = {True: "met", False: "MISSED", None: "n/a"}[row["target_met"]]
+    return f"{row['target']} {met}"
+
+
+HEADER = ("workload", "figure", "ftnb", "ray", "ftnb/ray", "target")
+
+
+def table_cells(rows: list[dict]) -> list[tuple]:
+    return [
+        (
+            r["workload"] + (f" (ray {r['ray_variant']})" if r["ray_variant"] else ""),
+            r["figure"],
+            _fmt(r["ftnb"]),
+            _fmt(r["ray"]),
+            _fmt(r["ratio_ftnb_ray"]),
+            _verdict(r),
+        )
+        for r in rows
+    ]
 
 
 def format_table(rows: list[dict]) -> str:
-    header = ("workload", "figure", "ftnb", "ray", "ratio ftnb/ray")
-    body = [
-        (r["workload"], r["figure"], _fmt(r["ftnb"]), _fmt(r["ray"]), _fmt(r["ratio_ftnb_ray"]))
-        for r in rows
-    ]
-    widths = [max(len(str(line[i])) for line in [header] + body) for i in range(len(header))]
+    body = table_cells(rows)
+    widths = [max(len(line[i]) for line in [HEADER] + body) for i in range(len(HEADER))]
     lines = []
-    for n, line in enumerate([header] + body):
+    for n, line in enumerate([HEADER] + body):
         cells = [
-            str(c).ljust(w) if i < 2 else str(c).rjust(w)
+            c.ljust(w) if i in (0, 1, 5) else c.rjust(w)
             for i, (c, w) in enumerate(zip(line, widths))
         ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows)]
+    return "\n".join(lines)
+
+
+def target_summary(rows: list[dict]) -> str:
+    judged = [r["target_met"] for r in rows if r["target"]]
+    return (
+        f"targets: {judged.count(True)} met, {judged.count(False)} missed, "
+        f"{judged.count(None)} not judged (a figure missing)"
+    )
 
 
 def append_jsonl(path: str, rows: list[dict], params: dict, args: argparse.Namespace,
@@ -297,31 +389,54 @@ def append_jsonl(path: str, rows: list[dict], params: dict, args: argparse.Names
                 "quick": args.quick,
                 "isolation": "inline" if args.inline else "process",
                 "warmup": args.warmup,
-                "params": params[row["workload"]],
+                "params": params,
                 "machine": machine,
             }
             f.write(json.dumps(record) + "\n")
+
+
+def write_markdown(path: str, rows: list[dict], args: argparse.Namespace, machine: dict,
+                   notes: list[str]) -> None:
+    stamp = time.strftime("%Y-%m-%d")
+    text = [
+        f"Run of `python -m bench` on {stamp}: medians of {args.reps} repetition(s)"
+        f"{' at --quick sizes' if args.quick else ''}.",
+        "",
+        f"Machine: {describe_machine(machine)}.",
+        "",
+        format_markdown(rows),
+        "",
+        target_summary(rows) + ".",
+    ]
+    text += [""] + [f"- {n}" for n in notes] if notes else []
+    with open(path, "w") as f:
+        f.write("\n".join(text) + "\n")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.list:
         for wl in WORKLOADS.values():
-            print(f"{wl.name:22} {wl.description}  full={wl.full} quick={wl.quick}")
+            print(f"{wl.name:20} {wl.description}\n{'':20} full={wl.full} quick={wl.quick}")
         return 0
     machine = machine_info()
     all_rows: list[dict] = []
-    params: dict[str, dict] = {}
     errors: list[str] = []
+    notes: list[str] = []
     pycache_dir = None if args.inline else tempfile.mkdtemp(prefix="ftnb-bench-pycache-")
-    env = child_env(pycache_dir)
+    env = subprocess_env(pycache_dir)
+    if "ray" in args.frameworks:
+        reason = ray_unavailable(env)
+        if reason:
+            notes.append(f"Ray Tune skipped: {reason}")
+            args.frameworks = [f for f in args.frameworks if f != "ray"]
     try:
         for name in args.names:
             wl = WORKLOADS[name]
-            values, params[name], errs = run_workload(wl, args, env)
+            values, errs = run_workload(wl, args, env)
             errors += errs
-            rows = rows_for(name, values)
-            append_jsonl(args.out, rows, params, args, machine)
+            rows = rows_for(wl, values)
+            append_jsonl(args.out, rows, wl.params(args.quick), args, machine)
             all_rows += rows
     finally:
         if pycache_dir:
@@ -332,9 +447,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(format_table(all_rows))
     print(
         f"\nmedians of {args.reps} rep(s){' (--quick sizes)' if args.quick else ''}; "
-        f"{machine['cpus_usable'] or machine['cpu_count']} CPUs, Python {machine['python']}, "
-        f"ftnb {machine['ftnb_version']}; JSON lines appended to {args.out}"
+        f"{describe_machine(machine)}; JSON lines appended to {args.out}"
     )
+    print(target_summary(all_rows))
+    for note in notes:
+        print(f"note: {note}")
+    if args.markdown:
+        write_markdown(args.markdown, all_rows, args, machine, notes)
     if errors:
         print("\nFAILED:", file=sys.stderr)
         for e in errors:

@@ -1,27 +1,79 @@
-"""The workloads and their registry.
+"""The workloads, their registry, and the targets the table checks.
 
 A workload is ``fn(framework, storage_dir, **size) -> {figure: number}``, registered with
-:func:`workload` together with its full and ``--quick`` sizes. Figure names end in their unit
-(``_ms``, ``_us``, ``_s``, ``_per_s``). The trainables live in :mod:`bench.trainables`; they leave
-their own measurements in a small JSON file in the trial's folder, which the workload reads once
-the experiment is over.
+:func:`workload` together with its full and ``--quick`` sizes, the framework variants it runs
+for (:class:`Variant`) and its :class:`Target` s. Figure names end in their unit (``_ms``,
+``_s``, ``_per_s``, ``_mb``). The trainables live in :mod:`bench.trainables`; they leave their
+own measurements in the benchmark's ``out`` folder, which the workload reads once the
+experiment is over.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from . import frameworks
-from .trainables import TIMING_FILE, percentile, reporting_trainable, throughput_trainable
+from .procs import TreeSampler, subprocess_env, usable_cpus
+from .trainables import (
+    EVENTS_FILE,
+    checkpoint_trainable,
+    checkpointing_trainable,
+    output_path,
+    percentile,
+    reporting_trainable,
+    throughput_trainable,
+)
 
-__all__ = ["WORKLOADS", "Workload", "percentile", "workload"]
+__all__ = ["WORKLOADS", "Target", "Variant", "Workload", "percentile", "run_in_storage"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a workload: a framework, and keyword arguments of its own (Ray's
+    ``reuse_actors=True``). ``label`` names a non-default variant in the table."""
+
+    framework: str
+    label: str = ""
+    params: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.framework}[{self.label}]" if self.label else self.framework
+
+
+FTNB, RAY = Variant("ftnb"), Variant("ray")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for one figure: ``ratio>=`` / ``ratio<=`` bound the ratio ftnb/Ray (against the
+    Ray variant labelled ``ray_label``), ``ftnb>=`` / ``ftnb<=`` bound ftnb's own figure."""
+
+    figure: str
+    rule: str
+    bound: float
+    ray_label: str = ""
+
+    def describe(self) -> str:
+        return f"{self.rule}{self.bound:g}"
+
+    def met(self, ftnb: Optional[float], ray: Optional[float]) -> Optional[bool]:
+        """Whether the medians meet it; None when a figure it needs is missing."""
+        subject, rule = self.rule[:-2], self.rule[-2:]
+        if ftnb is None or (subject == "ratio" and not ray):
+            return None
+        value = ftnb / ray if subject == "ratio" else ftnb
+        return value >= self.bound if rule == ">=" else value <= self.bound
 
 
 @dataclass
@@ -31,7 +83,8 @@ class Workload:
     description: str
     full: dict
     quick: dict
-    variants: tuple = ("ftnb",)  # the frameworks it has a variant for; the others print n/a
+    variants: tuple = (FTNB, RAY)
+    targets: tuple = ()
 
     def params(self, quick: bool) -> dict:
         return dict(self.quick if quick else self.full)
@@ -40,22 +93,34 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {}
 
 
-def workload(name: str, *, full: dict, quick: dict, variants: tuple = ("ftnb",)):
-    """Register ``fn`` as workload ``name``; its docstring's first line is its description."""
+def workload(name: str, *, full: dict, quick: dict, variants: tuple = (FTNB, RAY),
+             targets: tuple = ()):
+    """Register ``fn`` as workload ``name``; its docstring's first paragraph describes it."""
 
     def register(fn: Callable[..., dict]) -> Callable[..., dict]:
-        doc = (fn.__doc__ or "").strip().splitlines()
-        WORKLOADS[name] = Workload(name, fn, doc[0] if doc else "", full, quick, variants)
+        summary = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+        WORKLOADS[name] = Workload(name, fn, summary, full, quick, variants, targets)
         return fn
 
     return register
 
 
 def unit_of(figure: str) -> str:
-    for suffix, unit in (("_per_s", "1/s"), ("_ms", "ms"), ("_us", "us"), ("_s", "s")):
+    for suffix, unit in (("_per_s", "1/s"), ("_ms", "ms"), ("_s", "s"), ("_mb", "MB")):
         if figure.endswith(suffix):
             return unit
     return ""
+
+
+def run_in_storage(name: str, framework: str, params: dict, storage_root: Optional[str]) -> dict:
+    """One repetition of workload ``name`` in a new temporary folder under ``storage_root``,
+    deleted afterwards together with whatever the framework started in this process."""
+    storage = tempfile.mkdtemp(prefix=f"ftnb-bench-{name}-", dir=storage_root or None)
+    try:
+        return WORKLOADS[name].fn(framework, storage, **params)
+    finally:
+        frameworks.shutdown(framework)
+        shutil.rmtree(storage, ignore_errors=True)
 
 
 def _read_json(path: str) -> Any:
@@ -63,127 +128,387 @@ def _read_json(path: str) -> Any:
         return json.load(f)
 
 
-def _concurrency(wanted: int) -> int:
-    """``wanted`` trials at once, or fewer on a machine with fewer CPUs (1 CPU per trial)."""
+def _read_events(out_dir: str) -> list[dict]:
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return max(1, min(wanted, cpus))
+        with open(os.path.join(out_dir, EVENTS_FILE)) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
-# ---- workloads (run in the driver process) -------------------------------------------------------
+def _out_dir(storage_dir: str, name: str = "out") -> str:
+    """A folder of the benchmark's own, beside (not inside) the experiment's folder."""
+    path = os.path.join(storage_dir, name)
+    os.makedirs(path)
+    return path
 
 
-@workload("startup", full={"runs": 7}, quick={"runs": 2})
-def startup(framework: str, storage_dir: str, runs: int) -> dict:
-    """Wall time of importing the framework in a fresh Python process (median of `runs`)."""
-    stmt = frameworks.import_statement(framework)
-    code = (
+def _iterations_twice(events: list[dict]) -> int:
+    """How many (trial, iteration) pairs were reported with their checkpoint more than once."""
+    counts = Counter((e["i"], e["iteration"]) for e in events if e["event"] == "iteration")
+    return sum(n - 1 for n in counts.values())
+
+
+# ---- startup -----------------------------------------------------------------------------------
+
+
+def _startup_code(framework: str) -> str:
+    return (
         "import time; _t = time.perf_counter(); "
-        f"{stmt}; "
-        "print(time.perf_counter() - _t)"
+        f"{frameworks.import_statement(framework)}; "
+        "_i = time.perf_counter(); "
+        "from bench.frameworks import init, shutdown; "
+        "_j = time.perf_counter(); "
+        f"init({framework!r}); "
+        "print(_i - _t, time.perf_counter() - _j, flush=True); "
+        f"shutdown({framework!r})"
     )
-    import_s, process_s = [], []
+
+
+@workload(
+    "startup",
+    full={"runs": 3},
+    quick={"runs": 1},
+    targets=(Target("import_ms", "ratio<=", 0.1),),
+)
+def startup(framework: str, storage_dir: str, runs: int) -> dict:
+    """Fresh Python process: import the Tune API, then (Ray) ray.init(); medians of `runs`.
+
+    import_ms: ``import ftnb`` / ``import ray.tune``. init_ms (Ray only): ``ray.init()`` with the
+    benchmark's arguments; ftnb needs no such step. ready_ms: the two together, the time from
+    the first line of a script until it can build a Tuner.
+    """
+    import_s, init_s = [], []
     for run in range(runs + 1):  # run 0 only warms the page and bytecode caches
-        t = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-c", code],
+            [sys.executable, "-c", _startup_code(framework)],
             cwd=storage_dir,
+            env=subprocess_env(),
             capture_output=True,
             text=True,
             check=True,
         )
         if run:
-            process_s.append(time.perf_counter() - t)
-            import_s.append(float(out.stdout.strip().splitlines()[-1]))
-    return {
+            imp, ini = (float(x) for x in out.stdout.strip().splitlines()[-1].split())
+            import_s.append(imp)
+            init_s.append(ini)
+    figures = {
         "import_ms": statistics.median(import_s) * 1e3,
-        "process_ms": statistics.median(process_s) * 1e3,
+        "ready_ms": statistics.median(a + b for a, b in zip(import_s, init_s)) * 1e3,
     }
+    if framework == "ray":
+        figures["init_ms"] = statistics.median(init_s) * 1e3
+    return figures
 
 
-def _start_figures(infos: list) -> dict:
-    to_line, to_report = [], []
-    for info in sorted(infos, key=lambda i: i.first_attempt_started):
-        timing = _read_json(os.path.join(info.trial_dir, TIMING_FILE))
-        started = info.first_attempt_started
-        to_line.append(timing["entry"] - started)
-        to_report.append(timing["first_report_acked"] - started)
-    return {
-        # The first trials also wait for the framework's one-off start (ftnb: its fork server).
-        "first_trial_to_first_line_ms": to_line[0] * 1e3,
-        "to_first_line_p50_ms": percentile(to_line, 50) * 1e3,
-        "to_first_line_p95_ms": percentile(to_line, 95) * 1e3,
-        "to_first_report_p50_ms": percentile(to_report, 50) * 1e3,
-        "to_first_report_p95_ms": percentile(to_report, 95) * 1e3,
-    }
+# ---- trial_start_latency and many_trials -------------------------------------------------------
+
+
+def _reporting_experiment(
+    framework: str, storage_dir: str, name: str, trials: int, concurrent: int, reports: int,
+    reuse_actors: bool = False,
+) -> tuple[frameworks.ExperimentRun, str]:
+    out_dir = _out_dir(storage_dir)
+    run = frameworks.run_experiment(
+        framework,
+        reporting_trainable,
+        storage_dir=storage_dir,
+        name=name,
+        trials=trials,
+        max_concurrent=min(concurrent, usable_cpus()),
+        config={"framework": framework, "reports": reports, "out_dir": out_dir},
+        reuse_actors=reuse_actors,
+    )
+    return run, out_dir
 
 
 @workload(
     "trial_start_latency",
     full={"trials": 40, "concurrent": 2},
     quick={"trials": 4, "concurrent": 2},
+    variants=(FTNB,),  # Ray Tune does not record when it started an attempt
 )
 def trial_start_latency(framework: str, storage_dir: str, trials: int, concurrent: int) -> dict:
-    """Attempt started -> trainable's first line / first report returned; trivial trials."""
-    run = _reporting_experiment(framework, storage_dir, "start", trials, concurrent, reports=1)
-    figures = _start_figures(run.trials)
-    figures["fit_s"] = run.fit_s
-    figures["trials_per_s"] = trials / run.fit_s
-    return figures
+    """Attempt started -> trainable's first line / first report returned; trivial trials (ftnb).
+
+    The first trial also waits for ftnb's one-off start of its fork server
+    (first_trial_to_first_line_ms); the percentiles are over all trials.
+    """
+    run, out_dir = _reporting_experiment(framework, storage_dir, "start", trials, concurrent, 1)
+    to_line, to_report = [], []
+    for info in sorted(run.trials, key=lambda i: i.first_attempt_started):
+        timing = _read_json(output_path({"out_dir": out_dir, "i": info.key}))
+        to_line.append(timing["entry"] - info.first_attempt_started)
+        to_report.append(timing["first_report_acked"] - info.first_attempt_started)
+    return {
+        "first_trial_to_first_line_ms": to_line[0] * 1e3,
+        "to_first_line_p50_ms": percentile(to_line, 50) * 1e3,
+        "to_first_line_p95_ms": percentile(to_line, 95) * 1e3,
+        "to_first_report_p50_ms": percentile(to_report, 50) * 1e3,
+        "to_first_report_p95_ms": percentile(to_report, 95) * 1e3,
+        "trials_per_s": trials / run.fit_s,
+    }
 
 
 @workload(
     "many_trials",
     full={"trials": 40, "reports": 10, "concurrent": 2},
     quick={"trials": 4, "reports": 3, "concurrent": 2},
+    variants=(FTNB, RAY, Variant("ray", "reuse_actors", {"reuse_actors": True})),
+    targets=(
+        Target("trials_per_s", "ratio>=", 10),
+        Target("trials_per_s", "ratio>=", 3, ray_label="reuse_actors"),
+        Target("peak_tree_rss_mb", "ratio<=", 0.25),
+    ),
 )
 def many_trials(
-    framework: str, storage_dir: str, trials: int, reports: int, concurrent: int
+    framework: str, storage_dir: str, trials: int, reports: int, concurrent: int,
+    reuse_actors: bool = False,
 ) -> dict:
-    """Many short trials (each reports a few times), 1 CPU each: whole-experiment throughput."""
-    run = _reporting_experiment(framework, storage_dir, "many", trials, concurrent, reports)
+    """A grid of short trials (each reports a few times), 1 CPU each; also the memory figures.
+
+    fit_s: wall time of fit(); trials_per_s and results_per_s follow from it. The memory
+    figures: peak_tree_rss_mb, the largest sum of the resident set sizes of the driver process
+    and all its descendants (trial processes; ftnb's fork server; Ray's raylet, GCS and
+    workers), sampled every 50 ms during the run, and peak_tree_processes, their number then.
+    """
+    with TreeSampler(os.getpid(), 0.05) as tree:
+        run, _ = _reporting_experiment(
+            framework, storage_dir, "many", trials, concurrent, reports, reuse_actors
+        )
     return {
         "fit_s": run.fit_s,
         "trials_per_s": trials / run.fit_s,
         "results_per_s": trials * reports / run.fit_s,
-        "to_first_line_p50_ms": _start_figures(run.trials)["to_first_line_p50_ms"],
+        "peak_tree_rss_mb": tree.peak_rss / 1e6,
+        "peak_tree_processes": tree.peak_processes,
     }
 
 
-def _reporting_experiment(
-    framework: str, storage_dir: str, name: str, trials: int, concurrent: int, reports: int
-) -> frameworks.ExperimentRun:
-    return frameworks.run_experiment(
-        framework,
-        reporting_trainable,
-        storage_dir=storage_dir,
-        name=name,
-        num_samples=trials,
-        max_concurrent=_concurrency(concurrent),
-        cpus_per_trial=1,
-        config={"framework": framework, "reports": reports},
-    )
+# ---- report_throughput and checkpoint_io -------------------------------------------------------
 
 
-@workload("report_throughput", full={"reports": 5000}, quick={"reports": 200})
-def report_throughput(framework: str, storage_dir: str, reports: int) -> dict:
-    """One trial calling report() with a small dict in a tight loop, timed inside the trial."""
-    run = frameworks.run_experiment(
-        framework,
-        throughput_trainable,
-        storage_dir=storage_dir,
-        name="throughput",
-        num_samples=1,
-        max_concurrent=1,
-        cpus_per_trial=1,
-        config={"framework": framework, "reports": reports},
+def _single_trial(framework: str, storage_dir: str, trainable: Callable, name: str,
+                  **config: Any) -> dict:
+    """Run one trial of ``trainable`` with ``config`` (plus the framework, out_dir and the
+    experiment's folder, exp_dir) and return what it left in the out dir."""
+    out_dir = _out_dir(storage_dir)
+    config = {"framework": framework, "out_dir": out_dir, "i": 0,
+              "exp_dir": os.path.join(storage_dir, name), **config}
+    frameworks.run_experiment(
+        framework, trainable, storage_dir=storage_dir, name=name, trials=1, max_concurrent=1,
+        config={k: v for k, v in config.items() if k != "i"},
     )
-    stats = _read_json(os.path.join(run.trials[0].trial_dir, TIMING_FILE))
+    return _read_json(output_path(config))
+
+
+@workload(
+    "report_throughput",
+    full={"reports": 5000, "checks": 20},
+    quick={"reports": 200, "checks": 5},
+    targets=(
+        Target("reports_per_s", "ratio>=", 20),
+        Target("unpersisted_acks", "ftnb<=", 0),
+    ),
+)
+def report_throughput(framework: str, storage_dir: str, reports: int, checks: int) -> dict:
+    """One trial calling report() with a small dict in a tight loop, timed inside the trial.
+
+    reports_per_s over the whole loop; report_p50_ms / report_p99_ms of one call.
+    unpersisted_acks: of `checks` further reports, how many had returned before their row was
+    in the trial's result.json in the experiment folder (0: every acknowledged report is on
+    disk, where a restore reads it).
+    """
+    stats = _single_trial(framework, storage_dir, throughput_trainable, "throughput",
+                          reports=reports, checks=checks)
     return {
         "reports_per_s": stats["reports"] / stats["total_s"],
-        "report_p50_us": stats["p50_s"] * 1e6,
-        "report_p99_us": stats["p99_s"] * 1e6,
-        "fit_s": run.fit_s,
+        "report_p50_ms": stats["p50_s"] * 1e3,
+        "report_p99_ms": stats["p99_s"] * 1e3,
+        "unpersisted_acks": stats["unpersisted_acks"],
+    }
+
+
+@workload(
+    "checkpoint_io",
+    full={"checkpoints": 10, "size_mb": 100},
+    quick={"checkpoints": 2, "size_mb": 4},
+    targets=(
+        Target("vs_raw", "ftnb>=", 0.95),
+        Target("refsync_vs_raw", "ftnb<=", 0.1),
+    ),
+)
+def checkpoint_io(framework: str, storage_dir: str, checkpoints: int, size_mb: float) -> dict:
+    """One trial reporting `checkpoints` checkpoints of one `size_mb` file, each paired with a
+    raw write+fsync of the same bytes to the same disk right after it.
+
+    checkpoint_s: median seconds of one report(checkpoint=...) call; checkpoint_mb_per_s and
+    raw_mb_per_s: the size over the median checkpoint and raw times. vs_raw: the median over
+    the pairs of raw time / checkpoint time (1.0: the checkpoint is as fast as the disk).
+    refsync_vs_raw: the median over the pairs of (fsync() of the persisted copy after report()
+    returned) / raw time: about 0 when the framework had fsynced the checkpoint, near 1 when
+    its bytes were still only in the page cache.
+    """
+    work_dir = _out_dir(storage_dir, "work")
+    stats = _single_trial(
+        framework, storage_dir, checkpoint_trainable, "ckpt", checkpoints=checkpoints,
+        size_mb=size_mb, work_dir=work_dir,
+    )
+    pairs, mb = stats["pairs"], stats["bytes"] / 1e6
+    checkpoint_s = statistics.median(p["checkpoint_s"] for p in pairs)
+    raw_s = statistics.median(p["raw_s"] for p in pairs)
+    return {
+        "checkpoint_s": checkpoint_s,
+        "checkpoint_mb_per_s": mb / checkpoint_s,
+        "raw_mb_per_s": mb / raw_s,
+        "vs_raw": statistics.median(p["raw_s"] / p["checkpoint_s"] for p in pairs),
+        "refsync_vs_raw": statistics.median(p["refsync_s"] / p["raw_s"] for p in pairs),
+    }
+
+
+# ---- failure_recovery and restore --------------------------------------------------------------
+
+
+def _recovery_figures(events: list[dict], mode: str) -> dict:
+    fail = next(e for e in events if e["event"] == "fail")
+    after = [e for e in events if e["t"] >= fail["t"] and e["pid"] != fail["pid"]]
+    restart = next(e for e in after if e["event"] == "start")
+    first = next(e for e in after if e["event"] == "iteration")
+    return {
+        f"{mode}_to_first_report_s": first["t"] - fail["t"],
+        f"{mode}_to_restart_s": restart["t"] - fail["t"],
+        f"{mode}_iterations_twice": _iterations_twice(events),
+    }
+
+
+@workload(
+    "failure_recovery",
+    full={"iterations": 10, "iter_s": 0.1, "fail_at": 5, "max_failures": 3},
+    quick={"iterations": 4, "iter_s": 0.02, "fail_at": 2, "max_failures": 3},
+    targets=(
+        Target("raise_to_first_report_s", "ratio<=", 0.1),
+        Target("sigkill_to_first_report_s", "ratio<=", 0.1),
+        Target("raise_iterations_twice", "ftnb<=", 0),
+        Target("sigkill_iterations_twice", "ftnb<=", 0),
+    ),
+)
+def failure_recovery(
+    framework: str, storage_dir: str, iterations: int, iter_s: float, fail_at: int,
+    max_failures: int,
+) -> dict:
+    """One trial checkpointing every iteration fails at `fail_at` on its first attempt, once by
+    raising (raise_*) and once by SIGKILL of its own process (sigkill_*).
+
+    *_to_first_report_s: from the failure to the first report() of the restarted attempt
+    returning (that attempt's first iteration, `iter_s`, included); *_to_restart_s: to the first
+    line of the restarted trainable; *_iterations_twice: iterations reported with a checkpoint
+    twice (0: the trial resumed right after its last checkpoint).
+    """
+    figures: dict = {}
+    for mode in ("raise", "sigkill"):
+        out_dir = _out_dir(storage_dir, f"out-{mode}")
+        frameworks.run_experiment(
+            framework,
+            checkpointing_trainable,
+            storage_dir=storage_dir,
+            name=f"fail-{mode}",
+            trials=1,
+            max_concurrent=1,
+            max_failures=max_failures,
+            config={"framework": framework, "out_dir": out_dir, "iterations": iterations,
+                    "iter_s": iter_s, "fail_at": fail_at, "fail_mode": mode},
+        )
+        figures.update(_recovery_figures(_read_events(out_dir), mode))
+    return figures
+
+
+def _start_driver(spec: dict, log_path: str) -> subprocess.Popen:
+    """The experiment's driver: ``python -m bench._driver SPEC`` (a user's script)."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bench._driver", json.dumps(spec)],
+            env=subprocess_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for_first_iteration(proc: subprocess.Popen, out_dir: str, log_path: str,
+                              timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(e["event"] == "iteration" for e in _read_events(out_dir)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            with open(log_path, errors="replace") as f:
+                tail = f.read()[-3000:]
+            raise RuntimeError(f"the driver reported no iteration (exit {proc.poll()}):\n{tail}")
+        time.sleep(0.02)
+
+
+def _run_and_kill_driver(spec: dict, storage_dir: str, kill_after_s: float) -> TreeSampler:
+    """Start the driver, SIGKILL it ``kill_after_s`` after its first checkpointed iteration,
+    and return the sampler that saw its process tree until then."""
+    log_path = os.path.join(storage_dir, "driver.log")
+    proc = _start_driver(spec, log_path)
+    tree = TreeSampler(proc.pid, 0.05)
+    try:
+        with tree:
+            _wait_for_first_iteration(proc, spec["config"]["out_dir"], log_path)
+            time.sleep(kill_after_s)
+    finally:
+        proc.kill()
+        proc.wait()
+    return tree
+
+
+@workload(
+    "restore",
+    full={"trials": 8, "iterations": 20, "iter_s": 0.1, "concurrent": 2, "kill_after_s": 4.0},
+    quick={"trials": 2, "iterations": 8, "iter_s": 0.05, "concurrent": 2, "kill_after_s": 0.2},
+    targets=(
+        Target("first_new_result_s", "ratio<=", 0.2),
+        Target("iterations_twice", "ftnb<=", 0),
+        Target("stale_processes", "ftnb<=", 0),
+    ),
+)
+def restore(
+    framework: str, storage_dir: str, trials: int, iterations: int, iter_s: float,
+    concurrent: int, kill_after_s: float,
+) -> dict:
+    """Driver SIGKILLed `kill_after_s` after its first checkpoint; then can_restore + restore().fit().
+
+    Trials as in failure_recovery, without failures. Times count from the start of the restore
+    in a fresh process (for Ray, its ray.init() included, as Tuner.restore() needs one):
+    first_new_result_s until a restored trial's first report() returned, complete_s until
+    fit() returned. iterations_twice: iterations reported with a checkpoint twice (0: every
+    trial resumed right after its last checkpoint). stale_processes: the most processes of the
+    killed driver's tree (its trials, and Ray's raylet, GCS and workers) still running when a
+    restored trial started (0: nothing of the old experiment can still write into it).
+    """
+    name, temp_root = "restore", tempfile.mkdtemp(prefix="rb-", dir="/tmp")
+    out_dir = _out_dir(storage_dir)
+    exp_dir = os.path.join(storage_dir, name)
+    config = {"framework": framework, "out_dir": out_dir, "iterations": iterations,
+              "iter_s": iter_s, "stale_file": os.path.join(out_dir, "stale.json")}
+    spec = {
+        "framework": framework, "storage_dir": storage_dir, "name": name, "trials": trials,
+        "concurrent": min(concurrent, usable_cpus()), "temp_root": temp_root, "config": config,
+    }
+    tree = _run_and_kill_driver(spec, storage_dir, kill_after_s)
+    try:
+        with open(config["stale_file"], "w") as f:
+            json.dump(list(tree.seen.items()), f)
+        start = time.time()
+        if not frameworks.can_restore(framework, exp_dir):
+            raise RuntimeError(f"{framework}: can_restore({exp_dir!r}) is False")
+        frameworks.restore_experiment(framework, exp_dir, checkpointing_trainable, trials)
+        complete_s = time.time() - start
+    finally:
+        tree.kill_survivors()
+        shutil.rmtree(temp_root, ignore_errors=True)
+    events = [e for e in _read_events(out_dir) if e["t"] >= start and e["pid"] not in tree.seen]
+    return {
+        "first_new_result_s": min(e["t"] for e in events if e["event"] == "iteration") - start,
+        "complete_s": complete_s,
+        "iterations_twice": _iterations_twice(_read_events(out_dir)),
+        "stale_processes": max(e["stale"] for e in events if e["event"] == "start"),
     }
