@@ -176,6 +176,17 @@ class LeaseInfo:
         return f"pid {self.pid} on {self.host}, since {started}"
 
 
+def refuse_if_owned(paths: ExperimentPaths, what: str) -> Optional[LeaseInfo]:
+    """The current lease, after raising :class:`ExperimentLockedError` if a live driver holds
+    it (``what``: the refused action, for the message)."""
+    current = read_lease(paths)
+    if current is not None:
+        alive, why = current.liveness()
+        if alive:
+            raise ExperimentLockedError(_locked_message(paths, current, why, what))
+    return current
+
+
 def read_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
     """The current lease, or None when there is none (or it is unreadable)."""
     try:
@@ -232,11 +243,7 @@ class Lease:
         """Become the experiment's owner, or raise :class:`ExperimentLockedError`."""
         storage = paths.storage
         with _acquisition_lock(paths):
-            current = read_lease(paths)
-            if current is not None and not takeover:
-                alive, why = current.liveness()
-                if alive:
-                    raise ExperimentLockedError(_locked_message(paths, current, why, what))
+            current = read_lease(paths) if takeover else refuse_if_owned(paths, what)
             now = time.time()
             info = LeaseInfo(
                 token=uuid.uuid4().hex,
@@ -446,15 +453,8 @@ def reap_processes(token: str, timeout_s: float = 10.0) -> list[int]:
             pass
     deadline = time.monotonic() + timeout_s
     for pid in found:
-        while _pid_exists(pid) and not _is_zombie(pid) and time.monotonic() < deadline:
+        # None once the process is gone or a zombie (dead, waiting for its parent).
+        while pid_start_time(pid) is not None and time.monotonic() < deadline:
             time.sleep(0.01)
     return found
 
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] == b"Z"

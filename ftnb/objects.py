@@ -104,20 +104,12 @@ class _UnpicklableError(TypeError):
 
 
 def _start_time(pid: int) -> Optional[int]:
-    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22).
+    """The start time of ``pid`` in clock ticks since boot; None when the process does not
+    exist, is a zombie, or /proc cannot be read."""
+    from .lease import pid_start_time
 
-    None when the process does not exist, is a zombie, or /proc cannot be read.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and ")": split after its last ")".
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
+    start = pid_start_time(pid)
+    return None if start is None or start < 0 else start
 
 
 def _has_proc() -> bool:

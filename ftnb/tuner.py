@@ -251,7 +251,7 @@ class Tuner:
         (its machine died less than the lease TTL ago).
         """
         from .config import FailureConfig
-        from .lease import ExperimentLockedError, read_lease
+        from .lease import refuse_if_owned
         from .resources import TrialResources
         from .restore import (
             RestoreError,
@@ -276,13 +276,8 @@ class Tuner:
             )
         paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
         state = load_state(paths)
-        owner = read_lease(paths)
-        if owner is not None and not takeover:
-            alive, why = owner.liveness()
-            if alive:
-                from .lease import _locked_message
-
-                raise ExperimentLockedError(_locked_message(paths, owner, why, "restore"))
+        if not takeover:
+            refuse_if_owned(paths, "restore")
         flags = _RestoreFlags(resume_unfinished, resume_errored, restart_errored)
         to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
         if param_space is not None:
