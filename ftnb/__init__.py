@@ -5,23 +5,60 @@ get_checkpoint), with trials in their own processes that survive crashes, preemp
 restarts, and an experiment directory that is always the whole truth.
 """
 
+from typing import Any
+
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from .lease import ExperimentLockedError, LeaseLostError
-from .objects import ObjectRef, get, put
 from .result import Result, ResultGrid, TrialError
 from .search import choice, grid_search, loguniform, randint, sample_from, uniform
 from .session import TrialContext, get_checkpoint, get_context, report
 from .state import TrialStatus
-from .restore import RestoreError
 from .tuner import Tuner, run
 
 __version__ = "0.1.0"
 
+# Imported on first use, so that `import ftnb` stays fast: name -> module.
+_LAZY = {
+    "ExperimentHandle": "handle",
+    "ExperimentLockedError": "lease",
+    "ExperimentNotFoundError": "handle",
+    "LeaseLostError": "lease",
+    "ObjectRef": "objects",
+    "RestoreError": "restore",
+    "attach": "handle",
+    "get": "objects",
+    "launch": "handle",
+    "put": "objects",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ftnb' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext ftnb``: the ``%ftrun`` family of magics (``ftnb[notebook]``)."""
+    from .notebook.magics import load_ipython_extension as load
+
+    load(ipython)
+
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentHandle",
     "ExperimentLockedError",
+    "ExperimentNotFoundError",
     "FailureConfig",
     "LeaseLostError",
     "ObjectRef",
@@ -35,11 +72,13 @@ __all__ = [
     "TuneConfig",
     "Tuner",
     "__version__",
+    "attach",
     "choice",
     "get",
     "get_checkpoint",
     "get_context",
     "grid_search",
+    "launch",
     "loguniform",
     "put",
     "randint",

@@ -19,6 +19,7 @@ from typing import Any, Optional, Protocol
 
 from ._attempt import EXIT_PREEMPTED
 from .config import RunConfig
+from .control import STOP_TRIAL, ControlInbox
 from .executors.base import AttemptLaunch, Event, ExitInfo
 from .lease import Lease, LeaseLostError
 from .resources import Allocation, ResourcePool, TrialResources
@@ -116,6 +117,7 @@ class Controller:
         listeners: list[Any],
         lease: Optional[Lease] = None,
         resume_hint: Optional[str] = None,
+        control: Optional[ControlInbox] = None,
     ) -> None:
         self.paths = paths
         self.storage = paths.storage
@@ -132,6 +134,7 @@ class Controller:
         self.listeners = listeners
         self.lease = lease
         self.resume_hint = resume_hint
+        self.control = control
         self.live: dict[str, _Live] = {}
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
@@ -150,6 +153,7 @@ class Controller:
                 for event in self.executor.poll(0.1):
                     self._handle(event)
                 self._enforce_stop_deadlines()
+                self._take_control_requests()
                 if self.lease is not None and self.lease.lost:
                     raise LeaseLostError(self.lease.lost)
                 self._forward_output()
@@ -172,6 +176,30 @@ class Controller:
         self.stopping = reason
         for trial_id in list(self.live):
             self._request_stop(trial_id)
+
+    def stop_trial(self, trial_id: str, reason: str = "stopped by user") -> None:
+        """End one trial cleanly, the others go on: a running trial stops at its next report
+        (or is killed after the grace period), a waiting one never starts; either is
+        TERMINATED with what it reported and checkpointed, and ``reason`` as its note."""
+        trial = next((t for t in self.state.trials if t.trial_id == trial_id), None)
+        if trial is None or trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+            return
+        trial.note = reason
+        if trial_id in self.live:
+            self._request_stop(trial_id)
+            return
+        self._complete(trial, TrialStatus.TERMINATED)
+        self._persist_trial(trial)
+        self._dirty = True
+
+    def _take_control_requests(self) -> None:
+        if self.control is None or self.stopping is not None:
+            return
+        for request in self.control.take():
+            if request.action == STOP_TRIAL and request.trial_id:
+                self.stop_trial(request.trial_id, request.reason)
+            else:
+                self.stop(request.reason)
 
     def _final_status(self) -> str:
         if self.stopping == "fail_fast":

@@ -57,6 +57,7 @@ __all__ = [
     "PLACEHOLDER_KEY",
     "ObjectRef",
     "ObjectUnavailableError",
+    "adopt",
     "bind_objects",
     "choose_store_dir",
     "get",
@@ -661,6 +662,38 @@ def put(obj: Any) -> ObjectRef:
     return ref
 
 
+def adopt(ref: ObjectRef) -> ObjectRef:
+    """Become an owner of ``ref``'s object too, so that it outlives the process that created it:
+    the detached supervisor behind ``ftnb.launch`` adopts the kernel's refs, and a restarted or
+    culled kernel then takes nothing from the trials.
+
+    A second name for the same file (a hard link, no copy; a copy where links are refused),
+    owned by this process like a ref of its own: each owner deletes only its own name, and the
+    data lives until both are gone. Returns the ref owned here (the same id).
+    """
+    mine = _owned.get(ref.id)
+    if mine is not None:
+        return mine
+    host = socket.gethostname()
+    pid, start = _this_process()
+    path = os.path.join(os.path.dirname(ref.path),
+                        f"{_pid_scope_tag()}-{pid}-{start}-{ref.id}{_SUFFIX}")
+    try:
+        os.link(ref.path, path)
+    except FileNotFoundError:
+        raise ObjectUnavailableError(_unavailable_message(ref)) from None
+    except FileExistsError:
+        pass  # adopted before by this process, whose ref was dropped since: the name is ours
+    except OSError:
+        import shutil
+
+        shutil.copyfile(ref.path, path)
+    new = ObjectRef(ref.id, path, ref.size, ref.type_name, ref.summary, (host, pid, start))
+    _owned[ref.id] = new
+    weakref.finalize(new, _release, path, ref.id, pid)
+    return new
+
+
 # --------------------------------------------------------------------------- loading
 
 
@@ -835,12 +868,15 @@ _SEARCH_OR_REF = (Domain, ObjectRef)
 class _Binder:
     """State of one :func:`bind_objects` walk: refs by ``id(object)``, and what was put."""
 
-    def __init__(self) -> None:
+    def __init__(self, adopt_refs: bool = False) -> None:
         self.refs: dict[int, ObjectRef] = {}
         self.bound: list[tuple[str, ObjectRef]] = []
+        self.adopt_refs = adopt_refs
 
     def bind(self, value: Any, path: tuple[str | int, ...]) -> Any:
-        if isinstance(value, ObjectRef) or _is_json_leaf(value):
+        if isinstance(value, ObjectRef):
+            return adopt(value) if self.adopt_refs else value
+        if _is_json_leaf(value):
             return value
         if isinstance(value, Categorical):
             categories = self.bind_items(value.categories, path + ("categories",))
@@ -887,7 +923,7 @@ class _Binder:
         return ref
 
 
-def bind_objects(space: Any) -> tuple[Any, list[tuple[str, ObjectRef]]]:
+def bind_objects(space: Any, adopt_refs: bool = False) -> tuple[Any, list[tuple[str, ObjectRef]]]:
     """Replace every non-JSON leaf of a search space by ``put(leaf)``.
 
     Walks nested dicts, lists and tuples, grid axes (``{"grid_search": [...]}``, each option
@@ -898,9 +934,12 @@ def bind_objects(space: Any) -> tuple[Any, list[tuple[str, ObjectRef]]]:
     shared) and ``(key_path, ref)`` for each object stored, with key paths like ``"model"``,
     ``"data/train"``, ``"opt/grid_search[1]"`` or ``"act/categories[0]"``.
 
+    ``adopt_refs=True`` also :func:`adopt` the refs found (a detached supervisor does, so the
+    objects outlive the kernel that put them).
+
     Raises TypeError naming the key path when an object cannot be pickled.
     """
-    binder = _Binder()
+    binder = _Binder(adopt_refs)
     return binder.bind(space, ()), binder.bound
 
 

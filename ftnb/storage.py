@@ -411,6 +411,13 @@ class ExperimentPaths:
         return self.storage.uri(self.dir)
 
     @property
+    def parent_uri(self) -> str:
+        """The storage path this experiment's folder is in (its ``RunConfig.storage_path``)."""
+        if self.storage.is_local:
+            return os.path.dirname(self.dir.rstrip(os.sep)) or os.sep
+        return self.storage.uri(posixpath.dirname(self.dir.rstrip("/")))
+
+    @property
     def state(self) -> str:
         return self.storage.join(self.dir, STATE_FILE)
 
@@ -424,3 +431,17 @@ class ExperimentPaths:
 
     def trial(self, dir_name: str) -> TrialPaths:
         return TrialPaths(self.storage, self.storage.join(self.dir, dir_name))
+
+    @property
+    def control(self) -> str:
+        """Folder of control requests (stop a trial, stop the experiment) to its driver."""
+        return self.storage.join(self.dir, "control")
+
+    @property
+    def supervisor(self) -> str:
+        """``supervisor.json``: the detached process hosting the controller, and its log."""
+        return self.storage.join(self.dir, "supervisor.json")
+
+    @property
+    def supervisor_log(self) -> str:
+        return self.storage.join(self.dir, "supervisor.log")

@@ -73,6 +73,9 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.resources = TrialResources.from_user(resources_per_trial)
         self.listeners: list[Any] = []
+        # Where the caller's objects came from (e.g. {"trainable": "train", "param_space":
+        # "space"} for %ftrun), stored in the state so a new kernel can find them again.
+        self.origin: Optional[dict] = None
         self._restore: Optional[_RestorePlan] = None
         self._results: Optional[ResultGrid] = None
 
@@ -102,16 +105,16 @@ class Tuner:
             "Tuner.restore(path, trainable) to read an existing experiment."
         )
 
-    def _fit_new(self) -> ResultGrid:
+    def _check_new(self) -> "_NewPlan":
+        """Everything a new experiment needs checked, before its directory is touched; the
+        detached launcher (``ftnb.launch``) runs this in the caller to report bad input there."""
         import cloudpickle
 
-        from .lease import Lease
         from .objects import bind_objects
         from .resources import ResourcePool, check_fits
-        from .search import encode_space, generate_variants, varying_keys
+        from .search import generate_variants
 
         rc, tc = self.run_config, self.tune_config
-        # Everything is checked before the experiment directory is touched.
         pool = ResourcePool.from_machine()
         check_fits(self.resources, pool)
         space, _ = bind_objects(self.param_space)
@@ -124,20 +127,28 @@ class Tuner:
         name = rc.name or _default_name(self.trainable, storage)
         paths = ExperimentPaths.of(storage, name)
         _refuse_existing(paths)
+        return _NewPlan(pool, space, variants, storage, name, paths)
+
+    def _fit_new(self) -> ResultGrid:
+        from .lease import Lease
+        from .search import encode_space, varying_keys
+
+        plan = self._check_new()
+        paths, space = plan.paths, plan.space
         lease = Lease.acquire(paths, what="start")
         try:
             _refuse_existing(paths)  # another driver may have created it while we checked
-            state = self._new_state(name, variants, storage)
-            configs = {t.trial_id: c for t, c in zip(state.trials, variants)}
+            state = self._new_state(plan.name, plan.variants, plan.storage)
+            configs = {t.trial_id: c for t, c in zip(state.trials, plan.variants)}
             state.settings["varying_keys"] = varying_keys(space)
             state.param_space = encode_space(space, encode_value)
-            storage.makedirs(paths.dir)
+            plan.storage.makedirs(paths.dir)
             # The state first: a driver killed while it lays out the trial folders leaves an
             # experiment that restore completes, not folders that belong to nothing.
             state.save(paths)
             _lay_out_trials(paths, state, check=False)
             hint = _resume_hint(paths, self.trainable, bool(_objects_in(state)))
-            return self._run(paths, state, configs, pool, lease, hint,
+            return self._run(paths, state, configs, plan.pool, lease, hint,
                              _with_originals(configs, self.param_space, space))
         finally:
             lease.release()
@@ -147,6 +158,7 @@ class Tuner:
              prepare: Optional[Callable[[Any], None]] = None) -> ResultGrid:
         """Run the controller; the results show ``result_configs`` (the caller's own objects
         where the trials were given refs to copies)."""
+        from .control import ControlInbox
         from .controller import Controller
         from .executors.local import LocalProcessExecutor
         from .reporting import TerminalReporter
@@ -168,6 +180,7 @@ class Tuner:
             listeners=listeners,
             lease=lease,
             resume_hint=hint,
+            control=ControlInbox(paths),
         )
         if prepare is not None:
             prepare(controller)
@@ -195,6 +208,8 @@ class Tuner:
                 "storage_path": storage.uri(storage.root),
             },
         )
+        if self.origin:
+            state.settings["origin"] = self.origin
         for index, config in enumerate(variants):
             trial_id = f"{prefix}_{index:05d}"
             state.trials.append(
@@ -304,7 +319,7 @@ class Tuner:
             stop = stored_stop
         run_config = RunConfig(
             name=paths.name,
-            storage_path=paths.storage.uri(paths.storage.root),
+            storage_path=paths.parent_uri,
             storage_filesystem=storage_filesystem,
             failure_config=_from_settings(FailureConfig, settings.get("failure_config")),
             checkpoint_config=_from_settings(CheckpointConfig, settings.get("checkpoint_config")),
@@ -322,6 +337,7 @@ class Tuner:
         tuner.run_config = run_config
         tuner.resources = TrialResources.from_user(settings.get("resources_per_trial"))
         tuner.listeners = []
+        tuner.origin = None
         tuner._results = None
         tuner._restore = _RestorePlan(paths, state, configs, result_configs, flags, takeover,
                                       param_space is not None)
@@ -360,13 +376,22 @@ class Tuner:
             def prepare(controller: Any) -> None:
                 _apply_restore(controller, state, plan.flags)
                 state.status = "RUNNING"
-                state.settings["storage_path"] = paths.storage.uri(paths.storage.root)
+                state.settings["storage_path"] = paths.parent_uri
+                if self.origin:
+                    state.settings["origin"] = self.origin
                 controller._save()
 
             return self._run(paths, state, plan.configs, pool, lease, hint, plan.result_configs,
                              prepare=prepare)
         finally:
             lease.release()
+
+class _NewPlan:
+    def __init__(self, pool: Any, space: dict, variants: list, storage: Storage, name: str,
+                 paths: ExperimentPaths) -> None:
+        self.pool, self.space, self.variants = pool, space, variants
+        self.storage, self.name, self.paths = storage, name, paths
+
 
 class _RestoreFlags:
     def __init__(self, resume_unfinished: bool, resume_errored: bool,
@@ -579,44 +604,74 @@ def run(
                            param_space={"lr": ftnb.grid_search([0.1, 0.01])},
                            run_config=ftnb.RunConfig(failure_config=ftnb.FailureConfig(3)))
     """
+    if name is None:
+        raise ValueError("ftnb.run(name=None): ftnb.run needs the experiment's name to find it "
+                         "again. Fix: pass name='my_sweep'.")
+    tuner, resuming = _start_or_resume(
+        trainable, name=name, param_space=param_space, storage_path=storage_path,
+        tune_config=tune_config, run_config=run_config,
+        resources_per_trial=resources_per_trial, takeover=takeover, caller="ftnb.run")
+    if resuming and tuner.run_config.verbose:
+        print(resuming, flush=True)
+    return tuner.fit()
+
+
+def _start_or_resume(
+    trainable: Callable[[dict], Any],
+    *,
+    name: Optional[str],
+    param_space: Optional[Mapping[str, Any]],
+    storage_path: Optional[str],
+    tune_config: Optional[TuneConfig],
+    run_config: Optional[RunConfig],
+    resources_per_trial: Any,
+    takeover: bool = False,
+    restart_errored: bool = False,
+    caller: str,
+) -> tuple[Tuner, Optional[str]]:
+    """The Tuner that starts experiment ``name`` or resumes it (then also the line that says
+    so); ``ftnb.run`` fits it here, ``ftnb.launch`` in a detached supervisor."""
     import dataclasses
 
-    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+    if name is not None and (not isinstance(name, str) or not name or "/" in name
+                             or name in (".", "..")):
         raise ValueError(
-            f"ftnb.run(name={name!r}) must be a non-empty folder name without '/'. Fix: pass "
+            f"{caller}(name={name!r}) must be a non-empty folder name without '/'. Fix: pass "
             "name='my_sweep'; the experiment lives in <storage_path>/<name>."
         )
     if run_config is not None and not isinstance(run_config, RunConfig):
-        raise TypeError(f"ftnb.run(run_config=...) must be an ftnb.RunConfig; got {run_config!r}.")
+        raise TypeError(f"{caller}(run_config=...) must be an ftnb.RunConfig; got {run_config!r}.")
     rc = run_config or RunConfig()
-    rc = dataclasses.replace(rc, name=name, storage_path=storage_path or rc.storage_path)
-    storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
-    paths = ExperimentPaths.of(storage, name)
-    if Tuner.can_restore(paths.uri, rc.storage_filesystem):
-        state = ExperimentState.load(paths)
-        counts = state.counts()
-        done = counts.get("TERMINATED", 0)
-        if rc.verbose:
-            print(
-                f"ftnb: resuming experiment {name!r} at {paths.uri} ({done} of "
-                f"{len(state.trials)} trials finished, {counts.get('ERRORED', 0)} errored)",
-                flush=True,
+    rc = dataclasses.replace(rc, name=name or rc.name,
+                             storage_path=storage_path or rc.storage_path)
+    if rc.name:
+        storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
+        paths = ExperimentPaths.of(storage, rc.name)
+        if Tuner.can_restore(paths.uri, rc.storage_filesystem):
+            state = ExperimentState.load(paths)
+            counts = state.counts()
+            line = (
+                f"ftnb: resuming experiment {rc.name!r} at {paths.uri} "
+                f"({counts.get('TERMINATED', 0)} of {len(state.trials)} trials finished, "
+                f"{counts.get('ERRORED', 0)} errored)"
             )
-        tuner = Tuner.restore(
-            paths.uri,
-            trainable,
-            resume_errored=True,
-            param_space=param_space,
-            storage_filesystem=rc.storage_filesystem,
-            stop=rc.stop,
-            takeover=takeover,
-            verbose=rc.verbose,
-        )
-        return tuner.fit()
-    return Tuner(
+            tuner = Tuner.restore(
+                paths.uri,
+                trainable,
+                resume_errored=not restart_errored,
+                restart_errored=restart_errored,
+                param_space=param_space,
+                storage_filesystem=rc.storage_filesystem,
+                stop=rc.stop,
+                takeover=takeover,
+                verbose=rc.verbose,
+            )
+            return tuner, line
+    tuner = Tuner(
         trainable,
         param_space=param_space,
         tune_config=tune_config,
         run_config=rc,
         resources_per_trial=resources_per_trial,
-    ).fit()
+    )
+    return tuner, None

@@ -1,0 +1,426 @@
+"""Experiments that run in the background: :func:`launch`, :func:`attach`, :class:`ExperimentHandle`.
+
+``ftnb.launch(train, ...)`` returns at once: the experiment runs in a detached supervisor process
+(``ftnb/supervisor.py``) that outlives the kernel. A handle is only a path: any kernel, or a
+script, re-creates it with ``ftnb.attach(name_or_path)`` and can then watch, stop, resume or read
+the experiment. The ``%ftrun`` family of magics is a thin layer over this module.
+
+    >>> h = ftnb.launch(train, param_space=space, name="sweep1")   # doctest: +SKIP
+    >>> h.status(), h.wait().get_dataframe()                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from .config import RunConfig, TuneConfig
+from .state import ExperimentState, TrialStatus
+from .storage import ExperimentPaths, Storage, default_storage_path
+
+__all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
+
+_POLL_S = 0.2
+_FINISHED_TRIAL = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
+
+
+class ExperimentNotFoundError(ValueError):
+    """No ftnb experiment where the caller pointed."""
+
+
+# -- starting and finding experiments ----------------------------------------------------------
+def launch(
+    trainable: Callable[[dict], Any],
+    *,
+    param_space: Optional[Mapping[str, Any]] = None,
+    name: Optional[str] = None,
+    storage_path: Optional[str] = None,
+    tune_config: Optional[TuneConfig] = None,
+    run_config: Optional[RunConfig] = None,
+    resources_per_trial: Any = None,
+    restart_errored: bool = False,
+    wait: bool = False,
+    origin: Optional[dict] = None,
+    quiet: bool = False,
+) -> "ExperimentHandle":
+    """Run an experiment in the background and return its handle at once.
+
+    The arguments are :class:`ftnb.Tuner`'s (``name`` and ``storage_path`` override those of
+    ``run_config``). The controller runs in a detached supervisor process with its own log
+    (``<experiment>/supervisor.log``): restarting, interrupting or culling the kernel does not
+    stop the experiment, and its ``ftnb.put`` objects live on in the supervisor.
+
+    When an experiment of that name exists: if it is running, the handle attaches to it; if not
+    (it was interrupted, its supervisor died), it is resumed as :func:`ftnb.run` does (errored
+    trials continue from their latest checkpoint, or start over with ``restart_errored``),
+    with ``param_space`` giving the objects again. Either way one line says so.
+
+    Bad input raises here, before anything starts. ``wait=True`` blocks until the experiment
+    ends. ``origin`` records where the trainable and space came from (names in the caller's
+    namespace, e.g. ``{"trainable": "train", "param_space": "space"}``), so that a new kernel
+    can resume with them (:meth:`ExperimentHandle.resume`).
+    """
+    from . import supervisor
+    from .lease import ExperimentLockedError
+    from .objects import bind_objects
+    from .tuner import _start_or_resume
+
+    rc = run_config if run_config is not None else RunConfig()
+    if not isinstance(rc, RunConfig):
+        raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
+    rc = dataclasses.replace(rc, name=name or rc.name, storage_path=storage_path or rc.storage_path)
+    if rc.name:
+        existing = _live_handle(rc)
+        if existing is not None:
+            existing._say(f"ftnb: experiment {rc.name!r} is already running "
+                          f"({existing._owner_text()}); attached to it.", quiet)
+            return existing._finish_launch(wait)
+    # Objects go to this machine's object store once; the supervisor adopts them.
+    space = bind_objects(param_space)[0] if param_space is not None else None
+    # Check everything here, where the error belongs, before a process is spawned.
+    tuner, resuming = _start_or_resume(
+        trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
+        tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
+        restart_errored=restart_errored, caller="ftnb.launch")
+    if not resuming:
+        rc = dataclasses.replace(rc, name=tuner._check_new().name)
+    spec = supervisor.LaunchSpec(
+        trainable=trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
+        tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
+        restart_errored=restart_errored, origin=origin)
+    try:
+        started = supervisor.start(spec)
+    except ExperimentLockedError:
+        existing = _live_handle(rc)  # another launch won the race: watch that one
+        if existing is None:
+            raise
+        existing._say(f"ftnb: experiment {rc.name!r} was just started by another launch "
+                      f"({existing._owner_text()}); attached to it.", quiet)
+        return existing._finish_launch(wait)
+    handle = ExperimentHandle(
+        ExperimentPaths.of(_storage(rc), rc.name), trainable=trainable, param_space=param_space,
+        space_refs=space, process=started.process)
+    if started.resuming:
+        handle._say(started.resuming, quiet)
+    handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor pid "
+                f"{started.pid}, log {started.log})", quiet)
+    return handle._finish_launch(wait)
+
+
+def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
+           storage_filesystem: Any = None) -> "ExperimentHandle":
+    """The handle of an existing experiment, running or not, from any process: by ``name``
+    under ``storage_path`` (default ``$FTNB_STORAGE_PATH`` or ``~/ftnb_results``), or by its
+    folder (a local path or a URL such as ``s3://bucket/exps/sweep1``)."""
+    text = os.fspath(name_or_path) if isinstance(name_or_path, os.PathLike) else name_or_path
+    if not isinstance(text, str) or not text:
+        raise ExperimentNotFoundError(
+            f"ftnb.attach({name_or_path!r}): give an experiment's name or its folder, e.g. "
+            "ftnb.attach('sweep1') or ftnb.attach('s3://bucket/exps/sweep1')."
+        )
+    root = storage_path or default_storage_path()
+    if "://" in text or os.sep in text or text.startswith((".", "~")):
+        paths = ExperimentPaths.at(os.path.expanduser(text), storage_filesystem)
+    else:
+        paths = ExperimentPaths.of(Storage(root, storage_filesystem), text)
+    if not paths.has_state():
+        where = "in that folder" if paths.name != text else f"named {text!r} under {root}"
+        raise ExperimentNotFoundError(
+            f"No ftnb experiment {where} ({paths.uri}). Fix: check the name or path; `%ftls` "
+            f"(or `ftnb ls {root}`) lists the experiments under a storage path."
+        )
+    return ExperimentHandle(paths)
+
+
+def _storage(rc: RunConfig) -> Storage:
+    return Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
+
+
+def _live_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
+    paths = ExperimentPaths.of(_storage(rc), rc.name)
+    if not paths.has_state():
+        return None
+    handle = ExperimentHandle(paths)
+    return handle if handle.is_live() else None
+
+
+# -- the handle ----------------------------------------------------------------------------------
+class ExperimentHandle:
+    """An experiment, by its folder: its status, results, live view and controls.
+
+    Holds nothing but the path (and, when this process launched it, the trainable and objects
+    to resume it with), so it can be re-created anywhere with :func:`ftnb.attach`. Every method
+    reads the experiment directory; ``stop`` and ``stop_trial`` send requests that the running
+    driver picks up (:mod:`ftnb.control`).
+    """
+
+    def __init__(self, paths: ExperimentPaths, *, trainable: Any = None, param_space: Any = None,
+                 space_refs: Any = None, process: Any = None) -> None:
+        self.paths = paths
+        self._trainable = trainable
+        self._param_space = param_space
+        self._space_refs = space_refs  # keeps this process's refs (hence their files) alive
+        self._process = process
+
+    # -- what it is ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.paths.name
+
+    @property
+    def path(self) -> str:
+        return self.paths.uri
+
+    def state(self) -> ExperimentState:
+        """The experiment's state as its files have it (trial records merged)."""
+        return ExperimentState.load(self.paths).merge_trial_records(self.paths)
+
+    def is_live(self) -> bool:
+        """Whether a driver (a supervisor, or a script's ``fit()``) owns it and is alive."""
+        owner = self._owner()
+        return owner is not None
+
+    def status(self) -> str:
+        """RUNNING, FINISHED, ERRORED or INTERRUPTED. A state that says RUNNING whose driver is
+        gone (killed, its machine lost) is INTERRUPTED: resume it (:meth:`resume`)."""
+        status = ExperimentState.load(self.paths).status
+        if status == "RUNNING" and not self.is_live():
+            return "INTERRUPTED"
+        return status
+
+    @property
+    def resume_line(self) -> str:
+        """The one line that resumes this experiment in a notebook."""
+        return f"%ftresume {self._short_ref()}"
+
+    @property
+    def resume_code(self) -> str:
+        """The same in plain Python."""
+        return f"ftnb.attach({self._short_ref()!r}).resume()"
+
+    @property
+    def supervisor_log(self) -> Optional[str]:
+        """The supervisor's log file, when a supervisor ran this experiment."""
+        import json
+
+        try:
+            record = json.loads(self.paths.storage.read_text(self.paths.supervisor))
+        except (OSError, ValueError):
+            return None
+        return record.get("log")
+
+    def _short_ref(self) -> str:
+        default = Storage(default_storage_path())
+        if self.paths.storage.is_local and default.is_local:
+            if os.path.abspath(self.paths.parent_uri) == os.path.abspath(default.root):
+                return self.name
+        return self.path
+
+    def _owner(self) -> Any:
+        from .lease import read_lease
+
+        info = read_lease(self.paths)
+        if info is None or not info.liveness()[0]:
+            return None
+        return info
+
+    def _owner_text(self) -> str:
+        owner = self._owner()
+        return f"pid {owner.pid} on {owner.host}" if owner is not None else "no live driver"
+
+    # -- waiting and results -------------------------------------------------------------------
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Block until the experiment ends (finished, errored, or interrupted) and return its
+        :class:`ftnb.ResultGrid`. Ctrl+C stops the waiting, not the experiment."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while self.status() == "RUNNING":
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"experiment {self.name!r} is still running after {timeout} s "
+                        f"(ftnb.attach({self.path!r}).wait() waits again)."
+                    )
+                time.sleep(_POLL_S)
+        except KeyboardInterrupt:
+            print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
+                  f"(stop it with %ftstop {self._short_ref()} or handle.stop()).", file=sys.stderr)
+            raise
+        return self.results()
+
+    def results(self) -> Any:
+        """The results as they stand (:class:`ftnb.ResultGrid`; ``get_dataframe()``)."""
+        from .result import ResultGrid
+
+        return ResultGrid(self.paths, self.state())
+
+    def monitor(self) -> Any:
+        """A new incremental reader of the experiment (:class:`ftnb.monitor.ExperimentMonitor`)."""
+        from .monitor import ExperimentMonitor
+
+        return ExperimentMonitor(self.paths)
+
+    # -- controls ------------------------------------------------------------------------------
+    def stop(self, wait: bool = True, timeout: float = 60.0) -> None:
+        """Stop the experiment cleanly: running trials end at their next report (or are killed
+        after the grace period) and are PAUSED; the experiment is INTERRUPTED, resumable."""
+        from .control import STOP_EXPERIMENT, send_request
+
+        if not self.is_live():
+            self._say(f"ftnb: experiment {self.name!r} is not running ({self.status()}); "
+                      "nothing to stop.", False)
+            return
+        send_request(self.paths, STOP_EXPERIMENT)
+        if wait:
+            self._wait_until(lambda: self.status() != "RUNNING", timeout, "stop")
+
+    def stop_trial(self, trial_id: str, wait: bool = True, timeout: float = 60.0) -> None:
+        """Stop one trial cleanly (TERMINATED, with what it reported); the others go on."""
+        from .control import STOP_TRIAL, send_request
+
+        trial = self._trial(trial_id)
+        if trial.status in _FINISHED_TRIAL:
+            self._say(f"ftnb: trial {trial_id} already ended ({trial.status}).", False)
+            return
+        if not self.is_live():
+            raise RuntimeError(
+                f"ftnb: experiment {self.name!r} is not running ({self.status()}), so no driver "
+                f"can stop trial {trial_id}. It will not run until the experiment is resumed "
+                f"({self.resume_line})."
+            )
+        send_request(self.paths, STOP_TRIAL, trial_id)
+        if wait:
+            self._wait_until(lambda: self._trial(trial_id).status in _FINISHED_TRIAL
+                             or not self.is_live(), timeout, f"stop trial {trial_id}")
+
+    def resume(self, trainable: Any = None, *, param_space: Any = None,
+               restart_errored: bool = False, wait: bool = False,
+               namespace: Optional[dict] = None, quiet: bool = False) -> "ExperimentHandle":
+        """Resume an interrupted experiment in a new supervisor (a running one is left alone).
+
+        ``trainable`` and ``param_space`` default to the ones this process launched it with,
+        else to the names it was launched under (``%ftrun``'s), looked up in ``namespace``
+        (default: the notebook's, ``__main__``), else to the trainable's own name there."""
+        if self.is_live():
+            self._say(f"ftnb: experiment {self.name!r} is running ({self._owner_text()}); "
+                      "nothing to resume.", quiet)
+            return self
+        found_trainable, found_space = self._from_namespace(namespace)
+        trainable = trainable or self._trainable or found_trainable
+        if param_space is None:
+            param_space = self._param_space if self._param_space is not None else found_space
+        if trainable is None:
+            raise ValueError(
+                f"ftnb: cannot resume {self.name!r} without its trainable: "
+                f"{self._origin_text()} is not defined here. Fix: run the cell that defines it, "
+                f"or pass it: ftnb.attach({self.path!r}).resume(train)."
+            )
+        return launch(trainable, param_space=param_space, name=self.name,
+                      storage_path=self.paths.parent_uri,
+                      run_config=RunConfig(storage_filesystem=self._filesystem()),
+                      restart_errored=restart_errored, wait=wait, quiet=quiet,
+                      origin=self._origin())
+
+    def _origin(self) -> dict:
+        try:
+            state = ExperimentState.load(self.paths)
+        except Exception:
+            return {}
+        origin = dict(state.settings.get("origin") or {})
+        origin.setdefault("trainable", state.trainable.rsplit(".", 1)[-1] if state.trainable
+                          else None)
+        return origin
+
+    def _origin_text(self) -> str:
+        name = self._origin().get("trainable")
+        return f"the function {name!r}" if name else "the trainable"
+
+    def _from_namespace(self, namespace: Optional[dict]) -> tuple[Any, Any]:
+        if namespace is None:
+            main = sys.modules.get("__main__")
+            namespace = vars(main) if main is not None else {}
+        origin = self._origin()
+        trainable = namespace.get(origin.get("trainable") or "")
+        space = namespace.get(origin.get("param_space") or "")
+        return (trainable if callable(trainable) else None,
+                space if isinstance(space, Mapping) else None)
+
+    def _filesystem(self) -> Any:
+        storage = self.paths.storage
+        return None if storage.is_local else storage.fs
+
+    def _trial(self, trial_id: str) -> Any:
+        state = self.state()
+        for trial in state.trials:
+            if trial.trial_id == trial_id:
+                return trial
+        ids = [t.trial_id for t in state.trials]
+        shown = ", ".join(ids[:5]) + (f" ... ({len(ids)} trials)" if len(ids) > 5 else "")
+        raise ValueError(f"experiment {self.name!r} has no trial {trial_id!r}; its trials: {shown}.")
+
+    def _wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"ftnb: {what} of experiment {self.name!r} not done after "
+                                   f"{timeout} s; the request stands (see {self.path}/control).")
+            time.sleep(_POLL_S)
+
+    # -- display -------------------------------------------------------------------------------
+    def widget(self, metric: Optional[str] = None) -> Any:
+        """The live ipywidgets view of this experiment (needs ``ftnb[notebook]``)."""
+        from .notebook.widget import ExperimentWidget
+
+        return ExperimentWidget(self, metric=metric)
+
+    def display(self, metric: Optional[str] = None) -> None:
+        """Show the live widget in a notebook; print the text table anywhere else."""
+        if _in_kernel():
+            try:
+                from IPython.display import display
+
+                display(self.widget(metric=metric))
+                return
+            except ImportError:
+                pass
+        print(self.text())
+
+    def text(self) -> str:
+        """The view as a text table (the same rows as the widget)."""
+        from .view import ExperimentView, render_table
+
+        view = ExperimentView.from_state(self.state(), self.path)
+        view.status = self.status() if view.status == "RUNNING" else view.status
+        text = render_table(view)
+        if view.status == "INTERRUPTED":
+            text += f"\nResume it with: {self.resume_line}   (or {self.resume_code})"
+        return text
+
+    def __repr__(self) -> str:
+        try:
+            status = self.status()
+        except Exception:
+            status = "unreadable"
+        return f"ExperimentHandle({self.name!r}, {status}, {self.path!r})"
+
+    def _say(self, line: str, quiet: bool) -> None:
+        if not quiet:
+            print(line, flush=True)
+
+    def _finish_launch(self, wait: bool) -> "ExperimentHandle":
+        if wait:
+            self.wait()
+        return self
+
+
+def _in_kernel() -> bool:
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    try:
+        ip = shell.get_ipython()
+    except Exception:
+        return False
+    return ip is not None and getattr(ip, "kernel", None) is not None
