@@ -66,8 +66,9 @@ def launch(
     from . import supervisor
     from .lease import ExperimentLockedError
     from .objects import bind_objects
-    from .tuner import _start_or_resume
+    from .tuner import _check_trainable, _start_or_resume
 
+    _check_trainable(trainable, "ftnb.launch")
     rc = run_config if run_config is not None else RunConfig()
     if not isinstance(rc, RunConfig):
         raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")

@@ -115,9 +115,13 @@ def start(spec: LaunchSpec, timeout_s: float = START_TIMEOUT_S) -> SupervisorSta
         os.close(read_end)
     if message is None:
         _remove(spec_path)
-        code = process.poll()
+        try:  # it closed the pipe, or the time ran out: has it exited?
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+            os.killpg(process.pid, signal.SIGKILL)  # nobody would be told what it does next
         why = (f"exited with code {code}" if code is not None
-               else f"did not start within {timeout_s:.0f} s (still running as pid {process.pid})")
+               else f"did not start within {timeout_s:.0f} s and was killed")
         raise SupervisorError(
             f"ftnb: the supervisor process {why} before the experiment {spec.name!r} started. "
             f"The end of its log ({log_path}):\n{_tail(log_path)}"

@@ -6,6 +6,8 @@ config:
     faults: {attempt number (str): [iteration, how]} where how is raise | exit3 | sigkill |
         sigterm | segfault | raise_same. The fault fires just before that iteration is reported.
     sleep: seconds per iteration.
+    gate: a file path: the last iteration waits until that file exists (tests decide when a
+        trial may finish).
 
 Every reported step is appended to ``executed.log`` in the trial folder (one line per report,
 "attempt step"), so tests can count iterations done twice.
@@ -32,6 +34,8 @@ def scripted(config: dict) -> None:
     log_path = os.path.join(ctx.trial_dir, "executed.log")
     for step in range(start + 1, n + 1):
         time.sleep(config.get("sleep", 0))
+        if step == n and config.get("gate"):
+            _wait_for_file(config["gate"])
         if fault and fault[0] == step:
             _fire(fault[1], step, ctx.attempt)
         metrics = {"score": step * config.get("slope", 1.0), "resumed_from": start}
@@ -46,6 +50,14 @@ def scripted(config: dict) -> None:
                 ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
         else:
             ftnb.report(metrics)
+
+
+def _wait_for_file(path: str, timeout_s: float = 120.0) -> None:
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(f"gate {path} never opened")
+        time.sleep(0.02)
 
 
 def restored_step() -> int:
