@@ -31,7 +31,7 @@ from .storage import (
     default_storage_path,
 )
 
-__all__ = ["main"]
+__all__ = ["CliError", "list_experiments", "main"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # something unexpected (a bug, a backend failure)
@@ -158,7 +158,12 @@ class _Listed:
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
-    given = args.storage
+    return list_experiments(args.storage, as_json=args.json)
+
+
+def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
+    """Print the experiments under the storage path ``given`` (default: the default storage)
+    as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
     where = given or default_storage_path()
     if given is None:
         origin = "$FTNB_STORAGE_PATH" if os.environ.get("FTNB_STORAGE_PATH") else "the default"
@@ -191,7 +196,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     broken = sorted((e for e in listed if e.error is not None), key=lambda e: e.name)
     listed = readable + broken  # newest last; the ones that need attention at the very end
 
-    if args.json:
+    if as_json:
         _print_json([dataclasses.asdict(e) for e in listed])
         return EXIT_OK
     if not listed:

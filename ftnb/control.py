@@ -6,9 +6,9 @@ behind ``%ftrun``) polls that folder and deletes each request once acted upon. A
 socket, so a new kernel, the CLI or another machine needs nothing but the experiment's path, and
 it works the same on local disks, NFS and object stores.
 
-Requests only mean something to a live driver: a driver discards the requests it finds when it
-starts (they were meant for one that is gone), and :class:`ftnb.handle.ExperimentHandle` sends
-none to an experiment that no driver owns.
+Requests only mean something to a live driver: a driver discards the requests sent before it
+took the experiment (they were meant for one that is gone), and
+:class:`ftnb.handle.ExperimentHandle` sends none to an experiment that no driver owns.
 """
 
 from __future__ import annotations
@@ -57,17 +57,28 @@ def send_request(paths: ExperimentPaths, action: str, trial_id: Optional[str] = 
     return request
 
 
+def _sent_ns(name: str) -> int:
+    try:
+        return int(name.split("-", 1)[0])
+    except ValueError:
+        return 0
+
+
 class ControlInbox:
     """The driver's side: :meth:`take` returns the new requests (at most every ``interval_s``,
     a listing of one folder) and removes their files."""
 
-    def __init__(self, paths: ExperimentPaths, interval_s: Optional[float] = None) -> None:
+    def __init__(self, paths: ExperimentPaths, since: float,
+                 interval_s: Optional[float] = None) -> None:
+        """``since``: when this driver took the experiment (its lease); older requests were
+        meant for a driver that is gone and are dropped."""
         self.paths = paths
         self.interval_s = interval_s if interval_s is not None else (
             0.2 if paths.storage.is_local else 2.0)
         self._next = 0.0
-        for name in self._names():  # left over from a driver that is gone: not meant for us
-            paths.storage.remove(paths.storage.join(paths.control, name))
+        for name in self._names():
+            if _sent_ns(name) < since * 1e9:
+                paths.storage.remove(paths.storage.join(paths.control, name))
 
     def _names(self) -> list[str]:
         return [n for n in self.paths.storage.listdir(self.paths.control) if n.endswith(_SUFFIX)]

@@ -79,6 +79,11 @@ def launch(
             existing._say(f"ftnb: experiment {rc.name!r} is already running "
                           f"({existing._owner_text()}); attached to it.", quiet)
             return existing._finish_launch(wait)
+        finished = _finished_handle(rc)
+        if finished is not None:
+            finished._say(f"ftnb: experiment {rc.name!r} already finished; attached to it "
+                          "(nothing to resume).", quiet)
+            return finished
     # Objects go to this machine's object store once; the supervisor adopts them.
     space = bind_objects(param_space)[0] if param_space is not None else None
     # Check everything here, where the error belongs, before a process is spawned.
@@ -146,6 +151,21 @@ def _live_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
         return None
     handle = ExperimentHandle(paths)
     return handle if handle.is_live() else None
+
+
+def _finished_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
+    """The handle of experiment ``rc.name`` if a resume would run none of its trials (all
+    TERMINATED: errored ones are resumed, or restarted)."""
+    paths = ExperimentPaths.of(_storage(rc), rc.name)
+    if not paths.has_state():
+        return None
+    try:
+        state = ExperimentState.load(paths).merge_trial_records(paths)
+    except Exception:
+        return None  # restore will say what is wrong with it
+    if state.trials and all(t.status == TrialStatus.TERMINATED for t in state.trials):
+        return ExperimentHandle(paths)
+    return None
 
 
 # -- the handle ----------------------------------------------------------------------------------
@@ -234,11 +254,12 @@ class ExperimentHandle:
 
     # -- waiting and results -------------------------------------------------------------------
     def wait(self, timeout: Optional[float] = None) -> Any:
-        """Block until the experiment ends (finished, errored, or interrupted) and return its
-        :class:`ftnb.ResultGrid`. Ctrl+C stops the waiting, not the experiment."""
+        """Block until the experiment ends (finished, errored, or interrupted) and its driver
+        let go of it, and return its :class:`ftnb.ResultGrid`. Ctrl+C stops the waiting, not
+        the experiment."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while self.status() == "RUNNING":
+            while self.is_live():
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"experiment {self.name!r} is still running after {timeout} s "
@@ -274,8 +295,8 @@ class ExperimentHandle:
                       "nothing to stop.", False)
             return
         send_request(self.paths, STOP_EXPERIMENT)
-        if wait:
-            self._wait_until(lambda: self.status() != "RUNNING", timeout, "stop")
+        if wait:  # until the driver let go of it too: a resume right after must not find it live
+            self._wait_until(lambda: not self.is_live(), timeout, "stop")
 
     def stop_trial(self, trial_id: str, wait: bool = True, timeout: float = 60.0) -> None:
         """Stop one trial cleanly (TERMINATED, with what it reported); the others go on."""

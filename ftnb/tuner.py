@@ -180,7 +180,7 @@ class Tuner:
             listeners=listeners,
             lease=lease,
             resume_hint=hint,
-            control=ControlInbox(paths),
+            control=ControlInbox(paths, since=lease.info.acquired),
         )
         if prepare is not None:
             prepare(controller)
@@ -662,7 +662,7 @@ def _start_or_resume(
                 restart_errored=restart_errored,
                 param_space=param_space,
                 storage_filesystem=rc.storage_filesystem,
-                stop=rc.stop,
+                stop=rc.stop if rc.stop is not None else _UNSET,  # else: the stored one
                 takeover=takeover,
                 verbose=rc.verbose,
             )

@@ -1,0 +1,968 @@
+"""IPython magics: launch, watch, stop and resume experiments without leaving the notebook.
+
+    %load_ext ftnb
+    %ftrun train --param-space space --name sweep1 --max-failures 3 -o h   (also as %%ftrun)
+    %ftattach sweep1              the live widget of any experiment, from any kernel
+    %ftls                         the experiments under the storage path (as ``ftnb ls``)
+    %ftstop sweep1 [--trial ID]   stop an experiment (resumable) or one trial
+    %ftresume sweep1              resume an interrupted experiment with the notebook's objects
+
+Each magic is a thin layer over the plain Python API (:func:`ftnb.launch`, :func:`ftnb.attach`,
+:class:`ftnb.handle.ExperimentHandle`). Parsing and name resolution live in plain classes
+(:class:`RunCommand`, :class:`ResumeCommand`) that need no shell, so they are tested without
+one; :class:`FtnbMagics` only runs cells, calls the API and shows the result.
+
+Defaults (``%config FtnbMagics.<name> = ...``, or the environment):
+
+    storage_path   $FTNB_STORAGE_PATH   where experiments live (default ~/ftnb_results)
+    max_failures   $FTNB_MAX_FAILURES   retries per trial when --max-failures is not given (0)
+    concurrency    $FTNB_CONCURRENCY    trials at once when --concurrency is not given (fill)
+    widget         $FTNB_WIDGET         show the live widget (True; 0/false turns it off)
+    verbose        $FTNB_VERBOSE        RunConfig.verbose of launched experiments (1)
+
+A user's mistake (a name not defined, not a function, an unknown option, no experiment at a
+path) is one line (IPython's ``UsageError``), never a traceback; ``FTNB_DEBUG=1`` shows the
+traceback of errors raised by ftnb itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import difflib
+import keyword
+import os
+import re
+import shlex
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, argument_group, magic_arguments
+from traitlets import Bool, Int, TraitError, Unicode, default, validate
+
+__all__ = [
+    "FtnbMagics",
+    "LaunchPlan",
+    "MagicDefaults",
+    "MagicInputError",
+    "ResumeCommand",
+    "RunCommand",
+    "load_ipython_extension",
+]
+
+
+class MagicInputError(ValueError):
+    """A mistake in a magic's input (its line, or a name it refers to): shown as one line."""
+
+
+# -- option tables ------------------------------------------------------------------------------
+# One table per magic feeds both the plain parser (used for parsing, testable without IPython)
+# and IPython's @magic_arguments (which writes the complete `%ftrun?` help), so the help can
+# never disagree with what is parsed.
+
+
+@dataclass(frozen=True)
+class _Opt:
+    flags: tuple[str, ...]
+    kwargs: dict
+
+
+@dataclass(frozen=True)
+class _Group:
+    title: str
+    description: Optional[str] = None
+
+
+def _opt(*flags: str, **kwargs: Any) -> _Opt:
+    if "help" in kwargs:  # argparse %-formats help texts; ours mention %ftrun literally
+        kwargs["help"] = kwargs["help"].replace("%", "%%")
+    return _Opt(flags, kwargs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`MagicInputError` instead of exiting the process."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise MagicInputError(f"{self.prog}: {message}. `{self.prog}?` shows the options")
+
+
+@dataclass(frozen=True)
+class MagicSpec:
+    """A magic's name, description and options (see :data:`FTRUN`)."""
+
+    name: str
+    description: str
+    items: tuple[Union[_Opt, _Group], ...]
+
+    @property
+    def prog(self) -> str:
+        return f"%{self.name}"
+
+    def parser(self) -> argparse.ArgumentParser:
+        """A plain argparse parser with this magic's options (no IPython needed)."""
+        parser = _Parser(prog=self.prog, description=self.description, add_help=False,
+                         allow_abbrev=False)
+        target: Any = parser
+        for item in self.items:
+            if isinstance(item, _Group):
+                target = parser.add_argument_group(item.title, item.description)
+            else:
+                target.add_argument(*item.flags, **item.kwargs)
+        return parser
+
+    def parse(self, line: str) -> argparse.Namespace:
+        """Parse a magic's line the way a shell would split it (quotes group words)."""
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:  # an unclosed quote
+            raise MagicInputError(f"{self.prog}: cannot split {line!r}: {exc}") from None
+        parser = self.parser()
+        args, unknown = parser.parse_known_args(words)
+        if unknown:
+            raise MagicInputError(self._unknown_message(parser, unknown))
+        return args
+
+    def _unknown_message(self, parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+        option = next((w for w in unknown if w.startswith("-")), None)
+        if option is None:
+            return (f"{self.prog}: unexpected argument {unknown[0]!r} (quote values with spaces). "
+                    f"`{self.prog}?` shows the options")
+        known = [f for a in parser._actions for f in a.option_strings]
+        close = difflib.get_close_matches(option.split("=", 1)[0], known, n=1)
+        guess = f" Did you mean {close[0]}?" if close else ""
+        return f"{self.prog}: unknown option {option}.{guess} `{self.prog}?` shows the options"
+
+    def help_for(self, func: Callable) -> Callable:
+        """Decorate a magic method with IPython's argument help (``%ftrun?``)."""
+        func.__doc__ = self.description
+        for item in reversed(self.items):  # decorators apply bottom-up
+            if isinstance(item, _Group):
+                func = argument_group(item.title, item.description)(func)
+            else:
+                func = argument(*item.flags, **item.kwargs)(func)
+        return magic_arguments(self.name)(func)
+
+
+# -- value types (argparse puts their message after the option's name) --------------------------
+def _whole(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return int(value) if value.is_integer() else value
+
+
+_NAME_HELP = "a name in the notebook's namespace (a.b for an attribute)"
+
+_OUTPUT = _opt("-o", "--output", metavar="NAME",
+               help="also store the ExperimentHandle in the variable NAME")
+_NO_WIDGET = _opt("--no-widget", dest="widget", action="store_false", default=None,
+                  help="do not show the live widget (default: FtnbMagics.widget)")
+_STORAGE = _opt("--storage", metavar="PATH", dest="storage_path",
+                help="the storage path: a folder or an fsspec URL such as s3://bucket/runs "
+                     "(default: FtnbMagics.storage_path, $FTNB_STORAGE_PATH, ~/ftnb_results)")
+_FILESYSTEM = _opt("--filesystem", metavar="NAME",
+                   help="an fsspec filesystem object in the namespace to reach the storage with "
+                        "(e.g. s3fs.S3FileSystem(endpoint_url=...))")
+_WAIT = _opt("--wait", action="store_true",
+             help="block until the experiment is done (Ctrl+C stops waiting, not the experiment)")
+
+FTRUN = MagicSpec(
+    "ftrun",
+    """Run an experiment in the background and show its live widget; returns its handle.
+
+    Line magic:  %ftrun train --param-space space --name sweep1 --max-failures 3 -o h
+    Cell magic:  %%ftrun --name sweep1
+                 def train(config): ...
+                 space = {"lr": ftnb.grid_search([0.1, 0.01])}
+
+    The cell runs first; then its one function is the trainable (unless TRAINABLE is given)
+    and a variable named `param_space` or `space` it assigns is the search space (unless
+    --param-space is given). The experiment runs in its own process: restarting the kernel
+    does not stop it (%ftattach NAME shows it again). An experiment of the same name that
+    exists is resumed instead of started (errored trials from their latest checkpoint), with
+    the objects now in the notebook; a running one is attached to.
+    """,
+    (
+        _opt("trainable", nargs="?", metavar="TRAINABLE",
+             help="the function to run, train(config); " + _NAME_HELP
+                  + " (default in %%ftrun: the one function the cell defines)"),
+        _opt("-p", "--param-space", metavar="NAME",
+             help="the search space, a dict; " + _NAME_HELP),
+        _opt("-n", "--name", metavar="NAME",
+             help="the experiment's name: its folder under the storage path (default: "
+                  "TRAINABLE and the time). An existing experiment of that name is resumed"),
+        _STORAGE,
+        _FILESYSTEM,
+        _opt("--stop", action="append", metavar="CRITERION",
+             help="when a trial is done: METRIC=VALUE[,METRIC=VALUE...] (e.g. "
+                  "training_iteration=10; repeatable), a dict literal, or the name of a dict "
+                  "or of a function (trial_id, result) -> bool"),
+        _opt("--verbose", type=int, choices=(0, 1, 2),
+             help="RunConfig.verbose for the experiment's log (default: FtnbMagics.verbose)"),
+        _Group("trials and search (TuneConfig, resources)"),
+        _opt("--num-samples", type=_whole(1), metavar="N",
+             help="how many times the search space is sampled (default 1)"),
+        _opt("--concurrency", type=_whole(1), metavar="N",
+             help="at most N trials at once (default: FtnbMagics.concurrency, else as many as "
+                  "the CPUs and GPUs allow)"),
+        _opt("--cpus-per-trial", type=_amount, metavar="N", help="CPUs per trial (default 1)"),
+        _opt("--gpus-per-trial", type=_amount, metavar="N",
+             help="GPUs per trial (default 0; a fraction below 1 shares a GPU)"),
+        _opt("--metric", metavar="NAME",
+             help="the metric that ranks trials (and the one the widget plots first)"),
+        _opt("--mode", choices=("max", "min"), help="whether a higher or lower --metric is better"),
+        _opt("--seed", type=int, metavar="N", help="makes the random draws reproducible"),
+        _Group("failures (FailureConfig)"),
+        _opt("--max-failures", type=_whole(-1), metavar="N",
+             help="retries per trial: 0 none, N up to N, -1 forever (default: "
+                  "FtnbMagics.max_failures)"),
+        _opt("--fail-fast", action="store_true",
+             help="stop the experiment at the first trial that ends ERRORED"),
+        _opt("--retry-repeated-errors", action="store_true",
+             help="keep retrying a trial that fails twice with the same error at the same "
+                  "iteration (default: it is ERRORED at once, since retrying will not fix it)"),
+        _opt("--preemption-grace", type=_amount, metavar="SECONDS",
+             help="how long a preempted (SIGTERMed) trial may take to checkpoint (default 30)"),
+        _opt("--restart-errored", action="store_true",
+             help="when resuming an existing experiment, start its errored trials over from "
+                  "scratch (default: continue them from their latest checkpoint)"),
+        _Group("checkpoints (CheckpointConfig)"),
+        _opt("--num-to-keep", type=_whole(1), metavar="N",
+             help="keep at most N checkpoints per trial (default: all)"),
+        _opt("--checkpoint-score-attribute", metavar="METRIC",
+             help="rank checkpoints by this metric for --num-to-keep (default: keep the newest)"),
+        _opt("--checkpoint-score-order", choices=("max", "min"),
+             help="whether a higher or lower checkpoint score is better (default max)"),
+        _Group("notebook"),
+        _OUTPUT,
+        _WAIT,
+        _NO_WIDGET,
+        _opt("-q", "--quiet", action="store_true",
+             help="do not print the line saying the experiment started, resumed or attached"),
+    ),
+)
+
+FTATTACH = MagicSpec(
+    "ftattach",
+    """Show the live widget of an experiment, running or finished; returns its handle.
+
+    %ftattach sweep1               by name, under the storage path
+    %ftattach s3://bucket/runs/sweep1 -o h
+    """,
+    (
+        _opt("target", metavar="NAME_OR_PATH",
+             help="an experiment's name under the storage path, or its folder (path or URL)"),
+        _STORAGE,
+        _FILESYSTEM,
+        _opt("--metric", metavar="NAME", help="the metric the widget plots first"),
+        _OUTPUT,
+        _NO_WIDGET,
+    ),
+)
+
+FTLS = MagicSpec(
+    "ftls",
+    """List the experiments under a storage path (the same listing as `ftnb ls`).""",
+    (
+        _opt("storage_path", nargs="?", metavar="STORAGE",
+             help="a folder or an fsspec URL (default: FtnbMagics.storage_path, "
+                  "$FTNB_STORAGE_PATH, ~/ftnb_results)"),
+    ),
+)
+
+FTSTOP = MagicSpec(
+    "ftstop",
+    """Stop an experiment cleanly (it can be resumed: %ftresume NAME), or one of its trials.
+
+    %ftstop sweep1
+    %ftstop sweep1 --trial 3f2a1_00002
+    """,
+    (
+        _opt("target", metavar="NAME_OR_PATH",
+             help="the experiment's name under the storage path, or its folder"),
+        _opt("--trial", metavar="ID", help="stop only this trial (it ends TERMINATED)"),
+        _STORAGE,
+        _FILESYSTEM,
+        _opt("--no-wait", dest="wait", action="store_false",
+             help="return at once instead of waiting until it has stopped"),
+        _opt("--timeout", type=_amount, default=60.0, metavar="SECONDS",
+             help="how long to wait for it to stop (default 60)"),
+    ),
+)
+
+FTRESUME = MagicSpec(
+    "ftresume",
+    """Resume an interrupted experiment with the trainable and objects in this notebook.
+
+    %ftresume sweep1
+    %ftresume sweep1 --trainable train_v2 --param-space space -o h
+
+    By default the trainable and the search space are the notebook's variables of the names
+    %ftrun used (run the cells that define them first). Objects in the space (models,
+    datasets, ftnb.put refs) are taken from the space as it is now.
+    """,
+    (
+        _opt("target", metavar="NAME_OR_PATH",
+             help="the experiment's name under the storage path, or its folder"),
+        _opt("--trainable", metavar="NAME",
+             help="the function to run; " + _NAME_HELP + " (default: the name %ftrun used)"),
+        _opt("-p", "--param-space", metavar="NAME",
+             help="the search space with its objects re-created; " + _NAME_HELP
+                  + " (default: the name %ftrun used, if it is defined)"),
+        _opt("--restart-errored", action="store_true",
+             help="start errored trials over from scratch (default: continue them from their "
+                  "latest checkpoint)"),
+        _STORAGE,
+        _FILESYSTEM,
+        _opt("--metric", metavar="NAME", help="the metric the widget plots first"),
+        _OUTPUT,
+        _WAIT,
+        _NO_WIDGET,
+    ),
+)
+
+
+# -- defaults -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MagicDefaults:
+    """What an option that is not given falls back to (``FtnbMagics``' configuration)."""
+
+    storage_path: Optional[str] = None
+    max_failures: int = 0
+    concurrency: Optional[int] = None
+    widget: bool = True
+    verbose: int = 1
+
+
+# -- names in the user's namespace --------------------------------------------------------------
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+# A `%%ftrun` cell that assigns one of these names defines the search space.
+SPACE_NAMES = ("param_space", "space")
+
+
+def lookup(namespace: Mapping[str, Any], name: str, what: str) -> Any:
+    """The value of ``name`` (``a`` or ``a.b.c``) in ``namespace``, or a one-line error that
+    names ``what`` it was meant to be and the closest name that exists."""
+    if not _DOTTED.match(name) or keyword.iskeyword(name.split(".")[0]):
+        fix = ""
+        if "(" in name:
+            fix = " Fix: give the name alone, without parentheses or arguments"
+        raise MagicInputError(f"{what} {name!r} is not a Python name.{fix}".rstrip("."))
+    first, *rest = name.split(".")
+    if first not in namespace:
+        visible = [k for k in namespace if not k.startswith("_")]
+        close = difflib.get_close_matches(first, visible, n=1)
+        guess = f" Did you mean {close[0]!r}?" if close else ""
+        raise MagicInputError(
+            f"{what} {first!r} is not defined in this notebook.{guess} Fix: run the cell that "
+            "defines it first, or check the spelling"
+        )
+    value = namespace[first]
+    for index, attr in enumerate(rest):
+        try:
+            value = getattr(value, attr)
+        except AttributeError:
+            owner = ".".join([first, *rest[:index]])
+            raise MagicInputError(f"{what} {name!r}: {owner} has no attribute {attr!r}") from None
+    return value
+
+
+def _trainable_from(namespace: Mapping[str, Any], name: str, what: str = "trainable") -> Any:
+    value = lookup(namespace, name, what)
+    if not callable(value):
+        raise MagicInputError(
+            f"{what} {name!r} is a {type(value).__name__}, not a function. Fix: name the "
+            "function that trains, def train(config): ... ftnb.report(...)"
+        )
+    return value
+
+
+def _space_from(namespace: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = lookup(namespace, name, "param space")
+    if not isinstance(value, Mapping):
+        raise MagicInputError(
+            f"param space {name!r} is a {type(value).__name__}, not a dict. Fix: name a dict "
+            'such as {"lr": ftnb.grid_search([0.1, 0.01])}'
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class CellDefinitions:
+    """What a cell defines at its top level: functions and search-space variables."""
+
+    functions: tuple[str, ...] = ()
+    spaces: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, source: str) -> "CellDefinitions":
+        """Read ``source`` (plain Python, after IPython's transformations) without running it.
+        A syntax error gives nothing: running the cell then shows the error itself."""
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return cls()
+        functions: list[str] = []
+        spaces: list[str] = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append(node.name)
+                continue
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets = [node.target]
+            spaces += [t.id for t in targets if isinstance(t, ast.Name) and t.id in SPACE_NAMES]
+        return cls(tuple(dict.fromkeys(functions)), tuple(dict.fromkeys(spaces)))
+
+
+# -- %ftrun -------------------------------------------------------------------------------------
+@dataclass
+class LaunchPlan:
+    """What ``%ftrun`` does: ``ftnb.launch(trainable, **kwargs)``, then shows the result."""
+
+    trainable: Callable[..., Any]
+    kwargs: dict
+    output: Optional[str] = None
+    widget: bool = True
+    wait: bool = False
+    metric: Optional[str] = None
+
+
+@dataclass
+class RunCommand:
+    """``%ftrun``'s line (and cell), parsed; :meth:`resolve` finds its names in a namespace.
+
+    Example:
+        >>> cmd = RunCommand.parse("train -p space --max-failures 3 --concurrency 4")
+        >>> plan = cmd.resolve({"train": lambda config: None, "space": {"x": 1}})
+        >>> plan.kwargs["run_config"].failure_config.max_failures
+        3
+    """
+
+    args: argparse.Namespace
+    trainable_name: str
+    param_space_name: Optional[str]
+    source: str
+    defaults: MagicDefaults = field(default_factory=MagicDefaults)
+
+    @classmethod
+    def parse(cls, line: str, defaults: Optional[MagicDefaults] = None,
+              cell: Optional[str] = None) -> "RunCommand":
+        """Parse ``line``; ``cell`` is the body of a ``%%ftrun`` cell (plain Python), which
+        may supply the trainable and the space. Raises :class:`MagicInputError`."""
+        args = FTRUN.parse(line)
+        _check_output_name(args.output, FTRUN)
+        trainable, space = args.trainable, args.param_space
+        if cell is not None:
+            found = CellDefinitions.of(cell)
+            if trainable is None:
+                trainable = _the_one_function(found.functions)
+            if space is None and found.spaces:
+                if len(found.spaces) > 1:
+                    raise MagicInputError(
+                        f"%%ftrun: the cell assigns both {' and '.join(found.spaces)}. Fix: "
+                        f"say which is the search space: --param-space {found.spaces[0]}"
+                    )
+                space = found.spaces[0]
+        if trainable is None:
+            raise MagicInputError(
+                "%ftrun needs the trainable: %ftrun train [--param-space space] [--name NAME] "
+                "... (`%ftrun?` shows the options)"
+            )
+        prefix = "%%ftrun" if cell is not None else "%ftrun"
+        return cls(args, trainable, space, f"{prefix} {line.strip()}".strip(),
+                   defaults or MagicDefaults())
+
+    def resolve(self, namespace: Mapping[str, Any]) -> LaunchPlan:
+        """Find the named objects in ``namespace`` and build the arguments of ``ftnb.launch``.
+        Raises :class:`MagicInputError` for a missing or wrong name or an invalid value."""
+        from ..config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+
+        a, d = self.args, self.defaults
+        trainable = _trainable_from(namespace, self.trainable_name)
+        space = _space_from(namespace, self.param_space_name) if self.param_space_name else None
+        stop = _stop_from(namespace, a.stop) if a.stop else None
+        filesystem = lookup(namespace, a.filesystem, "--filesystem") if a.filesystem else None
+        resources = {k: v for k, v in (("cpu", a.cpus_per_trial), ("gpu", a.gpus_per_trial))
+                     if v is not None}
+        failure = dict(max_failures=_given(a.max_failures, d.max_failures),
+                       fail_fast=a.fail_fast,
+                       stop_on_repeated_error=not a.retry_repeated_errors)
+        if a.preemption_grace is not None:
+            failure["preemption_grace_period_s"] = float(a.preemption_grace)
+        checkpoint: dict[str, Any] = dict(num_to_keep=a.num_to_keep,
+                                          checkpoint_score_attribute=a.checkpoint_score_attribute)
+        if a.checkpoint_score_order is not None:
+            checkpoint["checkpoint_score_order"] = a.checkpoint_score_order
+        with _config_errors():
+            tune_config = TuneConfig(
+                num_samples=_given(a.num_samples, 1),
+                max_concurrent_trials=_given(a.concurrency, d.concurrency),
+                metric=a.metric, mode=a.mode, seed=a.seed,
+            )
+            run_config = RunConfig(
+                storage_filesystem=filesystem,
+                failure_config=FailureConfig(**failure),
+                checkpoint_config=CheckpointConfig(**checkpoint),
+                stop=stop,
+                verbose=_given(a.verbose, d.verbose),
+            )
+        origin = {"trainable": self.trainable_name, "source": self.source}
+        if self.param_space_name:
+            origin["param_space"] = self.param_space_name
+        kwargs: dict[str, Any] = dict(
+            param_space=space,
+            name=a.name,
+            storage_path=_given(a.storage_path, d.storage_path),
+            tune_config=tune_config,
+            run_config=run_config,
+            resources_per_trial=resources or None,
+            origin=origin,
+            restart_errored=a.restart_errored,
+            quiet=a.quiet,
+        )
+        return LaunchPlan(trainable, kwargs, a.output, _given(a.widget, d.widget), a.wait,
+                          a.metric)
+
+
+def _the_one_function(functions: Sequence[str]) -> str:
+    if len(functions) == 1:
+        return functions[0]
+    if not functions:
+        raise MagicInputError(
+            "%%ftrun: the cell defines no function to run. Fix: define it in the cell "
+            "(def train(config): ...) or name it: %%ftrun train"
+        )
+    raise MagicInputError(
+        f"%%ftrun: the cell defines {len(functions)} functions ({', '.join(functions)}). "
+        f"Fix: name the one to run: %%ftrun {functions[0]}"
+    )
+
+
+def _stop_from(namespace: Mapping[str, Any], given: Sequence[str]) -> Any:
+    """``--stop`` values: METRIC=VALUE pairs, a dict literal, or a name (dict or function)."""
+    merged: dict[str, Any] = {}
+    for text in given:
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = None
+            if not isinstance(value, dict):
+                raise MagicInputError(
+                    f"--stop {text!r} is not a dict literal. Fix: --stop training_iteration=10"
+                )
+            merged.update(value)
+        elif "=" in text:
+            merged.update(_metric_thresholds(text))
+        else:
+            value = lookup(namespace, text, "--stop")
+            if len(given) > 1:
+                raise MagicInputError(
+                    f"--stop {text} names an object; it cannot be combined with other --stop "
+                    "values. Fix: give it alone, or only METRIC=VALUE pairs"
+                )
+            if not (callable(value) or isinstance(value, Mapping)):
+                raise MagicInputError(
+                    f"--stop {text} is a {type(value).__name__}; it must be a dict of "
+                    "thresholds or a function (trial_id, result) -> bool"
+                )
+            return value
+    return merged
+
+
+def _metric_thresholds(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, raw = (s.strip() for s in part.partition("="))
+        number: Any = None
+        for convert in (int, float):
+            try:
+                number = convert(raw)
+                break
+            except ValueError:
+                continue
+        if not key or number is None:
+            raise MagicInputError(
+                f"--stop {text!r}: {part.strip()!r} is not METRIC=NUMBER. "
+                "Fix: --stop training_iteration=10,loss=0.05"
+            )
+        out[key] = number
+    return out
+
+
+# -- %ftresume ----------------------------------------------------------------------------------
+@dataclass
+class ResumeCommand:
+    """``%ftresume``'s line, parsed; :meth:`resolve` finds the trainable and the space.
+
+    The names default to those ``%ftrun`` stored in the experiment (``origin``), then to the
+    name of the trainable the state records.
+    """
+
+    args: argparse.Namespace
+    defaults: MagicDefaults = field(default_factory=MagicDefaults)
+
+    @classmethod
+    def parse(cls, line: str, defaults: Optional[MagicDefaults] = None) -> "ResumeCommand":
+        """Parse ``line``. Raises :class:`MagicInputError`."""
+        args = FTRESUME.parse(line)
+        _check_output_name(args.output, FTRESUME)
+        return cls(args, defaults or MagicDefaults())
+
+    @property
+    def widget(self) -> bool:
+        return _given(self.args.widget, self.defaults.widget)
+
+    def resolve(self, namespace: Mapping[str, Any], origin: Optional[Mapping[str, Any]] = None,
+                stored_trainable: Optional[str] = None) -> tuple[Callable, Optional[Mapping]]:
+        """``(trainable, param_space)`` for ``handle.resume``; the space is None when neither
+        ``--param-space`` nor a defined variable of the original name gives one."""
+        origin = origin or {}
+        target = self.args.target
+        name = self.args.trainable
+        if name is None:
+            name = origin.get("trainable") or stored_trainable
+            if not isinstance(name, str) or not _DOTTED.match(name):
+                raise MagicInputError(
+                    f"%ftresume {target}: the experiment does not say which notebook name its "
+                    "trainable had. Fix: pass it: --trainable NAME"
+                )
+            if name.split(".")[0] not in namespace:
+                raise MagicInputError(
+                    f"%ftresume {target} needs the trainable {name!r} (the name it was started "
+                    "with), which is not defined in this notebook. Fix: run the cell that "
+                    "defines it first, or pass --trainable NAME"
+                )
+        trainable = _trainable_from(namespace, name)
+        space = None
+        if self.args.param_space:
+            space = _space_from(namespace, self.args.param_space)
+        else:
+            original = origin.get("param_space")
+            # Only if defined: a space of plain values is stored with the experiment, and a
+            # space with objects that is missing gets restore's own message naming them.
+            if isinstance(original, str) and original.split(".")[0] in namespace:
+                space = _space_from(namespace, original)
+        return trainable, space
+
+
+# -- small helpers ------------------------------------------------------------------------------
+def _given(value: Any, fallback: Any) -> Any:
+    return fallback if value is None else value
+
+
+def _check_output_name(name: Optional[str], spec: MagicSpec) -> None:
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise MagicInputError(
+            f"{spec.prog}: -o {name!r} is not a valid variable name. Fix: -o handle"
+        )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+@contextlib.contextmanager
+def _config_errors() -> Iterator[None]:
+    """ftnb's config classes check values with ValueError/TypeError: one line for the user."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise MagicInputError(_one_line(str(exc))) from None
+
+
+def _user_error_types() -> tuple[type, ...]:
+    # launch/attach/resume report bad input with these (ExperimentNotFoundError and
+    # RestoreError are ValueErrors), each as one line that says what to do.
+    from ..lease import ExperimentLockedError
+
+    return (ValueError, TypeError, ExperimentLockedError)
+
+
+@contextlib.contextmanager
+def _as_usage_errors() -> Iterator[None]:
+    """The user's mistakes (and ftnb's one-line user errors) become IPython's UsageError: one
+    line, no traceback. ``FTNB_DEBUG=1`` keeps the traceback of those ftnb raised."""
+    try:
+        yield
+    except MagicInputError as exc:
+        raise UsageError(_usage_line(exc)) from None
+    except _user_error_types() as exc:
+        if os.environ.get("FTNB_DEBUG"):
+            raise
+        raise UsageError(_usage_line(exc)) from None
+
+
+def _usage_line(exc: BaseException) -> str:
+    # IPython prefixes "UsageError: "; ftnb's own "ftnb: " would only repeat it.
+    return _one_line(str(exc)).removeprefix("ftnb: ")
+
+
+# -- the magics ---------------------------------------------------------------------------------
+def _env_int(name: str, fallback: Optional[int], minimum: int) -> Optional[int]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return fallback
+    try:
+        value = int(raw)
+        if value < minimum:
+            raise ValueError
+    except ValueError:
+        warnings.warn(f"ignoring ${name}={raw!r}: expected a whole number >= {minimum}",
+                      stacklevel=2)
+        return fallback
+    return value
+
+
+_FALSE = ("0", "false", "no", "off")
+
+
+@magics_class
+class FtnbMagics(Magics):
+    """``%ftrun``, ``%ftattach``, ``%ftls``, ``%ftstop``, ``%ftresume``; configurable with
+    ``%config FtnbMagics.<name> = value`` (defaults from the environment)."""
+
+    storage_path = Unicode(
+        None, allow_none=True,
+        help="Where experiments live when --storage is not given: a folder or an fsspec URL. "
+             "Default: $FTNB_STORAGE_PATH, else ~/ftnb_results.",
+    ).tag(config=True)
+    max_failures = Int(
+        0, help="Retries per trial when --max-failures is not given (-1: forever). "
+                "Default: $FTNB_MAX_FAILURES, else 0.",
+    ).tag(config=True)
+    concurrency = Int(
+        None, allow_none=True,
+        help="Trials at once when --concurrency is not given (None: as many as fit). "
+             "Default: $FTNB_CONCURRENCY.",
+    ).tag(config=True)
+    widget = Bool(
+        True, help="Show the live widget after %ftrun, %ftattach, %ftresume. "
+                   "Default: $FTNB_WIDGET (0/false turns it off), else True.",
+    ).tag(config=True)
+    verbose = Int(
+        1, help="RunConfig.verbose of launched experiments (their log): 0, 1 or 2. "
+                "Default: $FTNB_VERBOSE, else 1.",
+    ).tag(config=True)
+
+    @default("storage_path")
+    def _storage_path_default(self) -> Optional[str]:
+        return os.environ.get("FTNB_STORAGE_PATH") or None
+
+    @default("max_failures")
+    def _max_failures_default(self) -> int:
+        value = _env_int("FTNB_MAX_FAILURES", 0, -1)
+        return 0 if value is None else value
+
+    @default("concurrency")
+    def _concurrency_default(self) -> Optional[int]:
+        return _env_int("FTNB_CONCURRENCY", None, 1)
+
+    @default("widget")
+    def _widget_default(self) -> bool:
+        return os.environ.get("FTNB_WIDGET", "").strip().lower() not in _FALSE
+
+    @default("verbose")
+    def _verbose_default(self) -> int:
+        value = _env_int("FTNB_VERBOSE", 1, 0)
+        return value if value in (0, 1, 2) else 1
+
+    @validate("max_failures")
+    def _check_max_failures(self, proposal: Any) -> int:
+        if proposal["value"] < -1:
+            raise TraitError(f"FtnbMagics.max_failures={proposal['value']}: use 0 (no retries), "
+                             "N > 0 (up to N) or -1 (forever)")
+        return proposal["value"]
+
+    @validate("concurrency")
+    def _check_concurrency(self, proposal: Any) -> Optional[int]:
+        if proposal["value"] is not None and proposal["value"] < 1:
+            raise TraitError(f"FtnbMagics.concurrency={proposal['value']}: use a whole number "
+                             ">= 1, or None to fill the machine")
+        return proposal["value"]
+
+    @validate("verbose")
+    def _check_verbose(self, proposal: Any) -> int:
+        if proposal["value"] not in (0, 1, 2):
+            raise TraitError(f"FtnbMagics.verbose={proposal['value']}: use 0, 1 or 2")
+        return proposal["value"]
+
+    def defaults(self) -> MagicDefaults:
+        """The configuration as the command builders take it."""
+        return MagicDefaults(self.storage_path or None, self.max_failures, self.concurrency,
+                             self.widget, self.verbose)
+
+    # -- %ftrun ---------------------------------------------------------------------------------
+    @FTRUN.help_for
+    @line_cell_magic
+    def ftrun(self, line: str, cell: Optional[str] = None) -> Any:
+        import ftnb
+
+        with _as_usage_errors():
+            source = self.shell.transform_cell(cell) if cell is not None else None
+            command = RunCommand.parse(line, self.defaults(), cell=source)
+        if cell is not None:
+            # The body runs as a cell of its own, so that its error shows as usual; the magic's
+            # cell must fail too, or "Run All" would go on as if the experiment had started.
+            if not self.shell.run_cell(cell).success:
+                raise UsageError("%%ftrun: the cell failed (above), so nothing was launched")
+        with _as_usage_errors():
+            plan = command.resolve(self.shell.user_ns)
+            handle = ftnb.launch(plan.trainable, **plan.kwargs)
+        return self._show(handle, plan.output, plan.widget, plan.metric, plan.wait)
+
+    # -- %ftattach ------------------------------------------------------------------------------
+    @FTATTACH.help_for
+    @line_magic
+    def ftattach(self, line: str) -> Any:
+        with _as_usage_errors():
+            args = FTATTACH.parse(line)
+            _check_output_name(args.output, FTATTACH)
+            handle = self._attach(args)
+        return self._show(handle, args.output, _given(args.widget, self.widget), args.metric)
+
+    # -- %ftls ----------------------------------------------------------------------------------
+    @FTLS.help_for
+    @line_magic
+    def ftls(self, line: str) -> None:
+        from .. import cli
+
+        with _as_usage_errors():
+            args = FTLS.parse(line)
+        # The very listing of `ftnb ls`, errors included (one line each).
+        try:
+            cli.list_experiments(args.storage_path or self.storage_path)
+        except cli.CliError as exc:
+            raise UsageError(_usage_line(exc)) from None
+
+    # -- %ftstop --------------------------------------------------------------------------------
+    @FTSTOP.help_for
+    @line_magic
+    def ftstop(self, line: str) -> None:
+        with _as_usage_errors():
+            args = FTSTOP.parse(line)
+            handle = self._attach(args)
+            if args.trial:
+                _stop_trial(handle, args.trial, args.wait, args.timeout)
+            else:
+                _stop_experiment(handle, args.wait, args.timeout)
+
+    # -- %ftresume ------------------------------------------------------------------------------
+    @FTRESUME.help_for
+    @line_magic
+    def ftresume(self, line: str) -> Any:
+        with _as_usage_errors():
+            command = ResumeCommand.parse(line, self.defaults())
+            handle = self._attach(command.args)
+            origin, stored = _origin_of(handle)
+            trainable, space = command.resolve(self.shell.user_ns, origin, stored)
+            handle = handle.resume(trainable, param_space=space,
+                                   restart_errored=command.args.restart_errored, wait=False)
+        a = command.args
+        return self._show(handle, a.output, command.widget, a.metric, a.wait)
+
+    # -- shared ---------------------------------------------------------------------------------
+    def _attach(self, args: argparse.Namespace) -> Any:
+        import ftnb
+
+        filesystem = None
+        if args.filesystem:
+            filesystem = lookup(self.shell.user_ns, args.filesystem, "--filesystem")
+        return ftnb.attach(args.target, storage_path=args.storage_path or self.storage_path,
+                           storage_filesystem=filesystem)
+
+    def _show(self, handle: Any, output: Optional[str], widget: bool, metric: Optional[str],
+              wait: bool = False) -> Any:
+        if output:
+            self.shell.user_ns[output] = handle
+        if widget:
+            handle.display(metric=metric)
+        if wait:
+            try:
+                results = handle.wait()
+            except KeyboardInterrupt:
+                pass  # wait() said that the experiment goes on, and how to stop it
+            else:
+                print(f"ftnb: {handle.name} {results.status}: {len(results)} trials, "
+                      f"{results.num_terminated} terminated, {results.num_errors} errored")
+        return handle
+
+
+def _stop_experiment(handle: Any, wait: bool, timeout: float) -> None:
+    if not handle.is_live():
+        handle.stop(wait=False)  # says that there is nothing to stop: stopping is idempotent
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        handle.stop(wait=wait, timeout=timeout)
+        # stop() returns once the state says so; the driver lets go of the experiment just
+        # after. "Stopped" must mean that %ftresume can take it at once.
+        while wait and handle.is_live():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"%ftstop: {handle.name} is stopped but its driver still "
+                                   f"holds it after {timeout:g} s")
+            time.sleep(0.05)
+    except TimeoutError as exc:
+        raise MagicInputError(str(exc)) from None
+    if wait:
+        print(f"ftnb: stopped {handle.name} ({handle.status()}); {handle.resume_line} "
+              "resumes it")
+    else:
+        print(f"ftnb: asked {handle.name} to stop; {handle.resume_line} resumes it")
+
+
+def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
+    before = {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)
+    try:
+        handle.stop_trial(trial_id, wait=wait, timeout=timeout)
+    except (RuntimeError, TimeoutError) as exc:  # not running / not stopped in time
+        raise MagicInputError(str(exc)) from None
+    if before in ("TERMINATED", "ERRORED"):
+        return  # stop_trial said it had already ended
+    if wait:
+        status = {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)
+        print(f"ftnb: stopped trial {trial_id} of {handle.name} ({status})")
+    else:
+        print(f"ftnb: asked trial {trial_id} of {handle.name} to stop")
+
+
+def _origin_of(handle: Any) -> tuple[dict, Optional[str]]:
+    """The names ``%ftrun`` recorded (``settings["origin"]``) and the trainable's own name."""
+    from ..state import ExperimentState
+
+    state = ExperimentState.load(handle.paths)
+    origin = state.settings.get("origin")
+    return (dict(origin) if isinstance(origin, Mapping) else {}), state.trainable
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext ftnb``: register :class:`FtnbMagics` (and its ``%config`` section)."""
+    ipython.register_magics(FtnbMagics(ipython))
+
