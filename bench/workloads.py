@@ -512,3 +512,16 @@ def restore(
         "iterations_twice": _iterations_twice(_read_events(out_dir)),
         "stale_processes": max(e["stale"] for e in events if e["event"] == "start"),
     }
+
+
+# ---- widget_updater (bench/widget_load.py) ----------------------------------------------------
+# In its own module, which keeps the notebook side (jupyter_client) out of this one.
+from . import widget_load  # noqa: E402
+
+workload(
+    "widget_updater",
+    full=widget_load.FULL,
+    quick=widget_load.QUICK,
+    variants=(FTNB,),
+    targets=(Target("kernel_cpu_pct", "ftnb<=", widget_load.TARGET_CPU_PCT),),
+)(widget_load.widget_updater)

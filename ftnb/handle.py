@@ -69,6 +69,8 @@ def launch(
     from .tuner import _check_trainable, _start_or_resume
 
     _check_trainable(trainable, "ftnb.launch")
+    # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
+    origin = origin or {"trainable": getattr(trainable, "__name__", None)}
     rc = run_config if run_config is not None else RunConfig()
     if not isinstance(rc, RunConfig):
         raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
@@ -214,13 +216,16 @@ class ExperimentHandle:
 
     @property
     def resume_line(self) -> str:
-        """The one line that resumes this experiment in a notebook."""
-        return f"%ftresume {self._short_ref()}"
+        """The one line that resumes this experiment: ``%ftresume NAME`` for one launched from
+        a notebook or ``ftnb.launch``, else the ``Tuner.restore`` call."""
+        from .monitor import default_resume_line
+
+        return default_resume_line(self.paths, ExperimentState.load(self.paths))
 
     @property
     def resume_code(self) -> str:
-        """The same in plain Python."""
-        return f"ftnb.attach({self._short_ref()!r}).resume()"
+        """The Python call that resumes it (with the trainable under its recorded name)."""
+        return f"ftnb.attach({self.path!r}).resume()"
 
     @property
     def supervisor_log(self) -> Optional[str]:
@@ -232,13 +237,6 @@ class ExperimentHandle:
         except (OSError, ValueError):
             return None
         return record.get("log")
-
-    def _short_ref(self) -> str:
-        default = Storage(default_storage_path())
-        if self.paths.storage.is_local and default.is_local:
-            if os.path.abspath(self.paths.parent_uri) == os.path.abspath(default.root):
-                return self.name
-        return self.path
 
     def _owner(self) -> Any:
         from .lease import read_lease
@@ -268,7 +266,7 @@ class ExperimentHandle:
                 time.sleep(_POLL_S)
         except KeyboardInterrupt:
             print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
-                  f"(stop it with %ftstop {self._short_ref()} or handle.stop()).", file=sys.stderr)
+                  f"(stop it with handle.stop() or %ftstop {self.path}).", file=sys.stderr)
             raise
         return self.results()
 
@@ -282,7 +280,7 @@ class ExperimentHandle:
         """A new incremental reader of the experiment (:class:`ftnb.monitor.ExperimentMonitor`)."""
         from .monitor import ExperimentMonitor
 
-        return ExperimentMonitor(self.paths)
+        return ExperimentMonitor(self.paths, resume_line=self.resume_line)
 
     # -- controls ------------------------------------------------------------------------------
     def stop(self, wait: bool = True, timeout: float = 60.0) -> None:
@@ -410,15 +408,10 @@ class ExperimentHandle:
         print(self.text())
 
     def text(self) -> str:
-        """The view as a text table (the same rows as the widget)."""
-        from .view import ExperimentView, render_table
+        """The view as a text table: the widget's rows, and how to resume it if it stopped."""
+        from .monitor import text_view
 
-        view = ExperimentView.from_state(self.state(), self.path)
-        view.status = self.status() if view.status == "RUNNING" else view.status
-        text = render_table(view)
-        if view.status == "INTERRUPTED":
-            text += f"\nResume it with: {self.resume_line}   (or {self.resume_code})"
-        return text
+        return text_view(self.monitor().poll())
 
     def __repr__(self) -> str:
         try:

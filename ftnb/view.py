@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from .state import ExperimentState, TrialRecord
 
-__all__ = ["ExperimentView", "TrialRow", "render_table"]
+__all__ = ["ExperimentView", "TrialRow", "format_duration", "format_value", "render_table"]
 
 _AUTO = {
     "training_iteration",
@@ -107,7 +107,7 @@ class ExperimentView:
         return (
             f"Experiment {self.name}: {self.status} | {counts} | "
             f"{self.total_failures} failures, {self.total_preemptions} preemptions | "
-            f"{_duration(self.elapsed_s)}"
+            f"{format_duration(self.elapsed_s)}"
         )
 
 
@@ -118,7 +118,7 @@ def _last_error(trial: TrialRecord) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -129,7 +129,7 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = int(seconds)
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
@@ -149,8 +149,8 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
         cells = [row.trial_id, row.status, str(row.iteration), str(row.attempts), failures]
-        cells += [_fmt(row.params.get(k)) for k in view.param_columns]
-        cells += [_fmt(row.metrics.get(k)) for k in view.metric_columns]
+        cells += [format_value(row.params.get(k)) for k in view.param_columns]
+        cells += [format_value(row.metrics.get(k)) for k in view.metric_columns]
         cells.append(row.last_error)
         lines.append(cells)
     widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h)

@@ -43,13 +43,18 @@ def scripted(config: dict) -> None:
         if os.path.isdir(ctx.trial_dir):  # local storage only
             with open(log_path, "a") as f:
                 f.write(f"{ctx.attempt} {step}\n")
-        if want_ckpt:
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "state.json"), "w") as f:
-                    json.dump({"step": step}, f)
-                ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
-        else:
-            ftnb.report(metrics)
+        report_step(metrics, step, bool(want_ckpt))
+
+
+def report_step(metrics: dict, step: int, checkpoint: bool) -> None:
+    """``report(metrics)``, with a checkpoint holding ``step`` (see :func:`restored_step`)."""
+    if not checkpoint:
+        ftnb.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"step": step}, f)
+        ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
 
 
 def _wait_for_file(path: str, timeout_s: float = 120.0) -> None:

@@ -114,6 +114,14 @@ def test_restore_after_driver_sigkill(tmp_path: Path) -> None:
     assert figures["stale_processes"] == 0
 
 
+def test_widget_updater_in_a_real_kernel(tmp_path: Path) -> None:
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("jupyter_client")
+    figures = _run_quick("widget_updater", tmp_path)
+    assert figures["updates_per_s"] > 0 and figures["comm_kb_per_s"] > 0
+    assert figures["poll_first_s"] > 0
+
+
 def test_rows_ratios_targets_and_tables() -> None:
     wl = Workload(
         "w", lambda *a, **k: {}, "", {}, {},

@@ -1,0 +1,354 @@
+"""The live widget's cost in a real Jupyter kernel: the ``widget_updater`` workload.
+
+A writer process plays a big experiment (``trials`` trials of ``reports`` reports each, most of
+them finished, ``running`` of them appending rows at ``rows_per_s`` each, starting and finishing
+trials, saving the state once a second as the controller does, holding a real owner lease),
+while a real IPython kernel started with jupyter_client shows :class:`ExperimentWidget` on it
+and its updater polls twice a second. The figures: the kernel process's CPU over a window
+(``kernel_cpu_pct``, % of one core; the target is under 5) and the same kernel's CPU before the
+widget existed (``idle_kernel_cpu_pct``), how many updates it showed per second, what it sent to
+the front end (``comm_kb_per_s``), how long building the widget took in the kernel
+(``widget_build_s``), and what a monitor poll costs in this process on a still copy
+(``poll_first_s``: the first, complete read; ``poll_idle_ms``: nothing changed;
+``poll_changed_ms``: ``running`` trials appended a row).
+
+No browser is attached: the front end's replies (plotly's trace deltas after each restyle) are
+not part of the figure.
+
+The writer runs as ``python -m bench.widget_load writer SPEC_JSON``; ftnb-only (Ray Tune has no
+such widget).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import subprocess
+import sys
+import time
+from typing import Any, Optional
+
+from .procs import subprocess_env
+
+__all__ = ["FULL", "QUICK", "TARGET_CPU_PCT", "widget_updater", "write_experiment"]
+
+# Registered in bench/workloads.py with these sizes and target.
+FULL = {"trials": 500, "reports": 100, "running": 16, "rows_per_s": 4.0, "window_s": 20.0,
+        "idle_s": 5.0}
+QUICK = {"trials": 20, "reports": 10, "running": 4, "rows_per_s": 4.0, "window_s": 3.0,
+         "idle_s": 1.0}
+TARGET_CPU_PCT = 5.0  # of one core, at 2 updates/s
+
+METRICS = ("loss", "accuracy", "lr_now")
+
+
+def _row(trial_index: int, step: int, trial_id: str, attempt: int = 1) -> dict:
+    now = time.time()
+    return {
+        "loss": 1.0 / step + trial_index * 1e-4,
+        "accuracy": 1.0 - 1.0 / (step + 1),
+        "lr_now": 0.1 * 0.99 ** step,
+        "training_iteration": step,
+        "trial_id": trial_id,
+        "time_this_iter_s": 0.25,
+        "time_total_s": 0.25 * step,
+        "timestamp": now,
+        "attempt": attempt,
+    }
+
+
+def _line(row: dict) -> bytes:
+    return (json.dumps(row) + "\n").encode("utf-8")
+
+
+def write_experiment(root: str, name: str, trials: int, reports: int, *,
+                     finished: Optional[int] = None, partial: Optional[list[int]] = None,
+                     status: str = "FINISHED") -> Any:
+    """Lay out a synthetic experiment: ``finished`` trials (default all) TERMINATED with
+    ``reports`` rows, then one RUNNING trial per entry of ``partial`` (its rows so far), the
+    rest PENDING. Returns ``(paths, state)``; nothing holds its lease."""
+    from ftnb.state import AttemptRecord, ExperimentState, TrialRecord
+    from ftnb.storage import ExperimentPaths, Storage
+
+    finished = trials if finished is None else finished
+    partial = list(partial or [])
+    paths = ExperimentPaths.of(Storage(root), name)
+    os.makedirs(paths.dir, exist_ok=True)
+    state = ExperimentState(name=name, trainable="train", status=status, settings={
+        "metric": "loss", "mode": "min", "varying_keys": ["lr", "layers"]})
+    now = time.time()
+    for i in range(trials):
+        trial_id = f"synth_{i:05d}"
+        trial = TrialRecord(trial_id=trial_id, dir_name=f"train_{trial_id}",
+                            config={"lr": round(0.001 * (1 + i % 50), 4), "layers": 2 + i % 3})
+        trial_paths = paths.trial(trial.dir_name)
+        os.makedirs(trial_paths.dir, exist_ok=True)
+        if i < finished:
+            steps, trial.status = reports, "TERMINATED"
+        elif i - finished < len(partial):
+            steps, trial.status = partial[i - finished], "RUNNING"
+        else:
+            steps = 0
+        if trial.status != "PENDING":
+            trial.attempts = [AttemptRecord(number=1, started=now)]
+            if trial.status == "TERMINATED":
+                trial.attempts[0].outcome, trial.attempts[0].ended = "finished", now
+        rows = [_row(i, k, trial_id) for k in range(1, steps + 1)]
+        with open(trial_paths.results, "wb") as f:
+            f.write(b"".join(_line(r) for r in rows))
+        trial.iteration, trial.last_result = steps, (rows[-1] if rows else None)
+        trial.seq = 1
+        paths.storage.write_atomic(trial_paths.record, json.dumps(trial.to_json()), durable=False)
+        state.trials.append(trial)
+    state.save(paths)
+    return paths, state
+
+
+class _Player:
+    """The writer process: runs ``running`` trials at a time like a controller would."""
+
+    def __init__(self, spec: dict) -> None:
+        from ftnb.lease import Lease
+        from ftnb.storage import ExperimentPaths, Storage
+
+        self.spec = spec
+        self.reports = spec["reports"]
+        trials, running = spec["trials"], spec["running"]
+        rng = random.Random(0)
+        partial = [rng.randrange(1, self.reports) for _ in range(running)]
+        paths = ExperimentPaths.of(Storage(spec["root"]), spec["name"])
+        self.lease = Lease.acquire(paths, what="run")
+        self.lease.start_heartbeat()
+        # Most trials done; a window of them running; a few to start during the measurement.
+        self.paths, self.state = write_experiment(
+            spec["root"], spec["name"], trials, self.reports,
+            finished=max(0, trials - 2 * running), partial=partial, status="RUNNING")
+        self.fds: dict[str, int] = {}
+
+    def _persist(self, trial: Any) -> None:
+        trial.seq += 1
+        self.paths.storage.write_atomic(self.paths.trial(trial.dir_name).record,
+                                        json.dumps(trial.to_json()), durable=False)
+
+    def _append(self, index: int, trial: Any) -> None:
+        fd = self.fds.get(trial.trial_id)
+        if fd is None:
+            fd = self.fds[trial.trial_id] = os.open(
+                self.paths.trial(trial.dir_name).results, os.O_WRONLY | os.O_APPEND)
+        row = _row(index, trial.iteration + 1, trial.trial_id)
+        os.write(fd, _line(row))  # one write per row, as ftnb's ResultLog does
+        trial.iteration, trial.last_result = row["training_iteration"], row
+
+    def run(self) -> None:
+        from ftnb.state import AttemptRecord
+
+        interval = 1.0 / self.spec["rows_per_s"]
+        deadline = time.time() + self.spec["duration_s"]
+        last_save = time.time()
+        with open(os.path.join(self.paths.dir, "writer.ready"), "w") as f:
+            f.write("ready\n")
+        while time.time() < deadline:
+            tick = time.time()
+            running = [(i, t) for i, t in enumerate(self.state.trials) if t.status == "RUNNING"]
+            for index, trial in running:
+                self._append(index, trial)
+                if trial.iteration >= self.reports:
+                    trial.status = "TERMINATED"
+                    trial.attempts[-1].outcome, trial.attempts[-1].ended = "finished", time.time()
+                    self._persist(trial)
+            pending = [t for t in self.state.trials if t.status == "PENDING"]
+            for trial in pending[: self.spec["running"] - len(
+                    [t for t in self.state.trials if t.status == "RUNNING"])]:
+                trial.status = "RUNNING"
+                trial.attempts.append(AttemptRecord(number=1, started=time.time()))
+                self._persist(trial)
+            if time.time() - last_save >= 1.0:
+                self.state.save(self.paths)
+                last_save = time.time()
+            time.sleep(max(0.0, interval - (time.time() - tick)))
+        self.state.status = "INTERRUPTED"
+        self.state.save(self.paths, final=True)
+        self.lease.release()
+
+
+def _writer_main(spec_json: str) -> int:
+    _Player(json.loads(spec_json)).run()
+    return 0
+
+
+# -- the kernel side ------------------------------------------------------------------------------
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Kernel:
+    """A real IPython kernel (jupyter_client) and the messages it publishes."""
+
+    def __init__(self) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env=subprocess_env())
+        self.pid = int(self.run("import os; print(os.getpid())").strip())
+
+    def run(self, code: str, timeout: float = 300.0) -> str:
+        """Execute ``code``; its stdout. Raises with the traceback if it failed."""
+        msg_id = self.kc.execute(code)
+        out, error = [], None
+        deadline = time.time() + timeout
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.time()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            if kind == "stream":
+                out.append(msg["content"]["text"])
+            elif kind == "error":
+                error = "\n".join(msg["content"]["traceback"])
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        if error:
+            raise RuntimeError(f"kernel code failed:\n{code}\n{error}")
+        return "".join(out)
+
+    def drain(self, seconds: float) -> tuple[int, int]:
+        """Read what the kernel publishes for ``seconds``: (comm messages, their bytes)."""
+        count = size = 0
+        deadline = time.time() + seconds
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                return count, size
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                return count, size
+            if msg["msg_type"] == "comm_msg":
+                count += 1
+                size += len(json.dumps(msg["content"], default=str))
+                size += sum(len(b) for b in msg.get("buffers") or [])
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def _measure_cpu(kernel: _Kernel, window_s: float) -> tuple[float, int, int]:
+    start_cpu, start = _cpu_seconds(kernel.pid), time.time()
+    count, size = kernel.drain(window_s)
+    elapsed = time.time() - start
+    return (_cpu_seconds(kernel.pid) - start_cpu) / elapsed * 100.0, count, size
+
+
+def _poll_costs(storage_dir: str, trials: int, reports: int, running: int) -> tuple:
+    """In this process, on a still copy of the experiment: the first poll (s), a poll that finds
+    nothing new (ms, median of 5), and one after `running` trials appended a row (ms, median
+    of 5)."""
+    from ftnb.monitor import ExperimentMonitor
+
+    paths, state = write_experiment(storage_dir, "still", trials, reports)
+    monitor = ExperimentMonitor(paths)
+    t = time.perf_counter()
+    monitor.poll()
+    first = time.perf_counter() - t
+    idle, changed = [], []
+    for step in range(5):
+        t = time.perf_counter()
+        monitor.poll()
+        idle.append(time.perf_counter() - t)
+        for index, trial in enumerate(state.trials[:running]):
+            with open(paths.trial(trial.dir_name).results, "ab") as f:
+                f.write(_line(_row(index, reports + 1 + step, trial.trial_id)))
+        t = time.perf_counter()
+        monitor.poll()
+        changed.append(time.perf_counter() - t)
+    return first, 1000 * sorted(idle)[2], 1000 * sorted(changed)[2]
+
+
+_BUILD = """
+import time, json
+from IPython.display import display
+import ftnb
+from ftnb.notebook.widget import ExperimentWidget
+_t = time.perf_counter()
+w = ExperimentWidget(ftnb.attach({path!r}))
+_build = time.perf_counter() - _t
+display(w)
+print(json.dumps({{"build_s": _build, "updating": w.updating, "traces": len(w.chart.figure.data)}}))
+"""
+
+
+def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, running: int,
+                   rows_per_s: float, window_s: float, idle_s: float) -> dict:
+    """The live widget's updater in a real kernel, on `trials` x `reports` rows while `running` trials report.
+
+    A writer process plays the experiment (see bench/widget_load.py); a jupyter_client kernel
+    shows ExperimentWidget on it. kernel_cpu_pct: the kernel's CPU (% of one core) over
+    `window_s` with the widget updating (target under 5); idle_kernel_cpu_pct: the same kernel
+    before the widget; updates_per_s: updates the widget showed; comm_kb_per_s: what it sent;
+    widget_build_s: building it (first complete read, every trace) in the kernel;
+    poll_first_s / poll_idle_ms / poll_changed_ms: an ExperimentMonitor poll in this process on a
+    still copy: the first one / nothing changed / `running` trials appended a row.
+    """
+    if framework != "ftnb":
+        raise ValueError("widget_updater measures ftnb's widget only")
+    name = "widget_load"
+    exp = os.path.join(storage_dir, name)
+    spec = {"root": storage_dir, "name": name, "trials": trials, "reports": reports,
+            "running": running, "rows_per_s": rows_per_s,
+            "duration_s": window_s + idle_s + 600.0}
+    log = open(os.path.join(storage_dir, "writer.log"), "wb")
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "bench.widget_load", "writer", json.dumps(spec)],
+        env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kernel = None
+    try:
+        deadline = time.time() + 300
+        while not os.path.exists(os.path.join(exp, "writer.ready")):
+            if writer.poll() is not None or time.time() > deadline:
+                log.flush()
+                with open(log.name, "rb") as f:
+                    raise RuntimeError("the writer did not start:\n" + f.read().decode()[-3000:])
+            time.sleep(0.05)
+        poll_first_s, poll_idle_ms, poll_changed_ms = _poll_costs(storage_dir, trials, reports,
+                                                                  running)
+        kernel = _Kernel()
+        kernel.run("import ftnb, ftnb.monitor, ipywidgets, plotly.graph_objects, anywidget")
+        idle_pct, _, _ = _measure_cpu(kernel, idle_s)
+        built = json.loads(kernel.run(_BUILD.format(path=exp)).strip().splitlines()[-1])
+        if not built["updating"]:
+            raise RuntimeError("the widget's updater is not running")
+        kernel.drain(2.0)  # let the first updates after the display pass
+        before = json.loads(kernel.run("print(json.dumps(w.stats))").strip())
+        cpu_pct, count, size = _measure_cpu(kernel, window_s)
+        after = json.loads(kernel.run("print(json.dumps(w.stats))").strip())
+        kernel.run("w.close()")
+    finally:
+        if kernel is not None:
+            kernel.close()
+        writer.kill()
+        writer.wait(timeout=30)
+        log.close()
+    return {
+        "kernel_cpu_pct": cpu_pct,
+        "idle_kernel_cpu_pct": idle_pct,
+        "updates_per_s": (after["updates"] - before["updates"]) / window_s,
+        "polls_per_s": (after["polls"] - before["polls"]) / window_s,
+        "comm_msgs_per_s": count / window_s,
+        "comm_kb_per_s": size / 1024 / window_s,
+        "widget_build_s": built["build_s"],
+        "chart_traces": built["traces"],
+        "poll_first_s": poll_first_s,
+        "poll_idle_ms": poll_idle_ms,
+        "poll_changed_ms": poll_changed_ms,
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["writer"]:
+        sys.exit(_writer_main(sys.argv[2]))
+    sys.exit(f"usage: python -m bench.widget_load writer SPEC_JSON (got {sys.argv[1:]})")

@@ -1,0 +1,513 @@
+"""The live experiment widget: ipywidgets and a plotly chart over an :class:`ExperimentMonitor`.
+
+:class:`ExperimentWidget` is displayed once; from then on only its values change. One
+background updater thread polls the experiment's monitor at most twice a second (every 2.5 s on
+remote storage), and sends only what changed, batched (``hold_sync()``, ``batch_update()``). It
+never writes to an ``Output`` widget (``with output:`` from a thread lands in whatever cell runs
+then). It stops by itself once a finished experiment's last state is shown, and on
+:meth:`ExperimentWidget.close`.
+
+What it shows: a header (status, trials by status, failures and retries, elapsed time), a table
+with a row per trial, the chosen metric against ``training_iteration`` (restarts marked), the
+failures (traceback on demand), and controls: stop a trial, stop the experiment, resume an
+interrupted one (with the exact line that does it), choose the metric.
+
+Outside a notebook the same view is :func:`text_view`. Needs ``ftnb[notebook]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import threading
+import time
+from typing import Any, Optional
+
+import ipywidgets as widgets
+
+from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
+from ..state import StateFormatError, StateVersionError
+from ..view import format_duration, format_value
+from .plots import TrialChart
+
+__all__ = ["ExperimentWidget", "text_view"]
+
+LOCAL_INTERVAL_S = 0.5  # at most 2 updates a second
+REMOTE_INTERVAL_S = 2.5  # object stores: a listing per poll costs requests
+INTERRUPTED_INTERVAL_S = 5.0  # watch for a resume from elsewhere, cheaply
+DEFAULT_TABLE_ROWS = 50
+MAX_FAILURES_SHOWN = 50
+
+_STATUS_COLOR = {
+    "RUNNING": "#1f77b4", "PENDING": "#7f7f7f", "PAUSED": "#ff7f0e", "TERMINATED": "#2ca02c",
+    "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e",
+}
+# Trials that need attention first when the table is cut.
+_URGENCY = {"ERRORED": 0, "RUNNING": 1, "PAUSED": 2, "PENDING": 3, "TERMINATED": 4}
+
+
+# -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
+def header_html(snap: ExperimentSnapshot) -> str:
+    """Status, trials by status, failures and retries, elapsed time."""
+    view = snap.view
+    color = _STATUS_COLOR.get(view.status, "black")
+    counts = ", ".join(
+        f"{n} {s}" for s, n in view.counts.items() if n
+    ) or "no trials"
+    retries = sum(max(0, r.attempts - 1) for r in view.rows)
+    parts = [
+        f"<b>{html.escape(view.name)}</b>",
+        f"<b style='color:{color}'>{view.status}</b>",
+        html.escape(counts),
+        f"{view.total_failures} failures, {retries} retries"
+        + (f", {view.total_preemptions} preemptions" if view.total_preemptions else ""),
+        f"elapsed {format_duration(view.elapsed_s)}",
+    ]
+    line = " &middot; ".join(parts)
+    sub = html.escape(snap.path)
+    if snap.driver_gone:
+        sub += f" &middot; <span style='color:#d62728'>{html.escape(snap.driver)}</span>"
+    return f"<div>{line}</div><div style='color:#666;font-size:90%'>{sub}</div>"
+
+
+def table_columns(snap: ExperimentSnapshot, metric: Optional[str]) -> list[str]:
+    """The metric columns of the table: the chosen metric first, then the view's."""
+    columns = list(snap.view.metric_columns)
+    if metric and metric not in columns:
+        columns.insert(0, metric)
+    return columns
+
+
+def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
+               max_rows: Optional[int]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the trial table as text cells, the most urgent trials first when cut
+    to ``max_rows``."""
+    view = snap.view
+    metrics = table_columns(snap, metric)
+    header = ["trial", "status", "iter", "attempts", "failures"]
+    header += view.param_columns + metrics + ["last error"]
+    last_results = {t.trial_id: (t.last_result or {}) for t in snap.state.trials}
+    rows = view.rows
+    if max_rows is not None and len(rows) > max_rows:
+        rows = sorted(rows, key=lambda r: _URGENCY.get(r.status, 5))[:max_rows]
+    out = []
+    for row in rows:
+        last = last_results.get(row.trial_id, {})
+        failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
+        cells = [row.trial_id, row.status, str(row.iteration), str(row.attempts), failures]
+        cells += [format_value(row.params.get(k)) for k in view.param_columns]
+        cells += [format_value(last.get(k)) for k in metrics]
+        cells.append(row.last_error)
+        out.append(cells)
+    return header, out
+
+
+# One style sheet per table instead of a style per cell: the table is re-sent on every change.
+_TABLE_CSS = (
+    "<style>.ftnb-table{border-collapse:collapse;font-size:90%}"
+    ".ftnb-table th{text-align:left;padding:0 8px}"
+    ".ftnb-table td{padding:0 8px;white-space:nowrap}"
+    + "".join(f".ftnb-table .s-{s}{{color:{c}}}" for s, c in _STATUS_COLOR.items())
+    + "</style>"
+)
+
+
+def table_html(snap: ExperimentSnapshot, metric: Optional[str],
+               max_rows: Optional[int]) -> str:
+    header, rows = table_rows(snap, metric, max_rows)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = []
+    for cells in rows:
+        tds = [f"<td>{html.escape(cell)}</td>" for cell in cells]
+        tds[1] = f"<td class='s-{html.escape(cells[1])}'>{html.escape(cells[1])}</td>"
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    more = ""
+    if max_rows is not None and len(snap.view.rows) > max_rows:
+        more = (f"<div style='color:#666'>{len(snap.view.rows) - max_rows} more trials "
+                "(errored and running first)</div>")
+    return (
+        f"{_TABLE_CSS}<div style='max-height:320px;overflow:auto'><table class='ftnb-table'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
+    )
+
+
+def failure_list(snap: ExperimentSnapshot) -> list[tuple[str, int, Any]]:
+    """Every failure as ``(trial_id, index in its trial's list, FailureRecord)``, newest
+    first."""
+    items = [
+        (trial_id, i, f) for trial_id, fs in snap.failures.items() for i, f in enumerate(fs)
+    ]
+    items.sort(key=lambda item: item[2].time, reverse=True)
+    return items
+
+
+def _when(stamp: float) -> str:
+    today = time.strftime("%Y-%m-%d")
+    day = time.strftime("%Y-%m-%d", time.localtime(stamp))
+    clock = time.strftime("%H:%M:%S", time.localtime(stamp))
+    return clock if day == today else f"{day} {clock}"
+
+
+def failure_label(trial_id: str, failure: Any) -> str:
+    """One line per failure: when, trial, attempt, kind, message."""
+    what = f"{failure.type}: {failure.message}" if failure.type else (
+        failure.message or failure.signal or (f"code {failure.exit_code}"
+                                              if failure.exit_code is not None else ""))
+    what = " ".join(str(what).split())
+    if len(what) > 100:
+        what = what[:97] + "..."
+    return (f"{_when(failure.time)}  {trial_id}  attempt {failure.attempt} "
+            f"(iter {failure.iteration})  {failure.kind}  {what}")
+
+
+def failures_html(snap: ExperimentSnapshot) -> str:
+    items = failure_list(snap)
+    if not items:
+        return "<div style='color:#666'>No failures.</div>"
+    lines = [html.escape(failure_label(t, f)) for t, _, f in items[:MAX_FAILURES_SHOWN]]
+    more = len(items) - MAX_FAILURES_SHOWN
+    if more > 0:
+        lines.append(f"... and {more} earlier failures")
+    return ("<div style='max-height:200px;overflow:auto;font-family:monospace;font-size:85%;"
+            "white-space:pre'>" + "<br>".join(lines) + "</div>")
+
+
+def _traceback_html(failure: Any) -> str:
+    text = failure.traceback or failure.describe()
+    return ("<pre style='max-height:300px;overflow:auto;font-size:85%;background:#f7f7f7;"
+            f"padding:4px'>{html.escape(text)}</pre>")
+
+
+# -- the widget ----------------------------------------------------------------------------------
+class ExperimentWidget(widgets.VBox):
+    """The live view of an experiment, with its controls.
+
+    Args:
+        handle: an :class:`ftnb.handle.ExperimentHandle` (anything with its ``monitor()``,
+            ``stop``, ``stop_trial``, ``resume``, ``name`` and ``path``).
+        metric: the metric plotted first (default: the experiment's ``metric``, else the first
+            one reported).
+        interval_s: seconds between polls (default 0.5 on a local disk, 2.5 on object stores;
+            never less than 0.5).
+        start: start the background updater (tests drive :meth:`refresh` themselves).
+
+    The first state is read before the constructor returns, so a finished experiment's widget
+    is complete when displayed.
+    """
+
+    def __init__(self, handle: Any, metric: Optional[str] = None,
+                 interval_s: Optional[float] = None, start: bool = True) -> None:
+        self.handle = handle
+        self.monitor: ExperimentMonitor = handle.monitor()
+        default = LOCAL_INTERVAL_S if self.monitor.is_local else REMOTE_INTERVAL_S
+        self.interval_s = max(LOCAL_INTERVAL_S, interval_s if interval_s is not None else default)
+        self.snapshot: Optional[ExperimentSnapshot] = None
+        self._metric_choice = metric
+        self._lock = threading.RLock()  # one apply() at a time: updater thread or a callback
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._failures: list = []
+        self._failures_shown: Any = None
+        self._poll_error: Optional[str] = None
+        self._unreadable = False  # written by a newer ftnb: polling again cannot help
+        self._view_dirty = False  # a choice of the user (metric, rows, failure) to show
+        self._applying = False
+        self._fast_until = 0.0  # after a resume: poll at full speed until it shows RUNNING
+        #: polls done, and updates (polls that found something new) shown.
+        self.stats = {"polls": 0, "updates": 0}
+
+        self.header = widgets.HTML()
+        self.status_line = widgets.HTML()
+        self.resume_box = widgets.HTML()
+        self.resume_button = widgets.Button(description="Resume", icon="play",
+                                            tooltip="resume the experiment in the background")
+        self.trial_picker = widgets.Dropdown(description="Trial", options=[],
+                                             layout=widgets.Layout(width="260px"))
+        self.stop_trial_button = widgets.Button(description="Stop trial", icon="stop")
+        self.stop_button = widgets.Button(description="Stop experiment", icon="stop",
+                                          button_style="danger")
+        self.metric_picker = widgets.Dropdown(description="Metric", options=[],
+                                              layout=widgets.Layout(width="260px"))
+        self.show_all_rows = widgets.ToggleButton(description="Show all trials", value=False)
+        self.table = widgets.HTML()
+        self.chart = TrialChart(metric)
+        self.failures = widgets.HTML()
+        self.failure_picker = widgets.Dropdown(description="Failure", options=[],
+                                               layout=widgets.Layout(width="520px"))
+        self.traceback_toggle = widgets.ToggleButton(description="Show traceback", value=False)
+        self.traceback = widgets.HTML()
+
+        self.resume_button.on_click(self._on_resume)
+        self.stop_trial_button.on_click(self._on_stop_trial)
+        self.stop_button.on_click(self._on_stop)
+        self.metric_picker.observe(self._on_metric, names="value")
+        self.show_all_rows.observe(self._on_view_option, names="value")
+        self.failure_picker.observe(self._on_view_option, names="value")
+        self.traceback_toggle.observe(self._on_view_option, names="value")
+
+        self.running_controls = widgets.HBox(
+            [self.trial_picker, self.stop_trial_button, self.stop_button])
+        self.resume_controls = widgets.HBox([self.resume_box, self.resume_button])
+        self.failure_box = widgets.VBox([
+            self.failures, widgets.HBox([self.failure_picker, self.traceback_toggle]),
+            self.traceback])
+        super().__init__([
+            self.header,
+            self.status_line,
+            self.running_controls,
+            self.resume_controls,
+            widgets.HBox([self.metric_picker, self.show_all_rows]),
+            self.table,
+            self.chart.figure,
+            widgets.HTML("<b>Failures</b>"),
+            self.failure_box,
+        ])
+        self.refresh()
+        if start:
+            self.start()
+
+    # -- the updater ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background updater (if it is not running and there is more to show)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            if self.snapshot is not None and self.snapshot.status in ("FINISHED", "ERRORED"):
+                return
+            if self._unreadable:
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name=f"ftnb-widget-{self.handle.name}", daemon=True)
+            self._thread.start()
+
+    @property
+    def updating(self) -> bool:
+        """Whether the background updater is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        snap = self.snapshot  # the constructor (or the last run) showed this one
+        while True:
+            wait = self.interval_s
+            if (snap is not None and snap.status == "INTERRUPTED"
+                    and time.monotonic() > self._fast_until):
+                wait = max(wait, INTERRUPTED_INTERVAL_S)
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                snap = self.refresh()
+            except Exception as exc:  # never let the thread die silently
+                self._say(f"ftnb widget: update failed: {type(exc).__name__}: {exc}", error=True)
+                snap = None
+            if snap is not None and snap.status in ("FINISHED", "ERRORED"):
+                return  # its last state is shown: nothing will change any more
+
+    def close(self) -> None:
+        """Stop the updater and close every part of the widget."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+        self.chart.figure.close()
+        for child in self._all_children(self):
+            for part in (getattr(child, "layout", None), getattr(child, "style", None), child):
+                if isinstance(part, widgets.Widget):
+                    part.close()
+        super().close()
+
+    def _all_children(self, box: Any) -> list:
+        out = []
+        for child in getattr(box, "children", ()):
+            out.append(child)
+            out.extend(self._all_children(child))
+        return out
+
+    # -- polling and applying ------------------------------------------------------------------
+    def refresh(self) -> Optional[ExperimentSnapshot]:
+        """Poll the experiment once and show what changed; returns the snapshot shown."""
+        with self._lock:
+            self.stats["polls"] += 1
+            try:
+                snap = self.monitor.poll()
+            except StateVersionError as exc:
+                self._say(str(exc), error=True)
+                self._unreadable = True
+                self._stop.set()
+                return None
+            except StateFormatError:
+                _set(self.header, "value",
+                     f"<b>{html.escape(self.handle.name)}</b>: waiting for the experiment to "
+                     "start...")
+                return None
+            except OSError as exc:  # storage unreachable for a moment: keep the last view
+                self._poll_error = f"cannot read the experiment: {type(exc).__name__}: {exc}"
+                self._say(self._poll_error, error=True)
+                return self.snapshot
+            if self._poll_error is not None:
+                self._poll_error = None
+                self._say("")
+            self._apply(snap)
+            return snap
+
+    def _apply(self, snap: ExperimentSnapshot) -> None:
+        self._applying = True
+        try:
+            self._apply_all(snap)
+        finally:
+            self._applying = False
+
+    def _apply_all(self, snap: ExperimentSnapshot) -> None:
+        previous = self.snapshot
+        self.snapshot = snap
+        structural = previous is None or previous.generation != snap.generation
+        if structural:
+            self.stats["updates"] += 1
+        _set(self.header, "value", header_html(snap))
+        if structural:
+            self._apply_controls(snap)
+            self._apply_metric_options(snap)
+        metric = self.metric_picker.value or None
+        if structural or self._view_dirty:
+            _set(self.table, "value", table_html(
+                snap, metric, None if self.show_all_rows.value else DEFAULT_TABLE_ROWS))
+            self._apply_failures(snap)
+        if structural or self._view_dirty or metric != self.chart.metric:
+            self.chart.update(snap, metric)
+        self._view_dirty = False
+
+    def _apply_controls(self, snap: ExperimentSnapshot) -> None:
+        running = snap.status == "RUNNING"
+        interrupted = snap.status == "INTERRUPTED"
+        _show(self.running_controls, running)
+        _show(self.resume_controls, interrupted)
+        if interrupted:
+            line = getattr(self.handle, "resume_line", None) or snap.resume_line
+            _set(self.resume_box, "value",
+                 "Interrupted: nothing runs it now. Resume it with "
+                 f"<code>{html.escape(line)}</code> or the button:")
+        stoppable = [
+            r.trial_id for r in snap.view.rows if r.status in ("RUNNING", "PENDING", "PAUSED")
+        ]
+        with self.trial_picker.hold_sync():
+            if list(self.trial_picker.options) != stoppable:
+                current = self.trial_picker.value
+                self.trial_picker.options = stoppable
+                if current in stoppable:
+                    self.trial_picker.value = current
+        _set(self.stop_trial_button, "disabled", not stoppable)
+
+    def _apply_metric_options(self, snap: ExperimentSnapshot) -> None:
+        options = list(snap.metrics)
+        if list(self.metric_picker.options) == options:
+            return
+        current = self.metric_picker.value or self._metric_choice
+        if current is None:
+            preferred = snap.state.settings.get("metric")
+            current = preferred if preferred in options else (options[0] if options else None)
+        with self.metric_picker.hold_sync():
+            self.metric_picker.options = options
+            self.metric_picker.value = current if current in options else (
+                options[0] if options else None)
+
+    def _apply_failures(self, snap: ExperimentSnapshot) -> None:
+        # Failures only ever get added: their count per trial tells whether anything changed.
+        signature = tuple((t, len(fs)) for t, fs in snap.failures.items())
+        if signature == self._failures_shown and not self._view_dirty:
+            return
+        self._failures_shown = signature
+        _set(self.failures, "value", failures_html(snap))
+        items = failure_list(snap)
+        self._failures = items
+        options = [(failure_label(t, f), (t, i)) for t, i, f in items]
+        _show(self.failure_box.children[1], bool(options))
+        with self.failure_picker.hold_sync():
+            if list(self.failure_picker.options) != options:
+                current = self.failure_picker.value
+                self.failure_picker.options = options
+                values = [v for _, v in options]
+                self.failure_picker.value = current if current in values else (
+                    values[0] if values else None)
+        failure = self._picked_failure()
+        if self.traceback_toggle.value and failure is not None:
+            _set(self.traceback, "value", _traceback_html(failure))
+        else:
+            _set(self.traceback, "value", "")
+
+    def _picked_failure(self) -> Any:
+        picked = self.failure_picker.value
+        for trial_id, index, failure in self._failures:
+            if (trial_id, index) == picked:
+                return failure
+        return None
+
+    # -- callbacks (the kernel's thread) -----------------------------------------------------------
+    def _on_metric(self, change: dict) -> None:
+        if change["new"] is not None:
+            self._metric_choice = change["new"]
+        self._rerender()
+
+    def _on_view_option(self, change: dict) -> None:
+        self._rerender()
+
+    def _rerender(self) -> None:
+        """Show the current snapshot again after a choice of the user (no new poll)."""
+        with self._lock:
+            self._view_dirty = True
+            if self.snapshot is not None and not self._applying:
+                self._apply(self.snapshot)
+
+    def _on_stop_trial(self, _button: Any) -> None:
+        trial_id = self.trial_picker.value
+        if not trial_id:
+            self._say("Choose a trial to stop first.", error=True)
+            return
+        self._action(f"Stopping trial {trial_id}",
+                     lambda: self.handle.stop_trial(trial_id, wait=False))
+
+    def _on_stop(self, _button: Any) -> None:
+        self._action(f"Stopping experiment {self.handle.name}",
+                     lambda: self.handle.stop(wait=False))
+
+    def _on_resume(self, _button: Any) -> None:
+        def resume() -> None:
+            self._fast_until = time.monotonic() + 60.0
+            new = self.handle.resume(wait=False)
+            if new is not None and new is not self.handle:
+                self.handle = new
+            self.start()
+
+        self._action(f"Resuming experiment {self.handle.name}", resume)
+
+    def _action(self, what: str, fn: Any) -> None:
+        """Run a control action; its errors (and what it printed) go to the status line."""
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                fn()
+        except Exception as exc:
+            self._say(f"{what} failed: {exc}", error=True)
+            return
+        printed = " ".join(out.getvalue().split())
+        self._say(f"{what}: requested." + (f" {printed}" if printed else ""))
+        self._wake.set()  # show its effect as soon as the next poll can
+
+    def _say(self, text: str, error: bool = False) -> None:
+        color = "#d62728" if error else "#333"
+        value = f"<span style='color:{color}'>{html.escape(text)}</span>" if text else ""
+        _set(self.status_line, "value", value)
+
+
+def _set(widget: Any, name: str, value: Any) -> None:
+    """Set a trait only when it changes: nothing is sent to the browser otherwise."""
+    if getattr(widget, name) != value:
+        setattr(widget, name, value)
+
+
+def _show(widget: Any, visible: bool) -> None:
+    _set(widget.layout, "display", None if visible else "none")

@@ -1,0 +1,461 @@
+"""The live widget's view model, without a kernel: widgets built from real experiment folders in
+every state (finished, errored, interrupted with a dead driver, running under a supervisor,
+with failures and restarts), their values asserted; the controls against a real running
+experiment; and what is sent to the browser (only what changed)."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("ipywidgets", reason="the widget needs ftnb[notebook]")
+pytest.importorskip("plotly", reason="the widget needs ftnb[notebook]")
+
+import comm  # noqa: E402
+
+import ftnb  # noqa: E402
+from ftnb.lease import process_name  # noqa: E402
+from ftnb.notebook.plots import LEGEND_MAX_TRIALS  # noqa: E402
+from ftnb.notebook.widget import (  # noqa: E402
+    DEFAULT_TABLE_ROWS,
+    ExperimentWidget,
+    table_rows,
+    text_view,
+)
+from procs import REPO, processes_named, run_script, wait_for  # noqa: E402
+from scripted import case_dirs, report_step, restored_step, result_rows, scripted_case  # noqa: E402
+
+sys.path.insert(0, REPO)
+from bench.widget_load import write_experiment  # noqa: E402
+
+N = 6
+CASES = [
+    ("clean", {}, 1),
+    ("restart", {"1": [4, "raise"]}, 2),  # resumes from iteration 2 in attempt 2
+    ("errored", {"1": [2, "raise_same"], "2": [2, "raise_same"]}, 1),
+]
+
+
+@pytest.fixture(scope="module")
+def errored_path(tmp_path_factory):
+    root = tmp_path_factory.mktemp("widget")
+    grid = ftnb.Tuner(
+        scripted_case,
+        param_space={"case": ftnb.grid_search(
+            [{"name": c, "faults": f, "ckpt_every": e, "n": N} for c, f, e in CASES])},
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=2, metric="score", mode="max"),
+        run_config=ftnb.RunConfig(storage_path=str(root), name="sweep", verbose=0,
+                                  failure_config=ftnb.FailureConfig(max_failures=1)),
+    ).fit()
+    assert grid.status == "ERRORED"
+    return grid.experiment_path
+
+
+def _ids(path):
+    state = ftnb.attach(path).state()
+    by_dir = {os.path.join(path, t.dir_name): t.trial_id for t in state.trials}
+    return {name: by_dir[d] for name, d in case_dirs(path).items()}
+
+
+def _rows(widget):
+    header, rows = table_rows(widget.snapshot, widget.metric_picker.value, None)
+    return {r[0]: dict(zip(header, r)) for r in rows}
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every comm message the widgets send (outside a kernel they go nowhere)."""
+    messages = []
+    original = comm.DummyComm.publish_msg
+
+    def publish(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        messages.append((self.comm_id, msg_type, data))
+        return original(self, msg_type, data=data, metadata=metadata, buffers=buffers, **keys)
+
+    monkeypatch.setattr(comm.DummyComm, "publish_msg", publish)
+    return messages
+
+
+def test_errored_experiment_shows_everything(errored_path):
+    ids = _ids(errored_path)
+    w = ExperimentWidget(ftnb.attach(errored_path))
+    try:
+        # Finished: the updater does not even start; the first state was read at once.
+        assert not w.updating and w.snapshot.status == "ERRORED"
+        header = w.header.value
+        for text in ("sweep", "ERRORED", "2 TERMINATED, 1 ERRORED", "3 failures, 2 retries",
+                     "elapsed 0:00:"):
+            assert text in header, (text, header)
+
+        rows = _rows(w)
+        assert set(rows) == set(ids.values())
+        clean, restart, errored = (rows[ids[n]] for n in ("clean", "restart", "errored"))
+        assert (clean["status"], clean["iter"], clean["attempts"], clean["failures"]) == (
+            "TERMINATED", str(N), "1", "0")
+        assert (restart["attempts"], restart["failures"], restart["score"]) == ("2", "1", "6")
+        assert "injected failure at step 4" in restart["last error"]
+        assert errored["status"] == "ERRORED" and errored["iter"] == "1"
+        assert "deterministic bug" in errored["last error"]
+        assert "case/name" in clean and clean["case/name"] == "clean"
+        assert ids["errored"] in w.table.value and "deterministic bug" in w.table.value
+
+        # The chart: the experiment's metric, a trace per trial with its rows, restarts marked.
+        assert w.metric_picker.value == "score"
+        assert list(w.metric_picker.options)[:2] == ["score", "resumed_from"]
+        traces = w.chart.trial_traces
+        assert set(traces) == set(ids.values())
+        assert len(w.chart.figure.data) == len(ids) + 1
+        for name, trial_id in ids.items():
+            file_rows = result_rows(case_dirs(errored_path)[name])
+            assert list(traces[trial_id].x) == [r["training_iteration"] for r in file_rows]
+            assert list(traces[trial_id].y) == [r["score"] for r in file_rows]
+        assert traces[ids["errored"]].line.dash == "dot"
+        marks = w.chart.restarts_trace
+        points = sorted(zip(marks.x, marks.y, marks.hovertext))
+        assert [(x, y) for x, y, _ in points] == [(1, 1.0), (2, 2.0)]
+        assert f"{ids['restart']}: attempt 2 resumed from iteration 2" in points[1][2]
+        assert w.chart.figure.layout.yaxis.title.text == "score"
+        assert w.chart.figure.layout.showlegend is True
+
+        # Failures: newest first, one line each; the traceback only on demand.
+        labels = [label for label, _ in w.failure_picker.options]
+        assert len(labels) == 3
+        assert all(ids["errored"] in label for label in labels[:2])
+        assert "attempt 2" in labels[0] and "attempt 1" in labels[1]
+        assert "exception" in labels[2] and "injected failure at step 4" in labels[2]
+        assert "injected failure at step 4" in w.failures.value
+        assert w.traceback.value == ""
+        w.traceback_toggle.value = True
+        assert "Traceback" in w.traceback.value and "deterministic bug" in w.traceback.value
+        w.failure_picker.value = w.failure_picker.options[2][1]
+        assert "injected failure at step 4" in w.traceback.value
+        w.traceback_toggle.value = False
+        assert w.traceback.value == ""
+
+        # Controls: nothing to stop or resume.
+        assert w.running_controls.layout.display == "none"
+        assert w.resume_controls.layout.display == "none"
+        assert "Resume it with" not in text_view(w.snapshot)
+    finally:
+        w.close()
+
+
+def test_choosing_another_metric_redraws_every_trace_and_the_table(errored_path):
+    ids = _ids(errored_path)
+    w = ExperimentWidget(ftnb.attach(errored_path))
+    try:
+        w.metric_picker.value = "resumed_from"
+        traces = w.chart.trial_traces
+        restart_rows = result_rows(case_dirs(errored_path)["restart"])
+        assert list(traces[ids["restart"]].y) == [r["resumed_from"] for r in restart_rows]
+        assert w.chart.figure.layout.yaxis.title.text == "resumed_from"
+        # The restart marker sits on the new metric's value at the iteration it resumed from.
+        marks = dict(zip(w.chart.restarts_trace.x, w.chart.restarts_trace.y))
+        assert marks[2] == 0  # resumed_from at iteration 2 was 0 (attempt 1 started fresh)
+        assert "resumed_from" in _rows(w)[ids["clean"]]
+    finally:
+        w.close()
+
+
+def test_nothing_is_sent_when_nothing_changed_and_only_the_changed_trace_when_one_did(
+    errored_path, tmp_path, sent
+):
+    path = str(tmp_path / "copy")
+    shutil.copytree(errored_path, path)
+    ids = _ids(path)
+    w = ExperimentWidget(ftnb.attach(path), start=False)
+    try:
+        assert sent  # the widgets were created (comm_open) and filled
+        del sent[:]
+        w.refresh()
+        w.refresh()
+        assert sent == []
+
+        results = os.path.join(case_dirs(path)["clean"], "result.json")
+        with open(results, "a") as f:
+            f.write(json.dumps({"score": 42.0, "training_iteration": N + 1,
+                                "trial_id": ids["clean"]}) + "\n")
+        w.refresh()
+        fig_id = w.chart.figure.comm.comm_id
+        # One batched update, for that trace alone, its points as binary arrays.
+        updates = [d["state"]["_py2js_update"] for cid, kind, d in sent
+                   if cid == fig_id and d and d.get("state", {}).get("_py2js_update")]
+        (update,) = updates
+        index = list(w.chart.figure.data).index(w.chart.trace(ids["clean"]))
+        assert update["style_traces"] == [index]
+        assert update["style_data"]["y"][0]["dtype"] == "float64"
+        assert set(update["style_data"]) == {"x", "y"} and not update["layout_data"]
+        assert list(w.chart.trace(ids["clean"]).y) == [float(i) for i in range(1, N + 1)] + [42.0]
+        # The table changed (its iteration), the failures did not: not re-sent.
+        changed = {cid for cid, kind, d in sent}
+        assert w.table.comm.comm_id in changed
+        assert w.failures.comm.comm_id not in changed
+        assert w.failure_picker.comm.comm_id not in changed
+        assert _rows(w)[ids["clean"]]["iter"] == str(N + 1)
+    finally:
+        w.close()
+
+
+def test_many_trials_cut_table_and_no_legend(tmp_path):
+    trials = DEFAULT_TABLE_ROWS + 10
+    paths, _ = write_experiment(str(tmp_path), "many", trials, 5)
+    w = ExperimentWidget(ftnb.attach(paths.dir))
+    try:
+        assert len(w.chart.trial_traces) == trials
+        assert w.chart.figure.layout.showlegend is False and trials > LEGEND_MAX_TRIALS
+        assert w.table.value.count("<tr>") == DEFAULT_TABLE_ROWS + 1  # + the header row
+        assert "10 more trials" in w.table.value
+        w.show_all_rows.value = True
+        assert w.table.value.count("<tr>") == trials + 1
+        assert "more trials" not in w.table.value
+        assert w.header.value.count(f"{trials} TERMINATED") == 1
+    finally:
+        w.close()
+
+
+LIVE_DRIVER = """
+import sys, ftnb
+from scripted import scripted_case
+
+ftnb.run(
+    scripted_case, name="live", storage_path=sys.argv[1],
+    param_space={"case": ftnb.grid_search([
+        {"name": "slow", "n": 2000, "sleep": 0.05, "ckpt_every": 5},
+        {"name": "fails", "n": 2000, "sleep": 0.05, "ckpt_every": 1,
+         "faults": {"1": [3, "raise"]}},
+    ])},
+    tune_config=ftnb.TuneConfig(max_concurrent_trials=2),
+    run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(max_failures=3)),
+)
+"""
+
+
+def test_interrupted_by_a_dead_driver_offers_the_resume_line(tmp_path):
+    proc = run_script(tmp_path, LIVE_DRIVER, str(tmp_path))
+    exp = str(tmp_path / "live")
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(exp, "experiment_state.json")),
+                 timeout=60, what="the experiment to start")
+        handle = ftnb.attach(exp)
+        w = ExperimentWidget(handle)
+        assert w.updating
+        wait_for(lambda: w.snapshot is not None and w.snapshot.restarts
+                 and all(len(t.x) >= 4 for t in w.chart.trial_traces.values()),
+                 timeout=60, what="the updater to show rows and a restart")
+        assert "RUNNING" in w.header.value
+        assert w.running_controls.layout.display is None
+        assert w.resume_controls.layout.display == "none"
+        assert len(w.chart.restarts_trace.x) == 1
+        token = json.loads(open(os.path.join(exp, "owner.json")).read())["token"]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    try:
+        wait_for(lambda: "INTERRUPTED" in w.header.value, timeout=30,
+                 what="the widget to show the dead driver")
+        assert "is gone" in w.header.value
+        assert w.resume_controls.layout.display is None
+        assert w.running_controls.layout.display == "none"
+        assert html.escape(handle.resume_line) in w.resume_box.value
+        assert w.updating  # it keeps watching (slowly) for a resume from elsewhere
+        assert "Resume it with" in text_view(w.snapshot)
+
+        # A control that fails shows its error in the status line; nothing is raised.
+        running = [o for o in w.trial_picker.options]
+        assert running  # the state still says RUNNING for them
+        w.trial_picker.value = running[0]
+        w.stop_trial_button.click()
+        assert "failed" in w.status_line.value and "not running" in w.status_line.value
+    finally:
+        w.close()
+        wait_for(lambda: not processes_named(process_name(token)), timeout=20,
+                 what="the killed driver's trials to die")
+    assert not w.updating
+
+
+def held(config: dict) -> None:
+    """Reports a step every ``sleep`` s (a checkpoint every 5) for at least ``min_steps``, and
+    on while the file ``config["hold"]`` exists."""
+    start = restored_step()
+    step = start
+    while True:
+        step += 1
+        time.sleep(config.get("sleep", 0.05))
+        metrics = {"score": float(step), "loss": 1.0 / step}
+        report_step(metrics, step, checkpoint=step % 5 == 0)
+        if step >= config.get("min_steps", 1) and not os.path.exists(config["hold"]):
+            return
+
+
+def test_controls_stop_a_trial_stop_the_experiment_and_resume_it(tmp_path):
+    hold = tmp_path / "hold"
+    hold.write_text("hold")
+    handle = ftnb.launch(
+        held, param_space={"hold": str(hold), "i": ftnb.grid_search([0, 1, 2])},
+        name="ctl", storage_path=str(tmp_path / "runs"),
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=2), quiet=True,
+    )
+    w = ExperimentWidget(handle)
+    try:
+        wait_for(lambda: w.snapshot is not None and len(w.trial_picker.options) == 3
+                 and len(w.chart.trial_traces) == 2
+                 and all(len(t.x) >= 3 for t in w.chart.trial_traces.values()),
+                 timeout=60, what="two trials reporting in the widget")
+        assert w.running_controls.layout.display is None and w.updating
+
+        # Stop one trial: it ends TERMINATED, the experiment goes on.
+        victim = next(iter(w.chart.trial_traces))
+        w.trial_picker.value = victim
+        w.stop_trial_button.click()
+        assert f"Stopping trial {victim}: requested" in w.status_line.value
+        wait_for(lambda: _rows(w)[victim]["status"] == "TERMINATED", timeout=60,
+                 what="the stopped trial to end")
+        assert victim not in w.trial_picker.options
+        assert "RUNNING" in w.header.value
+
+        # Stop the experiment: INTERRUPTED, with the line (and the button) that resumes it.
+        w.stop_button.click()
+        wait_for(lambda: w.snapshot.status == "INTERRUPTED"
+                 and w.resume_controls.layout.display is None, timeout=60,
+                 what="the experiment to stop")
+        assert w.running_controls.layout.display == "none"
+        assert html.escape(handle.resume_line) in w.resume_box.value
+        stopped_at = {t: len(tr.x) for t, tr in w.chart.trial_traces.items()}
+
+        # Resume (with the trainable this process launched it with), then let it finish.
+        w.resume_button.click()
+        assert "failed" not in w.status_line.value, w.status_line.value
+        wait_for(lambda: w.snapshot.status == "RUNNING", timeout=60,
+                 what="the widget to show the resumed experiment")
+        wait_for(lambda: len(w.chart.trial_traces) == 3
+                 and any(len(w.chart.trace(t).x) > n for t, n in stopped_at.items()),
+                 timeout=60, what="new rows after the resume")
+        hold.unlink()
+        wait_for(lambda: not w.updating, timeout=120,
+                 what="the updater to stop once the experiment finished")
+        assert w.snapshot.status == "FINISHED" and "FINISHED" in w.header.value
+        assert all(r["status"] == "TERMINATED" for r in _rows(w).values())
+        assert w.running_controls.layout.display == "none"
+        assert w.resume_controls.layout.display == "none"
+    finally:
+        if hold.exists():
+            hold.unlink()
+        w.close()
+        handle.stop(wait=True, timeout=60) if handle.is_live() else None
+
+
+class _BrokenHandle:
+    """A handle whose controls fail: their errors must land in the status line."""
+
+    def __init__(self, real):
+        self._real = real
+        self.name, self.path = real.name, real.path
+        self.resume_line = real.resume_line
+
+    def monitor(self):
+        return self._real.monitor()
+
+    def stop(self, wait=True, timeout=60.0):
+        raise RuntimeError("the storage said no")
+
+    def stop_trial(self, trial_id, wait=True, timeout=60.0):
+        print("trying hard")
+        raise ValueError(f"no trial {trial_id}")
+
+    def resume(self, trainable=None, *, param_space=None, wait=False):
+        raise ValueError("cannot resume without its trainable")
+
+
+def test_control_errors_go_to_the_status_line(errored_path):
+    w = ExperimentWidget(_BrokenHandle(ftnb.attach(errored_path)))
+    try:
+        w.stop_button.click()
+        assert "Stopping experiment sweep failed: the storage said no" in w.status_line.value
+        w.resume_button.click()
+        assert "cannot resume without its trainable" in w.status_line.value
+        w.stop_trial_button.click()
+        assert "Choose a trial to stop first" in w.status_line.value
+        w.trial_picker.options = ["t1"]
+        w.trial_picker.value = "t1"
+        w.stop_trial_button.click()
+        assert "failed: no trial t1" in w.status_line.value
+    finally:
+        w.close()
+
+
+def test_a_widget_before_the_experiment_exists_waits_for_it(errored_path, tmp_path):
+    class Later:
+        name, path, resume_line = "later", str(tmp_path / "later"), "%ftresume later"
+
+        def monitor(self):
+            from ftnb.monitor import ExperimentMonitor
+
+            return ExperimentMonitor(self.path)
+
+    w = ExperimentWidget(Later())
+    try:
+        assert w.snapshot is None and "waiting for the experiment to start" in w.header.value
+        assert w.updating
+        # Appears whole (a copy renamed into place), as a finished experiment's files are.
+        shutil.copytree(errored_path, str(tmp_path / "staging"))
+        os.rename(tmp_path / "staging", tmp_path / "later")
+        wait_for(lambda: not w.updating, timeout=30, what="the widget to show it and stop")
+        assert "ERRORED" in w.header.value and len(w.chart.trial_traces) == 3
+    finally:
+        w.close()
+
+
+def test_close_stops_the_updater(tmp_path):
+    paths, _ = write_experiment(str(tmp_path), "open", 3, 4, status="RUNNING")
+    # RUNNING with no owner: shown INTERRUPTED, watched slowly; close() ends the thread.
+    w = ExperimentWidget(ftnb.attach(paths.dir))
+    assert w.snapshot.status == "INTERRUPTED" and w.updating
+    thread = w._thread
+    w.close()
+    assert not thread.is_alive() and not w.updating
+    assert threading.active_count() >= 1
+
+
+@pytest.mark.s3
+def test_widget_on_s3(s3_storage):
+    url, fs = s3_storage
+    grid = ftnb.Tuner(
+        scripted_case,
+        param_space={"case": ftnb.grid_search(
+            [{"name": c, "faults": f, "ckpt_every": e, "n": N} for c, f, e in CASES[:2]])},
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=2),
+        run_config=ftnb.RunConfig(storage_path=url, storage_filesystem=fs, name="s3w",
+                                  verbose=0, failure_config=ftnb.FailureConfig(max_failures=1)),
+    ).fit()
+    handle = ftnb.attach(grid.experiment_path, storage_filesystem=fs)
+    w = ExperimentWidget(handle)
+    try:
+        assert w.interval_s >= 2.0  # object stores are polled less often
+        assert not w.updating and "FINISHED" in w.header.value
+        assert all(list(t.x) == list(range(1, N + 1)) for t in w.chart.trial_traces.values())
+        assert len(w.chart.restarts_trace.x) == 1 and len(w.failure_picker.options) == 1
+    finally:
+        w.close()
+
+
+def test_updater_in_a_real_kernel(tmp_path):
+    """The bench workload at a small size: a jupyter_client kernel shows the widget on an
+    experiment a writer process plays, and its updater thread sends updates."""
+    pytest.importorskip("jupyter_client", reason="needs jupyter_client")
+    pytest.importorskip("ipykernel", reason="needs ipykernel")
+    from bench.widget_load import widget_updater
+
+    figures = widget_updater("ftnb", str(tmp_path), trials=12, reports=1000, running=3,
+                             rows_per_s=5.0, window_s=3.0, idle_s=0.5)
+    assert figures["chart_traces"] == 1 + 12 - 3  # the pending ones have no rows yet
+    assert figures["updates_per_s"] > 0 and figures["comm_msgs_per_s"] > 0
+    # Never more than 2 updates a second (one more for where the window starts and ends).
+    assert figures["polls_per_s"] * 3.0 <= 2 * 3.0 + 1
+    assert 0 <= figures["kernel_cpu_pct"] < 100
