@@ -45,6 +45,8 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments
 from traitlets import Bool, Int, TraitError, Unicode, default, validate
 
+from ..cli import _one_line
+
 __all__ = [
     "FtnbMagics",
     "LaunchPlan",
@@ -683,10 +685,6 @@ def _check_output_name(name: Optional[str], spec: MagicSpec) -> None:
         raise MagicInputError(
             f"{spec.prog}: -o {name!r} is not a valid variable name. Fix: -o handle"
         )
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 @contextlib.contextmanager
