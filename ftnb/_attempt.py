@@ -126,12 +126,20 @@ def run_attempt(payload: bytes, conn: Any) -> int:
                            "iteration": session.iteration})
             return numeric
     except BaseException as exc:
-        _send_exception(send, exc, "exception", session.iteration)
+        _send_exception(send, exc, "oom" if _is_out_of_memory(exc) else "exception",
+                        session.iteration)
         return EXIT_ERROR
     finally:
         log.close()
     send("done", {"outcome": outcome, "iteration": session.iteration})
     return EXIT_OK
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, or torch's OutOfMemoryError (CUDA, MPS...), told apart without torch."""
+    return isinstance(exc, MemoryError) or any(
+        cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__
+    )
 
 
 def _send_exception(send: Any, exc: BaseException, kind: str, iteration: int = 0) -> None:

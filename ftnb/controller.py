@@ -602,7 +602,9 @@ class Controller:
 
     def _repeats(self, trial: TrialRecord, failure: FailureRecord) -> bool:
         counted = [f for f in trial.failures if f.counted]
-        if len(counted) < 2 or failure.kind != FailureKind.EXCEPTION.value:
+        # Only raised errors repeat recognisably (type, message, iteration); an OOM kill does not.
+        raised = (FailureKind.EXCEPTION.value, FailureKind.OOM.value)
+        if len(counted) < 2 or failure.kind not in raised or failure.type is None:
             return False
         previous = counted[-2]
         # Consecutive means no successful attempt in between: the previous attempt failed.

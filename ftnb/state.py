@@ -63,7 +63,7 @@ class FailureKind(str, enum.Enum):
     EXCEPTION = "exception"  # the trainable raised
     EXIT = "exit"  # the process exited with a non-zero code (sys.exit(3), os._exit)
     SIGNAL = "signal"  # killed by a signal (SIGKILL, SIGSEGV, ...)
-    OOM = "oom"  # killed by the kernel's out-of-memory killer
+    OOM = "oom"  # the OOM killer, MemoryError, or torch's OutOfMemoryError (CUDA, MPS)
     PREEMPTION = "preemption"  # SIGTERM: the machine or scheduler took the process away
     USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
 
@@ -91,15 +91,15 @@ class FailureRecord:
     lost_iterations: int = 0
 
     def summary(self) -> str:
-        """One line for tables: 'exception ValueError: boom (iter 4)'."""
-        if self.kind in ("exception", "usage"):
-            what = f"{self.type}: {self.message}" if self.type else self.message
+        """One line for tables: 'exception ValueError: boom (attempt 2, iter 4)'."""
+        if self.type:  # raised in the trainable: exception, usage, or an out-of-memory error
+            what = f"{self.type}: {self.message}" if self.message else self.type
         elif self.kind == "exit":
             what = f"code {self.exit_code}"
-        elif self.kind in ("signal", "oom", "preemption"):
+        elif self.kind == "oom":
+            what = f"out of memory ({self.signal})"
+        elif self.kind in ("signal", "preemption"):
             what = self.signal or self.message
-            if self.kind == "oom":
-                what = f"out of memory ({self.signal})"
         else:
             what = self.message
         line = f"{self.kind} {what}".strip().replace("\n", " ")

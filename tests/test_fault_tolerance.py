@@ -162,6 +162,39 @@ def test_repeated_error_stops_a_deterministic_bug(tmp_path):
     assert len(load_state(results).trials[0].attempts) == 4
 
 
+def _out_of_memory(config):
+    ctx = ftnb.get_context()
+    ftnb.report({"step": 1})
+    if config["error"] == "torch":
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    if ctx.attempt == 1 or config["error"] == "same":
+        raise MemoryError  # no message, as Python raises it
+    ftnb.report({"step": 2})
+
+
+def test_out_of_memory_errors_are_recorded_as_oom(tmp_path):
+    results = ftnb.Tuner(
+        _out_of_memory,
+        param_space={"error": ftnb.grid_search(["once", "same", "torch"])},
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=3),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="oom", verbose=0,
+                                  failure_config=ftnb.FailureConfig(max_failures=3)),
+    ).fit()
+    trials = {t.config["error"]: t for t in load_state(results).trials}
+    once = trials["once"]
+    assert once.status == "TERMINATED" and [f.kind for f in once.failures] == ["oom"]
+    assert once.failures[0].summary() == "oom MemoryError (attempt 1, iter 1)"
+    # A raised OOM at the same step with the same message is the repeated-error rule's case.
+    same = trials["same"]
+    assert same.status == "ERRORED" and len(same.attempts) == 2
+    assert "same error happened twice" in same.error["reason"]
+    cuda = trials["torch"].failures[0]
+    assert (cuda.kind, cuda.type) == ("oom", "OutOfMemoryError")
+    assert cuda.summary().startswith("oom OutOfMemoryError: CUDA out of memory.")
+
+
 def test_preemption_is_not_a_failure_even_with_no_retries(tmp_path):
     results = fit(
         tmp_path, {"faults": {"1": [2, "sigterm"], "2": [4, "sigterm"]}, "n": 5, "ckpt_every": 0},
