@@ -143,6 +143,12 @@ def test_errored_experiment_shows_everything(errored_path):
         assert w.running_controls.layout.display == "none"
         assert w.resume_controls.layout.display == "none"
         assert "Resume it with" not in text_view(w.snapshot)
+
+        # Where widgets cannot be shown, the same view as text instead of the widget's repr.
+        bundle = w._repr_mimebundle_()
+        assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == w.model_id
+        assert bundle["text/plain"] == text_view(w.snapshot)
+        assert bundle["text/plain"].startswith("Experiment sweep: ERRORED")
     finally:
         w.close()
 

@@ -268,6 +268,15 @@ class ExperimentWidget(widgets.VBox):
         if start:
             self.start()
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The live widget for a front end that shows widgets; for one that cannot (a terminal
+        IPython, a notebook saved without widget state as GitHub or nbviewer render it) the view
+        as text at the moment it was displayed, instead of the widget's repr."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict) and self.snapshot is not None:
+            bundle["text/plain"] = text_view(self.snapshot)
+        return bundle
+
     # -- the updater ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start the background updater (if it is not running and there is more to show)."""
