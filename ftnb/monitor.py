@@ -708,7 +708,7 @@ class ExperimentMonitor:
         gone, line = self._driver
         state = dataclasses.replace(header, trials=trials)
         if gone:
-            state.status = "INTERRUPTED"
+            state = state.without_driver()
         view = ExperimentView.from_state(state, path=self.paths.uri, metric=self._metric)
         if gone:
             # Elapsed until the last sign of life, not until now.

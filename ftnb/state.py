@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Optional
 
 from .storage import ExperimentPaths
@@ -38,6 +38,11 @@ class StateFormatError(Exception):
 
 class StateVersionError(StateFormatError):
     """An experiment state written by a newer ftnb than this one."""
+
+
+#: How views (the widget, ``ftnb status``, ``ftnb ls``) show a RUNNING experiment whose driver is
+#: gone, and the trials it was running: never stored (see :meth:`ExperimentState.without_driver`).
+INTERRUPTED = "INTERRUPTED"
 
 
 class TrialStatus(str, enum.Enum):
@@ -222,6 +227,16 @@ class ExperimentState:
             if t.trial_id == trial_id:
                 return t
         raise KeyError(trial_id)
+
+    def without_driver(self) -> "ExperimentState":
+        """A copy as a RUNNING experiment whose driver is gone reads: INTERRUPTED, and so are
+        the trials it was running (their attempts died with the driver; resuming the experiment
+        continues them from their checkpoints). The stored state is not changed."""
+        trials = [
+            replace(t, status=INTERRUPTED) if t.status == TrialStatus.RUNNING else t
+            for t in self.trials
+        ]
+        return replace(self, status=INTERRUPTED, trials=trials)
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in TrialStatus}

@@ -25,6 +25,10 @@ _AUTO = {
     "checkpoint_dir_name",
 }
 
+#: When a table is cut, the trials shown first (lower first).
+URGENCY = {"ERRORED": 0, "RUNNING": 1, "INTERRUPTED": 1, "PAUSED": 2, "PENDING": 3,
+           "TERMINATED": 4}
+
 
 @dataclass
 class TrialRow:
@@ -143,8 +147,7 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     rows = view.rows
     if len(rows) > max_rows:
         # Keep what needs attention when rows are cut: errored and running trials first.
-        urgency = {"ERRORED": 0, "RUNNING": 1, "PAUSED": 2, "PENDING": 3, "TERMINATED": 4}
-        rows = sorted(rows, key=lambda r: urgency.get(r.status, 5))[:max_rows]
+        rows = sorted(rows, key=lambda r: URGENCY.get(r.status, 5))[:max_rows]
     lines = []
     for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")

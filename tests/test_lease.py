@@ -39,6 +39,7 @@ from ftnb.lease import (
     read_lease,
     reap_processes,
 )
+from ftnb.state import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import REPO, TESTS, pid_alive, processes_named, wait_for
 
@@ -717,6 +718,41 @@ def test_status_of_an_experiment_whose_driver_died_says_how_to_resume(
         f"ftnb.Tuner.restore({str(experiment)!r}, <trainable>).fit(), or run the same "
         "ftnb.run(...) again"
     ]
+
+
+def _set_trials_running(exp):
+    """The trials as a driver killed mid-run leaves them: RUNNING in the state and trial.json."""
+    for name in ("experiment_state.json", "experiment_state.prev.json"):
+        data = json.loads((exp / name).read_text())
+        for trial in data["trials"]:
+            trial["status"] = "RUNNING"
+        (exp / name).write_text(json.dumps(data))
+    for record in exp.glob("*/trial.json"):
+        data = json.loads(record.read_text())
+        data["status"] = "RUNNING"
+        record.write_text(json.dumps(data))
+
+
+def test_a_dead_drivers_experiment_and_trials_read_as_interrupted(experiment, holders, capsys):
+    _set_status(experiment, "RUNNING")
+    _set_trials_running(experiment)
+    stored = (experiment / "experiment_state.json").read_bytes()
+    holder = holders(experiment)
+    # While its driver lives, it is RUNNING, trials included.
+    out, _ = _status_output(experiment, capsys)
+    assert out.startswith("Experiment tiny: RUNNING | 2 RUNNING |"), out
+    holder.kill()
+    out, _ = _status_output(experiment, capsys)
+    assert out.startswith("Experiment tiny: INTERRUPTED | 2 INTERRUPTED |"), out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "_0000" in line]
+    assert len(rows) == 2 and all("| INTERRUPTED |" in row for row in rows), rows
+    assert main(["ls", str(experiment.parent)]) == 0
+    listed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["tiny", "INTERRUPTED"] in [row[:2] for row in listed], listed
+    # Only the reading says so: the state still says RUNNING, for the restore to resume.
+    assert (experiment / "experiment_state.json").read_bytes() == stored
+    state = ExperimentState.load(_paths(experiment)).merge_trial_records(_paths(experiment))
+    assert state.status == "RUNNING" and {t.status for t in state.trials} == {"RUNNING"}
 
 
 def test_status_of_a_driver_on_a_silent_machine_says_how_to_resume(experiment, capsys):

@@ -22,6 +22,7 @@ import comm  # noqa: E402
 
 import ftnb  # noqa: E402
 from ftnb.lease import process_name  # noqa: E402
+from ftnb.state import ExperimentState  # noqa: E402
 from ftnb.notebook.plots import LEGEND_MAX_TRIALS  # noqa: E402
 from ftnb.notebook.widget import (  # noqa: E402
     DEFAULT_TABLE_ROWS,
@@ -273,11 +274,16 @@ def test_interrupted_by_a_dead_driver_offers_the_resume_line(tmp_path):
         assert w.updating  # it keeps watching (slowly) for a resume from elsewhere
         assert "Resume it with" in text_view(w.snapshot)
 
+        # The trials it was running show as INTERRUPTED too; the stored state is unchanged.
+        assert {r.status for r in w.snapshot.view.rows} == {"INTERRUPTED"}
+        assert "2 INTERRUPTED" in w.header.value and "RUNNING" not in w.header.value
+        assert w.trial_picker.options == ()  # nothing runs that could be stopped
+        stored = ExperimentState.load(handle.paths).merge_trial_records(handle.paths)
+        assert {t.status for t in stored.trials} == {"RUNNING"}
+
         # A control that fails shows its error in the status line; nothing is raised.
-        running = [o for o in w.trial_picker.options]
-        assert running  # the state still says RUNNING for them
-        w.trial_picker.value = running[0]
-        w.stop_trial_button.click()
+        trial_id = w.snapshot.view.rows[0].trial_id
+        w._action("Stop trial", lambda: handle.stop_trial(trial_id))
         assert "failed" in w.status_line.value and "not running" in w.status_line.value
     finally:
         w.close()

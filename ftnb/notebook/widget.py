@@ -28,7 +28,7 @@ import ipywidgets as widgets
 
 from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..state import StateFormatError, StateVersionError
-from ..view import format_duration, format_value
+from ..view import URGENCY, format_duration, format_value
 from .plots import TrialChart
 
 __all__ = ["ExperimentWidget", "text_view"]
@@ -44,7 +44,6 @@ _STATUS_COLOR = {
     "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e",
 }
 # Trials that need attention first when the table is cut.
-_URGENCY = {"ERRORED": 0, "RUNNING": 1, "PAUSED": 2, "PENDING": 3, "TERMINATED": 4}
 
 
 # -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
@@ -90,7 +89,7 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
     last_results = {t.trial_id: (t.last_result or {}) for t in snap.state.trials}
     rows = view.rows
     if max_rows is not None and len(rows) > max_rows:
-        rows = sorted(rows, key=lambda r: _URGENCY.get(r.status, 5))[:max_rows]
+        rows = sorted(rows, key=lambda r: URGENCY.get(r.status, 5))[:max_rows]
     out = []
     for row in rows:
         last = last_results.get(row.trial_id, {})
