@@ -168,7 +168,7 @@ def _walk_legacy(value: Any, path: str) -> list[tuple[str, dict]]:
     if isinstance(value, dict) and not is_placeholder(value):
         for k, v in value.items():
             out.extend(_walk_legacy(v, f"{path}/{k}" if path else str(k)))
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             out.extend(_walk_legacy(v, f"{path}[{i}]"))
     return out
@@ -235,8 +235,8 @@ def _substitute(value: Any, mapping: dict[str, ObjectRef]) -> Any:
         return mapping[value["__ftnb_ref__"]]
     if isinstance(value, dict):
         return {k: _substitute(v, mapping) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute(v, mapping) for v in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_substitute(v, mapping) for v in value)
     return value
 
 

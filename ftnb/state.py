@@ -190,11 +190,14 @@ class TrialRecord:
         return TrialStatus(self.status)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["config"] = _tuples_to_json(self.config)
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "TrialRecord":
         data = dict(data)
+        data["config"] = _tuples_from_json(data.get("config"))
         data["attempts"] = [_from_dict(AttemptRecord, a) for a in data.get("attempts", [])]
         data["failures"] = [_from_dict(FailureRecord, f) for f in data.get("failures", [])]
         return _from_dict(cls, data)
@@ -354,12 +357,38 @@ class ExperimentState:
         )
 
 
+#: How a tuple in a trial's config is written (JSON has none), so that a restored trial gets
+#: the tuple back, not a list.
+TUPLE_KEY = "__ftnb_tuple__"
+
+
+def _tuples_to_json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return {TUPLE_KEY: [_tuples_to_json(v) for v in value]}
+    if isinstance(value, list):
+        return [_tuples_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tuples_to_json(v) for k, v in value.items()}
+    return value
+
+
+def _tuples_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get(TUPLE_KEY), list):
+            return tuple(_tuples_from_json(v) for v in value[TUPLE_KEY])
+        return {k: _tuples_from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tuples_from_json(v) for v in value]
+    return value
+
+
 def encode_value(value: Any) -> Any:
     """A JSON-able stand-in for a config value.
 
-    JSON types pass through (tuples become lists), numpy/torch scalars become numbers, and any
-    other object becomes a placeholder ``{"__ftnb_object__": type, "repr": ...}``: the state
-    records what was there without pickling it.
+    JSON types pass through (tuples stay tuples: a trial's record writes them so that they come
+    back as tuples), numpy/torch scalars become numbers, and any other object becomes a
+    placeholder ``{"__ftnb_object__": type, "repr": ...}``: the state records what was there
+    without pickling it.
     """
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -367,8 +396,10 @@ def encode_value(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return {str(k): encode_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return [encode_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(encode_value(v) for v in value)
     scalar = _as_scalar(value)
     if scalar is not _NOT_SCALAR:
         return scalar

@@ -303,3 +303,46 @@ def test_objects_are_shared_and_results_show_the_callers_objects(tmp_path):
     # On disk: placeholders, in the state and in params.json alike.
     params = json.loads(open(os.path.join(results[0].path, "params.json")).read())
     assert params["frame"]["__ftnb_ref__"] and params["frame"]["type"].endswith("DataFrame")
+
+
+def _record_config_types(config):
+    """Fails its first attempt; records the Python types of its config's values."""
+    seen = {key: type(value).__name__ for key, value in config.items()}
+    seen["inner"] = type(config["nested"]["inner"]).__name__
+    seen["in_list"] = type(config["nested"]["in_list"][0]).__name__
+    with open(os.path.join(config["log"], f"{ftnb.get_context().attempt}.json"), "w") as f:
+        json.dump(seen, f)
+    if not os.path.exists(os.path.join(config["log"], "restored")):
+        raise RuntimeError("the first run fails")
+    ftnb.report({"n": len(config["shape"])})
+
+
+def test_tuples_in_configs_come_back_as_tuples_after_a_restore(tmp_path):
+    """JSON has no tuples, yet a restored trial must get what the first run got (Ray pickles its
+    configs; ftnb writes tuples as {"__ftnb_tuple__": [...]})."""
+    import numpy as np
+
+    log = tmp_path / "log"
+    log.mkdir()
+    space = {"shape": (3, 3), "grid": ftnb.grid_search([(1, 2)]), "log": str(log),
+             "nested": {"inner": (0.9, 0.999), "in_list": [(1, "a")]}, "array": np.zeros(3)}
+    first = ftnb.Tuner(_record_config_types, param_space=space,
+                       run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="tuples",
+                                                 verbose=0)).fit()
+    assert first.num_errors == 1
+    (log / "restored").touch()
+    path = first.experiment_path
+    results = ftnb.Tuner.restore(path, _record_config_types, restart_errored=True,
+                                 param_space=space).fit()
+    assert results.num_errors == 0
+    attempts = {name: json.loads((log / name).read_text()) for name in ("1.json", "2.json")}
+    assert attempts["1.json"] == attempts["2.json"]
+    assert attempts["2.json"] == {"shape": "tuple", "grid": "tuple", "log": "str",
+                                  "nested": "dict", "array": "ndarray", "inner": "tuple",
+                                  "in_list": "tuple"}
+    # Read back from storage alone, the results show them as tuples too.
+    config = ftnb.ResultGrid.from_path(path)[0].config
+    assert config["shape"] == (3, 3) and config["nested"]["in_list"] == [(1, "a")]
+    # params.json stays plain JSON, as Ray writes it.
+    params = json.loads(open(os.path.join(results[0].path, "params.json")).read())
+    assert params["shape"] == [3, 3] and params["grid"] == [1, 2]
