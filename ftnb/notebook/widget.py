@@ -43,7 +43,6 @@ _STATUS_COLOR = {
     "RUNNING": "#1f77b4", "PENDING": "#7f7f7f", "PAUSED": "#ff7f0e", "TERMINATED": "#2ca02c",
     "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e",
 }
-# Trials that need attention first when the table is cut.
 
 
 # -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
