@@ -218,8 +218,11 @@ def _list_one(paths: ExperimentPaths) -> _Listed:
         return _Listed(name, paths.uri, "UNREADABLE", error=_short_reason(str(exc), paths))
     except Exception as exc:  # permission denied, a backend error: still list the others
         return _Listed(name, paths.uri, "UNREADABLE", error=_describe(exc))
-    if state.status == "RUNNING" and not _alive(_read_lease(paths)):
-        state = state.without_driver()
+    if state.status == "RUNNING":
+        from .lease import live_lease
+
+        if live_lease(paths) is None:
+            state = state.without_driver()
     counts = state.counts()
     return _Listed(
         name=name,
@@ -287,8 +290,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     fallback = _fallback_note(paths, state)
     if fallback:
         print(f"warning: {fallback}", file=sys.stderr)
-    lease = _read_lease(paths)
-    if state.status == "RUNNING" and not _alive(lease):
+    from .lease import read_lease
+
+    lease = read_lease(paths)
+    alive, why = lease.liveness() if lease is not None else (False, "")
+    if state.status == "RUNNING" and not alive:
         state = state.without_driver()
 
     view = ExperimentView.from_state(state, path=paths.uri, metric=args.metric)
@@ -301,7 +307,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if len(view.rows) > max_rows:
         print("(--all shows every trial)")
     print(f"Updated {_local_time(state.updated)}  {paths.uri}")
-    owner = _owner_line(paths, state, lease)
+    owner = _owner_line(paths, state, lease, alive, why)
     if owner:
         print(owner)
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):
@@ -314,21 +320,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_lease(paths: ExperimentPaths) -> Any:
-    from .lease import read_lease
-
-    return read_lease(paths)
-
-
-def _alive(lease: Any) -> bool:
-    return lease is not None and lease.liveness()[0]
-
-
-def _owner_line(paths: ExperimentPaths, state: ExperimentState, lease: Any) -> Optional[str]:
-    """Who drives the experiment, and how to resume it if that driver is gone."""
+def _owner_line(paths: ExperimentPaths, state: ExperimentState, lease: Any, alive: bool,
+                why: str) -> Optional[str]:
+    """Who drives the experiment (``lease``, and its ``liveness()``), and how to resume it if
+    that driver is gone."""
     if lease is None or state.status in ("FINISHED", "ERRORED") and lease.released:
         return None
-    alive, why = lease.liveness()
     if alive:
         return f"Driver: {lease.describe()}, alive ({why})"
     if state.status in ("FINISHED", "ERRORED"):

@@ -239,12 +239,9 @@ class ExperimentHandle:
         return record.get("log")
 
     def _owner(self) -> Any:
-        from .lease import read_lease
+        from .lease import live_lease
 
-        info = read_lease(self.paths)
-        if info is None or not info.liveness()[0]:
-            return None
-        return info
+        return live_lease(self.paths)
 
     def _owner_text(self) -> str:
         owner = self._owner()

@@ -196,6 +196,12 @@ def read_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
         return None
 
 
+def live_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
+    """The lease of the driver that owns the experiment now, or None when no live driver does."""
+    current = read_lease(paths)
+    return current if current is not None and current.liveness()[0] else None
+
+
 def _lease_path(paths: ExperimentPaths) -> str:
     return paths.storage.join(paths.dir, LEASE_FILE)
 
