@@ -126,17 +126,34 @@ def test_errored_experiment_shows_everything(errored_path):
         assert w.chart.figure.layout.showlegend is True
 
         # Failures: newest first, one line each; the traceback only on demand.
-        labels = [label for label, _ in w.failure_picker.options]
-        assert len(labels) == 3
-        assert all(ids["errored"] in label for label in labels[:2])
-        assert "attempt 2" in labels[0] and "attempt 1" in labels[1]
-        assert "exception" in labels[2] and "injected failure at step 4" in labels[2]
+        # (The restart trial's failure and the errored trial's first one race each other on a
+        # busy machine, so the expected order comes from the recorded failure times.)
+        recorded = sorted(
+            ((f.time, t.trial_id, f.attempt) for t in ftnb.attach(errored_path).state().trials
+             for f in t.failures), reverse=True)
+        order = [(t, a) for _, t, a in recorded]
+        assert sorted(order) == sorted([(ids["errored"], 1), (ids["errored"], 2),
+                                        (ids["restart"], 1)])
+        assert order.index((ids["errored"], 2)) < order.index((ids["errored"], 1))
+        options = list(w.failure_picker.options)
+        assert len(options) == 3
+        for (label, value), (_, trial_id, attempt) in zip(options, recorded):
+            assert value[0] == trial_id and f"{trial_id}  attempt {attempt} " in label, label
+        label_of = {(v[0], int(label.split("attempt ")[1].split()[0])): (label, v)
+                    for label, v in options}
+        assert "exception" in label_of[ids["restart"], 1][0]
+        assert "injected failure at step 4" in label_of[ids["restart"], 1][0]
+        assert "deterministic bug" in label_of[ids["errored"], 2][0]
         assert "injected failure at step 4" in w.failures.value
         assert w.traceback.value == ""
-        w.traceback_toggle.value = True
-        assert "Traceback" in w.traceback.value and "deterministic bug" in w.traceback.value
-        w.failure_picker.value = w.failure_picker.options[2][1]
+        w.traceback_toggle.value = True  # the newest failure is picked first
+        newest = "injected failure at step 4" if recorded[0][1] == ids["restart"] else (
+            "deterministic bug")
+        assert "Traceback" in w.traceback.value and newest in w.traceback.value
+        w.failure_picker.value = label_of[ids["restart"], 1][1]
         assert "injected failure at step 4" in w.traceback.value
+        w.failure_picker.value = label_of[ids["errored"], 2][1]
+        assert "deterministic bug" in w.traceback.value
         w.traceback_toggle.value = False
         assert w.traceback.value == ""
 
