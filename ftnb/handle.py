@@ -11,8 +11,10 @@ the experiment. The ``%ftrun`` family of magics is a thin layer over this module
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Mapping, Optional
@@ -24,6 +26,7 @@ from .storage import ExperimentPaths, Storage, default_storage_path
 __all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
 
 _POLL_S = 0.2
+_SUPERVISOR_EXIT_S = 10.0
 _FINISHED_TRIAL = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
 
 
@@ -230,13 +233,16 @@ class ExperimentHandle:
     @property
     def supervisor_log(self) -> Optional[str]:
         """The supervisor's log file, when a supervisor ran this experiment."""
+        return self._supervisor_record().get("log")
+
+    def _supervisor_record(self) -> dict:
+        """``supervisor.json`` (empty when no supervisor ran this experiment)."""
         import json
 
         try:
-            record = json.loads(self.paths.storage.read_text(self.paths.supervisor))
+            return json.loads(self.paths.storage.read_text(self.paths.supervisor))
         except (OSError, ValueError):
-            return None
-        return record.get("log")
+            return {}
 
     def _owner(self) -> Any:
         from .lease import live_lease
@@ -265,7 +271,30 @@ class ExperimentHandle:
             print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
                   f"(stop it with handle.stop() or %ftstop {self.path}).", file=sys.stderr)
             raise
+        self._wait_for_supervisor_exit(deadline)
         return self.results()
+
+    def _wait_for_supervisor_exit(self, deadline: Optional[float]) -> None:
+        """After its driver let go, a supervisor on this machine still records its outcome in
+        ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
+        are complete when :meth:`wait` returns. Bounded: a few seconds at most."""
+        from .lease import host_id, pid_start_time
+
+        limit = time.monotonic() + _SUPERVISOR_EXIT_S
+        if deadline is not None:
+            limit = min(limit, deadline)
+        if self._process is not None:  # launched from here: its own child
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=max(0.0, limit - time.monotonic()))
+            return
+        record = self._supervisor_record()
+        if not record.get("pid") or record.get("host_id") != host_id():
+            return
+        while time.monotonic() < limit:
+            start = pid_start_time(record["pid"])
+            if start is None or start not in (-1, record.get("pid_start") or start):
+                return  # exited (or its pid now names another process)
+            time.sleep(0.02)
 
     def results(self) -> Any:
         """The results as they stand (:class:`ftnb.ResultGrid`; ``get_dataframe()``)."""

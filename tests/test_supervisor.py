@@ -58,7 +58,23 @@ def test_launch_returns_while_the_experiment_runs_in_a_session_of_its_own(tmp_pa
     with open(log) as f:
         assert "supervisor exiting" in f.read()
     assert _record(handle)["outcome"] == "finished"
-    wait_for(lambda: not pid_alive(pid), what="the supervisor to exit")
+    assert not pid_alive(pid)  # wait() returns once the supervisor has exited
+
+
+def test_wait_from_another_handle_returns_once_the_supervisor_has_written_its_end(tmp_path):
+    """An attached handle (a new kernel's) did not start the supervisor, yet its wait() also
+    returns only after the supervisor recorded its outcome and exited."""
+    launched = ftnb.launch(scripted, param_space=_space(tmp_path), name="bg2",
+                           storage_path=str(tmp_path / "store"), quiet=True)
+    pid = _record(launched)["pid"]
+    attached = ftnb.attach(launched.path)
+    assert attached._process is None and attached.is_live()
+    _open_gate(tmp_path)
+    results = attached.wait(timeout=60)
+    assert len(results) == 2 and not results.errors
+    assert _record(attached)["outcome"] == "finished" and not pid_alive(pid)
+    with open(attached.supervisor_log) as f:
+        assert f.read().rstrip().endswith("supervisor exiting.")
 
 
 def test_the_experiment_and_its_objects_outlive_the_process_that_launched_it(tmp_path):
