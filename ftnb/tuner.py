@@ -365,7 +365,7 @@ class Tuner:
                 else:
                     # Trials elsewhere check the lease before every write (at most every
                     # second on object stores): give them the time to see it is gone.
-                    time.sleep(0.2 if paths.storage.is_local else 2.0)
+                    time.sleep(0.5 if paths.storage.is_local else 2.0)
             # Re-read now that we own it: the state may have moved since restore() read it.
             state = load_state(paths)
             state.merge_trial_records(paths)
