@@ -463,7 +463,9 @@ def _run_and_kill_driver(spec: dict, storage_dir: str, kill_after_s: float) -> T
 @workload(
     "restore",
     full={"trials": 8, "iterations": 20, "iter_s": 0.1, "concurrent": 2, "kill_after_s": 4.0},
-    quick={"trials": 2, "iterations": 8, "iter_s": 0.05, "concurrent": 2, "kill_after_s": 0.2},
+    # (quick: 1.3 s of iterations left after the kill, so a busy machine cannot let the trials
+    # finish before it)
+    quick={"trials": 2, "iterations": 30, "iter_s": 0.05, "concurrent": 2, "kill_after_s": 0.2},
     targets=(
         Target("first_new_result_s", "ratio<=", 0.2),
         Target("iterations_twice", "ftnb<=", 0),
@@ -506,6 +508,10 @@ def restore(
         tree.kill_survivors()
         shutil.rmtree(temp_root, ignore_errors=True)
     events = [e for e in _read_events(out_dir) if e["t"] >= start and e["pid"] not in tree.seen]
+    if not any(e["event"] == "iteration" for e in events):
+        raise RuntimeError(f"{framework}: no iteration after the restore: the trials finished "
+                           f"before the driver was killed (raise iterations or lower "
+                           f"kill_after_s={kill_after_s})")
     return {
         "first_new_result_s": min(e["t"] for e in events if e["event"] == "iteration") - start,
         "complete_s": complete_s,

@@ -367,9 +367,10 @@ def test_the_heartbeat_thread_refreshes_the_lease(exp, monkeypatch):
         wait_for(lambda: _owner(exp)["heartbeat"] > acquired, timeout=5, what="a heartbeat")
         # Seen from another machine, the beats keep it alive past its TTL.
         monkeypatch.setenv("FTNB_HOST_ID", "elsewhere")
-        wait_for(lambda: _owner(exp)["heartbeat"] > acquired + 1.0, timeout=5,
-                 what="heartbeats for longer than the TTL")
-        assert read_lease(_paths(exp)).liveness()[0] is True
+        # (Judged as one read: under I/O load a beat's fsync may make one reading stale.)
+        wait_for(lambda: (info := read_lease(_paths(exp))).heartbeat > acquired + 1.0
+                 and info.liveness()[0], timeout=10,
+                 what="a live lease with heartbeats for longer than the TTL")
         assert _owner(exp)["token"] == lease.token and lease.lost is None
     finally:
         lease.release()
@@ -579,11 +580,11 @@ def test_fence_of_a_trial_on_another_machine_needs_a_recent_heartbeat(exp, monke
         _write_owner(exp, token=lease.token, host_id="machine-a", ttl_s=10.0,
                      heartbeat=time.time() - age)
 
-    beat(4)  # younger than ttl/2
+    beat(2)  # younger than ttl/2
     remote_fence.check()
     local_fence.check()
     beat(6)  # older than ttl/2: stop before a new driver may take over at ttl
-    with pytest.raises(FencedError, match=r"no heartbeat for 6 s"):
+    with pytest.raises(FencedError, match=r"no heartbeat for [6-9] s"):  # 6, or a stall more
         remote_fence.check()
     local_fence.check()  # on the driver's machine the heartbeat does not matter
     beat(0)

@@ -11,9 +11,10 @@ import signal
 import pytest
 
 import ftnb
+from ftnb.lease import process_name
 from ftnb.state import FORMAT_VERSION, ExperimentState
 from ftnb.storage import ExperimentPaths
-from procs import run_script, wait_for
+from procs import processes_named, run_script, wait_for
 from scripted import case_dirs, executed, result_rows, scripted_case
 
 CASES = {
@@ -30,6 +31,8 @@ import sys, ftnb
 from scripted import scripted_case
 from test_restore import CASES
 
+# The running trial's last iteration waits for a file that only appears after the kill.
+CASES["running"] = dict(CASES["running"], gate=sys.argv[2])
 ftnb.Tuner(
     scripted_case,
     param_space={"case": ftnb.grid_search([CASES[k] for k in ("done", "errored", "running", "pending")])},
@@ -44,7 +47,8 @@ ftnb.Tuner(
 def killed_matrix(tmp_path_factory):
     """An experiment whose driver was SIGKILLed while its third trial was running."""
     tmp = tmp_path_factory.mktemp("matrix")
-    proc = run_script(tmp, MATRIX_DRIVER, str(tmp))
+    gate = tmp / "running.gate"
+    proc = run_script(tmp, MATRIX_DRIVER, str(tmp), str(gate))
     exp = tmp / "matrix"
     try:
         dirs = wait_for(lambda: len(case_dirs(str(exp))) == 4 and case_dirs(str(exp)),
@@ -54,6 +58,11 @@ def killed_matrix(tmp_path_factory):
         proc.kill()
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL, out
+    # Its trial dies with it (no process of the old driver sees the gate), still running.
+    token = json.loads((exp / "owner.json").read_text())["token"]
+    wait_for(lambda: not processes_named(process_name(token)), what="the old trial to die")
+    assert len(result_rows(dirs["running"])) < CASES["running"]["n"]
+    gate.touch()  # restored, it may finish
     return exp
 
 
