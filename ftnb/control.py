@@ -6,8 +6,10 @@ behind ``%ftrun``) polls that folder and deletes each request once acted upon. A
 socket, so a new kernel, the CLI or another machine needs nothing but the experiment's path, and
 it works the same on local disks, NFS and object stores.
 
-Requests only mean something to a live driver: a driver discards the requests sent before it
-took the experiment (they were meant for one that is gone), and
+Requests only mean something to a live driver, so each is addressed to one: it carries the
+epoch of the owner lease its sender saw (:mod:`ftnb.lease`; every new driver gets the next
+epoch). A driver acts on the requests of its own epoch and drops those of earlier ones (they were
+meant for a driver that is gone), whatever the clocks of the machines involved say; and
 :class:`ftnb.handle.ExperimentHandle` sends none to an experiment that no driver owns.
 """
 
@@ -40,45 +42,45 @@ class ControlRequest:
 
 
 def send_request(paths: ExperimentPaths, action: str, trial_id: Optional[str] = None,
-                 reason: str = "stopped by user") -> ControlRequest:
-    """Ask the experiment's driver to ``action`` ("stop", or "stop_trial" with ``trial_id``)."""
+                 reason: str = "stopped by user", *, epoch: Optional[int] = None
+                 ) -> ControlRequest:
+    """Ask the experiment's driver to ``action`` ("stop", or "stop_trial" with ``trial_id``).
+
+    ``epoch``: the lease epoch of the driver meant; by default the current lease's (none: 0,
+    which no driver acts on). A driver that takes the experiment later drops the request."""
     if action not in _ACTIONS:
         raise ValueError(f"control action {action!r} is not one of {', '.join(_ACTIONS)}.")
     if action == STOP_TRIAL and not trial_id:
         raise ValueError("a 'stop_trial' request needs the trial_id of the trial to stop.")
+    if epoch is None:
+        from .lease import read_lease
+
+        lease = read_lease(paths)
+        epoch = lease.epoch if lease is not None else 0
     # Sortable by time, unique across senders: requests are handled in the order they were sent.
     request = ControlRequest(f"{time.time_ns():020d}-{secrets.token_hex(4)}", action, trial_id,
                              reason)
-    body = {"action": action, "trial_id": trial_id, "reason": reason, "sent": time.time(),
-            "by": {"host": socket.gethostname(), "pid": os.getpid()}}
+    body = {"action": action, "trial_id": trial_id, "reason": reason, "epoch": epoch,
+            "sent": time.time(), "by": {"host": socket.gethostname(), "pid": os.getpid()}}
     paths.storage.makedirs(paths.control)
     paths.storage.write_atomic(paths.storage.join(paths.control, request.id + _SUFFIX),
                                json.dumps(body), durable=False)
     return request
 
 
-def _sent_ns(name: str) -> int:
-    try:
-        return int(name.split("-", 1)[0])
-    except ValueError:
-        return 0
-
-
 class ControlInbox:
-    """The driver's side: :meth:`take` returns the new requests (at most every ``interval_s``,
-    a listing of one folder) and removes their files."""
+    """The driver's side: :meth:`take` returns the new requests addressed to this driver (at
+    most every ``interval_s``, a listing of one folder) and removes their files, and those of
+    requests meant for earlier drivers."""
 
-    def __init__(self, paths: ExperimentPaths, since: float,
+    def __init__(self, paths: ExperimentPaths, epoch: int,
                  interval_s: Optional[float] = None) -> None:
-        """``since``: when this driver took the experiment (its lease); older requests were
-        meant for a driver that is gone and are dropped."""
+        """``epoch``: the epoch of this driver's lease."""
         self.paths = paths
+        self.epoch = epoch
         self.interval_s = interval_s if interval_s is not None else (
             0.2 if paths.storage.is_local else 2.0)
         self._next = 0.0
-        for name in self._names():
-            if _sent_ns(name) < since * 1e9:
-                paths.storage.remove(paths.storage.join(paths.control, name))
 
     def _names(self) -> list[str]:
         return [n for n in self.paths.storage.listdir(self.paths.control) if n.endswith(_SUFFIX)]
@@ -94,11 +96,13 @@ class ControlInbox:
             path = storage.join(self.paths.control, name)
             try:
                 body = json.loads(storage.read_text(path))
-                action = body["action"]
-            except (OSError, ValueError, KeyError, TypeError):
-                body, action = {}, None  # unreadable: drop it rather than trip over it forever
+                action, epoch = body["action"], body.get("epoch")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                body, action, epoch = {}, None, None  # unreadable: drop it, not trip over it
+            if isinstance(epoch, int) and epoch > self.epoch:
+                continue  # for a driver newer than this one (which is about to find out)
             storage.remove(path)
-            if action in _ACTIONS:
+            if action in _ACTIONS and epoch == self.epoch:
                 requests.append(ControlRequest(name[: -len(_SUFFIX)], action, body.get("trial_id"),
                                                str(body.get("reason") or "stopped by user")))
         return requests

@@ -314,11 +314,12 @@ class ExperimentHandle:
         after the grace period) and are PAUSED; the experiment is INTERRUPTED, resumable."""
         from .control import STOP_EXPERIMENT, send_request
 
-        if not self.is_live():
+        owner = self._owner()
+        if owner is None:
             self._say(f"ftnb: experiment {self.name!r} is not running ({self.status()}); "
                       "nothing to stop.", False)
             return
-        send_request(self.paths, STOP_EXPERIMENT)
+        send_request(self.paths, STOP_EXPERIMENT, epoch=owner.epoch)
         if wait:  # until the driver let go of it too: a resume right after must not find it live
             self._wait_until(lambda: not self.is_live(), timeout, "stop")
 
@@ -330,13 +331,14 @@ class ExperimentHandle:
         if trial.status in _FINISHED_TRIAL:
             self._say(f"ftnb: trial {trial_id} already ended ({trial.status}).", False)
             return
-        if not self.is_live():
+        owner = self._owner()
+        if owner is None:
             raise RuntimeError(
                 f"ftnb: experiment {self.name!r} is not running ({self.status()}), so no driver "
                 f"can stop trial {trial_id}. It will not run until the experiment is resumed "
                 f"({self.resume_line})."
             )
-        send_request(self.paths, STOP_TRIAL, trial_id)
+        send_request(self.paths, STOP_TRIAL, trial_id, epoch=owner.epoch)
         if wait:
             self._wait_until(lambda: self._trial(trial_id).status in _FINISHED_TRIAL
                              or not self.is_live(), timeout, f"stop trial {trial_id}")

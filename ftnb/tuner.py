@@ -180,7 +180,7 @@ class Tuner:
             listeners=listeners,
             lease=lease,
             resume_hint=hint,
-            control=ControlInbox(paths, since=lease.info.acquired),
+            control=ControlInbox(paths, epoch=lease.info.epoch),
         )
         if prepare is not None:
             prepare(controller)
