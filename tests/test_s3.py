@@ -442,19 +442,20 @@ def test_unreachable_endpoint_fails_before_any_trial(s3_filesystem_factory, tmp_
     """An S3 endpoint nobody listens on is an error at fit(), quickly, before any trial starts."""
     import socket
 
-    with socket.socket() as s:  # a port that nothing listens on
+    # A port bound here but not listening: refused, and no other process can take it meanwhile.
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    fs = s3_filesystem_factory(
-        f"http://127.0.0.1:{port}",
-        config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 1},
-    )
-    marker = tmp_path / "ran"
-    tuner = ftnb.Tuner(
-        marker_train,
-        param_space={"marker": str(marker)},
-        run_config=_run_config("s3://somebucket/runs", fs, "nope"),
-    )
-    with pytest.raises(ValueError, match="storage_path"):
-        tuner.fit()
+        fs = s3_filesystem_factory(
+            f"http://127.0.0.1:{port}",
+            config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 1},
+        )
+        marker = tmp_path / "ran"
+        tuner = ftnb.Tuner(
+            marker_train,
+            param_space={"marker": str(marker)},
+            run_config=_run_config("s3://somebucket/runs", fs, "nope"),
+        )
+        with pytest.raises(ValueError, match="storage_path"):
+            tuner.fit()
     assert not marker.exists()
