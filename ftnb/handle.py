@@ -277,7 +277,7 @@ class ExperimentHandle:
     def _wait_for_supervisor_exit(self, deadline: Optional[float]) -> None:
         """After its driver let go, a supervisor on this machine still records its outcome in
         ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
-        are complete when :meth:`wait` returns. Bounded: a few seconds at most."""
+        are complete when :meth:`wait` returns (10 s at most, and never past its timeout)."""
         from .lease import host_id, pid_start_time
 
         limit = time.monotonic() + _SUPERVISOR_EXIT_S
