@@ -523,6 +523,12 @@ class Controller:
             failure = self._classify(trial, live, info)
             self._record_failure(trial, failure)
             self._retry_or_error(trial, failure)
+        if sig is not None:
+            # A killed trial could not delete what it ftnb.put(): free that memory now, not at
+            # the next put on this machine (its retry may need it).
+            from .objects import sweep_orphans
+
+            sweep_orphans()
         self._persist_trial(trial)
         self._dirty = True
 

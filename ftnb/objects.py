@@ -64,6 +64,7 @@ __all__ = [
     "is_placeholder",
     "put",
     "resolve_refs",
+    "sweep_orphans",
     "walk_placeholders",
 ]
 
@@ -237,8 +238,9 @@ def _ensure_dir(path: str) -> None:
         )
 
 
-def _sweep_orphans() -> None:
-    """Remove object files whose owner died without cleaning up (SIGKILL, os._exit).
+def sweep_orphans() -> None:
+    """Remove object files whose owner died without cleaning up (SIGKILL, os._exit). Every
+    :func:`put` does it, and so does the controller when a trial process was killed.
 
     An owner is dead when its pid is gone or now belongs to a process with another start
     time. Races with other sweepers are harmless: a file already removed is skipped.
@@ -640,7 +642,7 @@ def put(obj: Any) -> ObjectRef:
         }
     )
     size = len(header) + offsets[-1] + lengths[-1]
-    _sweep_orphans()
+    sweep_orphans()
     folder = choose_store_dir(size)
     _ensure_dir(folder)
     ref_id = secrets.token_hex(8)

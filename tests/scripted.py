@@ -149,3 +149,17 @@ def uses_objects(config: dict) -> None:
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
             ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
+
+
+def puts_then_dies(config: dict) -> None:
+    """Attempt 1 ftnb.put()s an array, writes the object file's path to ``config["note"]`` and
+    SIGKILLs itself; attempt 2 reports whether that file was still there when it started."""
+    import numpy as np
+
+    if ftnb.get_context().attempt == 1:
+        ref = ftnb.put(np.ones(1 << 20))
+        with open(config["note"], "w") as f:
+            f.write(ref.path)
+        os.kill(os.getpid(), signal.SIGKILL)
+    with open(config["note"]) as f:
+        ftnb.report({"leftover": os.path.exists(f.read())})

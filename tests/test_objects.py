@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import ftnb
 import ftnb.objects as objects
 from ftnb.objects import (
     ObjectRef,
@@ -399,6 +400,25 @@ signal.pause()
 
 
 # --------------------------------------------------------------------------- where files go
+
+
+def test_the_objects_of_a_killed_trial_are_freed_before_its_retry(tmp_path, store):
+    """A trial SIGKILLed after an ftnb.put() cannot delete its object file; the controller
+    sweeps it when the attempt ends, so the retry starts with that memory free."""
+    from scripted import puts_then_dies
+
+    note = tmp_path / "note"
+    grid = ftnb.Tuner(
+        puts_then_dies, param_space={"note": str(note)},
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path / "runs"), name="puts", verbose=0,
+                                  failure_config=ftnb.FailureConfig(max_failures=1)),
+    ).fit()
+    (result,) = grid
+    assert result.metrics["leftover"] is False
+    assert note.read_text().startswith(str(store))  # it was put in this test's store
+    (trial,) = ftnb.attach(grid.experiment_path).state().trials
+    assert grid.num_terminated == 1 and [f.signal for f in trial.failures] == ["SIGKILL"]
+    assert os.listdir(store) == []
 
 
 def test_store_env_var_is_honoured(store):
