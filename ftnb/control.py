@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from .storage import ExperimentPaths
+from .storage import ExperimentPaths, is_transient
 
 __all__ = ["ControlInbox", "ControlRequest", "send_request"]
 
@@ -92,12 +92,24 @@ class ControlInbox:
         self._next = now + self.interval_s
         storage = self.paths.storage
         requests = []
-        for name in self._names():
+        try:
+            names = self._names()
+        except Exception as exc:
+            if is_transient(exc):
+                return []  # storage is not answering: look again next time
+            raise
+        for name in names:
             path = storage.join(self.paths.control, name)
             try:
-                body = json.loads(storage.read_text(path))
+                text = storage.read_text(path)
+            except Exception as exc:
+                if is_transient(exc):
+                    continue  # storage is not answering: read it next time
+                text = ""
+            try:
+                body = json.loads(text)
                 action, epoch = body["action"], body.get("epoch")
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 body, action, epoch = {}, None, None  # unreadable: drop it, not trip over it
             if isinstance(epoch, int) and epoch > self.epoch:
                 continue  # for a driver newer than this one (which is about to find out)

@@ -36,7 +36,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
-from .storage import ExperimentPaths
+from .storage import ExperimentPaths, is_transient
 
 __all__ = [
     "ExperimentLockedError",
@@ -375,7 +375,13 @@ class _LeaseWatcher:
         now = time.monotonic()
         if force or now - self._last >= self.interval_s:
             self._last = now
-            self._info = read_lease(self.paths)
+            try:
+                self._info = read_lease(self.paths)
+            except Exception as exc:
+                if not is_transient(exc) or self._info is None:
+                    raise
+                # Storage is not answering: nobody can take the experiment over through it
+                # either, and our own writes wait for it (ftnb.storage); keep the last answer.
         return self._info
 
 

@@ -50,7 +50,7 @@ from .state import (
     StateVersionError,
     TrialRecord,
 )
-from .storage import ExperimentPaths, default_storage_path
+from .storage import ExperimentPaths, call_deadline, default_storage_path
 from .view import ExperimentView, render_table
 
 __all__ = [
@@ -334,7 +334,7 @@ class _ResultTail:
             data = None
             if self.offset and size is not None and size >= self.offset:
                 start = self.offset - len(self.tail)
-                data = fs.cat_file(path, start=start)
+                data = fs.cat_file(path, start=start, **call_deadline(fs, size - start))
                 if data[: len(self.tail)] == self.tail:
                     data = data[len(self.tail):]
                 else:
@@ -343,7 +343,7 @@ class _ResultTail:
                 if self.offset:
                     self.reset()
                     changed = True
-                data = fs.cat_file(path)
+                data = fs.cat_file(path, **call_deadline(fs, size or 0))
         except FileNotFoundError:
             return changed
         stats["files_read"] += 1
@@ -550,7 +550,7 @@ class ExperimentMonitor:
         except Exception:
             pass
         try:
-            found = fs.find(self.paths.dir, detail=True)
+            found = fs.find(self.paths.dir, detail=True, **call_deadline(fs))
         except FileNotFoundError:
             return {}
         return {p.rstrip("/"): info for p, info in found.items()}

@@ -12,6 +12,19 @@ Contract (every writer follows it, every reader relies on it):
 * Only the process that runs the current attempt of a trial writes into that trial's folder
   (results, checkpoints, output); only the controller writes ``experiment_state.json``,
   ``params.json`` and ``error.txt``.
+
+Outages. A write to remote storage (an object store, any non-local fsspec filesystem) that fails
+with anything but a permanent error (a missing path, a denied permission) is retried with
+backoff for up to ``$FTNB_STORAGE_OUTAGE_S`` seconds (default 600) after the storage stopped
+answering, past the filesystem's own few seconds of retries: the writer (the driver saving
+state, a trial in ``report()``) waits out a network outage instead of failing, and an
+acknowledged report is still a persisted one. Past that, :class:`StorageUnavailableError`.
+Reads are not retried: readers (the widget, the CLI) poll again anyway.
+
+A network that drops packets instead of refusing connections makes a request hang rather than
+fail, so every call to an async fsspec filesystem (s3fs, gcsfs, ...) has a deadline:
+``$FTNB_STORAGE_CALL_TIMEOUT_S`` (default 60) plus the time to move its bytes at 1 MB/s. A call
+past it is cancelled and counts as a failure of the outage kind.
 """
 
 from __future__ import annotations
@@ -20,17 +33,83 @@ import json
 import os
 import posixpath
 import shutil
+import sys
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 __all__ = [
     "ExperimentPaths",
     "Storage",
+    "StorageUnavailableError",
     "TrialPaths",
     "default_storage_path",
     "read_json_lines",
 ]
+
+OUTAGE_ENV = "FTNB_STORAGE_OUTAGE_S"
+DEFAULT_OUTAGE_S = 600.0
+CALL_TIMEOUT_ENV = "FTNB_STORAGE_CALL_TIMEOUT_S"
+DEFAULT_CALL_TIMEOUT_S = 60.0
+_SLOWEST_BYTES_PER_S = 1 << 20  # what a call's deadline allows for its data, on top
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 30.0
+# Errors that waiting cannot cure: the path is wrong, or access is denied.
+_PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
+              IsADirectoryError, ValueError, TypeError)
+
+
+class StorageUnavailableError(OSError):
+    """Remote storage did not take a write for longer than ``$FTNB_STORAGE_OUTAGE_S``."""
+
+
+def _seconds_from_env(name: str, default: float, what: str, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= minimum:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds >= {minimum:g}. Fix: set it "
+                         f"to {what} (default {default:.0f}).")
+    return value
+
+
+def outage_limit_s() -> float:
+    """How long a writer waits for remote storage to answer again (``$FTNB_STORAGE_OUTAGE_S``)."""
+    return _seconds_from_env(OUTAGE_ENV, DEFAULT_OUTAGE_S,
+                             "how long writers should wait for storage")
+
+
+def call_timeout_s() -> float:
+    """The base deadline of one call to remote storage (``$FTNB_STORAGE_CALL_TIMEOUT_S``)."""
+    return _seconds_from_env(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S,
+                             "the longest a storage request may hang", minimum=1.0)
+
+
+def check_outage_settings() -> None:
+    """Raise a clear error for a bad ``$FTNB_STORAGE_OUTAGE_S`` or ``$FTNB_STORAGE_CALL_TIMEOUT_S``
+    now, before an experiment starts, rather than in the middle of an outage."""
+    outage_limit_s()
+    call_timeout_s()
+
+
+def call_deadline(fs: Any, nbytes: int = 0) -> dict:
+    """``timeout=`` for a call to an async fsspec filesystem that moves ``nbytes`` (see the
+    module docstring); nothing for other filesystems, which take no such argument."""
+    from fsspec.asyn import AsyncFileSystem
+
+    if not isinstance(fs, AsyncFileSystem):
+        return {}
+    return {"timeout": call_timeout_s() + nbytes / _SLOWEST_BYTES_PER_S}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a storage error may go away by itself (a network or service outage)."""
+    return isinstance(exc, Exception) and not isinstance(exc, _PERMANENT)
 
 STATE_FILE = "experiment_state.json"
 STATE_BACKUP_FILE = "experiment_state.prev.json"
@@ -77,6 +156,16 @@ class Storage:
         self.is_local = is_local_fs(fs)
         if self.is_local:
             self.root = os.path.abspath(self.root)
+        self._down_since: Optional[float] = None  # when remote writes started failing
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_down_since"] = None  # another process has its own view of the outage
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_down_since", None)
 
     def __repr__(self) -> str:
         return f"Storage({self.uri(self.root)!r})"
@@ -97,18 +186,21 @@ class Storage:
     def exists(self, path: str) -> bool:
         if self.is_local:
             return os.path.exists(path)
-        return self.fs.exists(path)
+        return self.fs.exists(path, **self._deadline())
 
     def isdir(self, path: str) -> bool:
         if self.is_local:
             return os.path.isdir(path)
-        return self.fs.isdir(path)
+        return self.fs.isdir(path, **self._deadline())
 
     def read_bytes(self, path: str) -> bytes:
         if self.is_local:
             with open(path, "rb") as f:
                 return f.read()
-        return self.fs.cat_file(path)
+        return self.fs.cat_file(path, **self._deadline())
+
+    def _deadline(self, nbytes: int = 0) -> dict:
+        return call_deadline(self.fs, nbytes)
 
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
@@ -121,7 +213,7 @@ class Storage:
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:
-            entries = self.fs.ls(path, detail=False, refresh=True)
+            entries = self.fs.ls(path, detail=False, refresh=True, **self._deadline())
         except (FileNotFoundError, NotADirectoryError):
             return []
         names = [posixpath.basename(e.rstrip("/")) for e in entries]
@@ -151,7 +243,42 @@ class Storage:
             _local_write_atomic(path, data, durable)
         else:
             # One PUT of the complete object: object stores never expose a partial object.
-            self.fs.pipe_file(path, data)
+            self._retrying(f"writing {self.uri(path)}", self.fs.pipe_file, path, data,
+                           **self._deadline(len(data)))
+
+    def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried through an outage of remote storage (see the module
+        docstring). One outage shares one deadline across all the writes that meet it."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                limit = outage_limit_s()
+                if self._down_since is None:
+                    self._down_since = now
+                    print(f"ftnb: storage {self.uri(self.root)} is not answering ({what}: "
+                          f"{type(exc).__name__}: {exc}); waiting for it for up to "
+                          f"{limit:.0f} s ({OUTAGE_ENV}).", file=sys.stderr, flush=True)
+                left = self._down_since + limit - now
+                if left <= 0:
+                    raise StorageUnavailableError(
+                        f"storage {self.uri(self.root)} has not answered for "
+                        f"{now - self._down_since:.0f} s ({what}: {type(exc).__name__}: {exc}). "
+                        f"Fix: check the network and the storage service; the experiment can "
+                        f"be resumed once it is back (wait longer with {OUTAGE_ENV})."
+                    ) from exc
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            if self._down_since is not None:
+                print(f"ftnb: storage {self.uri(self.root)} is answering again after "
+                      f"{time.monotonic() - self._down_since:.0f} s.", file=sys.stderr, flush=True)
+                self._down_since = None
+            return result
 
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
@@ -164,7 +291,8 @@ class Storage:
                 else:
                     os.remove(path)
             else:
-                self.fs.rm(path, recursive=recursive)
+                self._retrying(f"removing {self.uri(path)}", self.fs.rm, path,
+                               recursive=recursive, **self._deadline())
         except FileNotFoundError:
             pass
 
@@ -174,15 +302,22 @@ class Storage:
             shutil.copyfile(local_path, tmp)
             os.replace(tmp, path)
         else:
-            self.fs.put_file(local_path, path)
+            self._retrying(f"uploading {self.uri(path)}", self.fs.put_file, local_path, path,
+                           **self._deadline(os.path.getsize(local_path)))
 
     def check_writable(self) -> None:
         """Create the root and write+delete a probe file; raise a clear error if that fails."""
         probe = self.join(self.root, f".ftnb-write-probe-{uuid.uuid4().hex[:8]}")
         try:
+            # Not through the outage retries: storage that is down before anything started is
+            # a mistake to report now (a wrong endpoint, say), not an outage to wait out.
             self.makedirs(self.root)
-            self.write_atomic(probe, b"ok")
-            self.remove(probe)
+            if self.is_local:
+                self.write_atomic(probe, b"ok")
+                self.remove(probe)
+            else:
+                self.fs.pipe_file(probe, b"ok", **self._deadline())
+                self.fs.rm(probe, **self._deadline())
         except Exception as exc:  # any backend error means the same thing to the user
             raise ValueError(
                 f"storage_path={self.uri(self.root)!r} is not writable: "
@@ -212,8 +347,14 @@ class Storage:
             os.rename(tmp, dest)
             _fsync_dir(parent)
         else:
-            self.fs.put(source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True)
-            self.fs.pipe_file(self.join(dest, CHECKPOINT_MARKER), marker_bytes)
+            # Both steps are idempotent: a retry after an outage uploads the folder again.
+            size = sum(os.path.getsize(os.path.join(root, name))
+                       for root, _, names in os.walk(source) for name in names)
+            self._retrying(f"uploading {self.uri(dest)}", self.fs.put,
+                           source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True,
+                           **self._deadline(size))
+            self._retrying(f"writing {self.uri(dest)}", self.fs.pipe_file,
+                           self.join(dest, CHECKPOINT_MARKER), marker_bytes, **self._deadline())
 
 
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})

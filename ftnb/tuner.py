@@ -113,6 +113,7 @@ class Tuner:
         from .objects import bind_objects
         from .resources import ResourcePool, check_fits
         from .search import generate_variants
+        from .storage import check_outage_settings
 
         rc, tc = self.run_config, self.tune_config
         pool = ResourcePool.from_machine()
@@ -122,6 +123,7 @@ class Tuner:
         _check_picklable(self.trainable, "trainable", cloudpickle)
         if callable(rc.stop):
             _check_picklable(rc.stop, "RunConfig(stop=...)", cloudpickle)
+        check_outage_settings()
         storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
         storage.check_writable()
         name = rc.name or _default_name(self.trainable, storage)
@@ -267,6 +269,9 @@ class Tuner:
         """
         from .config import FailureConfig
         from .lease import refuse_if_owned
+        from .storage import check_outage_settings
+
+        check_outage_settings()
         from .resources import TrialResources
         from .restore import (
             RestoreError,

@@ -127,6 +127,25 @@ def test_storage_path_not_writable(tmp_path):
         ).fit()
 
 
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_bad_storage_outage_limit(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("FTNB_STORAGE_OUTAGE_S", value)
+    with pytest.raises(ValueError, match=rf"FTNB_STORAGE_OUTAGE_S='{value}' is not a number of "
+                                         r"seconds >= 0\. Fix"):
+        _run(tmp_path)
+    assert_nothing_written(tmp_path)
+    with pytest.raises(ValueError, match="FTNB_STORAGE_OUTAGE_S"):
+        ftnb.Tuner.restore(str(tmp_path / "bad"), _ok)
+
+
+def test_bad_storage_call_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("FTNB_STORAGE_CALL_TIMEOUT_S", "0.5")
+    with pytest.raises(ValueError, match=r"FTNB_STORAGE_CALL_TIMEOUT_S='0.5' is not a number of "
+                                         r"seconds >= 1\. Fix"):
+        _run(tmp_path)
+    assert_nothing_written(tmp_path)
+
+
 def test_resources_that_never_fit(tmp_path, monkeypatch):
     monkeypatch.setenv("FTNB_NUM_GPUS", "1")
     with pytest.raises(ValueError, match=r"can never be satisfied.*1 GPU"):

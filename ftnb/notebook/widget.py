@@ -28,6 +28,7 @@ import ipywidgets as widgets
 
 from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..state import StateFormatError, StateVersionError
+from ..storage import is_transient
 from ..view import URGENCY, format_duration, format_value
 from .plots import TrialChart
 
@@ -352,7 +353,9 @@ class ExperimentWidget(widgets.VBox):
                      f"<b>{html.escape(self.handle.name)}</b>: waiting for the experiment to "
                      "start...")
                 return None
-            except OSError as exc:  # storage unreachable for a moment: keep the last view
+            except Exception as exc:  # storage unreachable for a moment: keep the last view
+                if not is_transient(exc):
+                    raise
                 self._poll_error = f"cannot read the experiment: {type(exc).__name__}: {exc}"
                 self._say(self._poll_error, error=True)
                 return self.snapshot
