@@ -17,7 +17,7 @@ from procs import run_script, wait_for
 
 pytestmark = pytest.mark.s3
 
-N = 20
+N = 30
 
 # Through the proxy, with the filesystem's own retries kept short (a few seconds in all), so the
 # outage outlasts them quickly.
@@ -100,20 +100,15 @@ def test_a_network_outage_is_waited_out_without_a_failure(s3_storage, proxy, dri
         wait_for(lambda: len(rows := _rows_per_trial(fs, exp_url)) == 2
                  and min(map(len, rows.values())) >= 3, timeout=60, what="both trials reporting")
         proxy.cut(stall=stall)
-        # The driver's own writes meet the outage past s3fs's retries, and wait...
-        wait_for(lambda: "is not answering" in out.text, timeout=60,
-                 what="the driver to wait for the storage")
-        # ... and go on trying while it lasts (many more connections turned away: seconds).
-        refused = proxy.refused
-        wait_for(lambda: proxy.refused >= refused + (8 if stall else 40), timeout=60,
-                 what="more tries")
+        # Seconds of outage: many connections turned away (each trial's report keeps trying;
+        # the driver writes only when it has something to save).
+        wait_for(lambda: proxy.refused >= (8 if stall else 40), timeout=60, what="tries")
         during = _rows_per_trial(fs, exp_url)
         assert proc.poll() is None, out.text
     finally:
         proxy.mend()
     text = out.wait(timeout=180)
     assert proc.returncode == 0 and "STATUS FINISHED" in text, text
-    assert "is answering again" in text
     # (aiohttp may log a reset connection's unretrieved task: not an error of ftnb's)
     assert "StorageUnavailableError" not in text and "/ftnb/" not in text, text
 
@@ -126,8 +121,10 @@ def test_a_network_outage_is_waited_out_without_a_failure(s3_storage, proxy, dri
     state = ftnb.attach(exp_url, storage_filesystem=fs).state()
     assert state.status == "FINISHED"
     assert all(t.failures == [] and len(t.attempts) == 1 for t in state.trials)
-    # The trials' own reports waited too (their stderr is uploaded when they end).
+    # The trials' reports waited in ftnb's retries, past s3fs's own (their stderr is uploaded
+    # when they end).
     stderrs = [fs.cat_file(p).decode() for p in fs.glob(exp_url.removeprefix("s3://") + "/*/stderr")]
+    assert len(stderrs) == 2
     assert any("is not answering" in s and "answering again" in s for s in stderrs), stderrs
 
 
