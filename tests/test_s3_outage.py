@@ -12,6 +12,7 @@ import urllib.parse
 import pytest
 
 import ftnb
+from ftnb.storage import read_json_lines
 from netcut import CuttableProxy
 from procs import run_script, wait_for
 
@@ -58,8 +59,7 @@ def _rows_per_trial(fs, exp_url):
     """Result rows of each trial on S3 (read past the proxy), by trial folder."""
     out = {}
     for path in fs.glob(exp_url.removeprefix("s3://") + "/*/result.json"):
-        out[path.rsplit("/", 2)[-2]] = [
-            __import__("json").loads(line) for line in fs.cat_file(path).splitlines() if line]
+        out[path.rsplit("/", 2)[-2]] = read_json_lines(fs.cat_file(path))
     return out
 
 
