@@ -278,7 +278,7 @@ class ExperimentHandle:
         """After its driver let go, a supervisor on this machine still records its outcome in
         ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
         are complete when :meth:`wait` returns (10 s at most, and never past its timeout)."""
-        from .lease import host_id, pid_start_time
+        from .lease import host_id, process_state
 
         limit = time.monotonic() + _SUPERVISOR_EXIT_S
         if deadline is not None:
@@ -290,10 +290,8 @@ class ExperimentHandle:
         record = self._supervisor_record()
         if not record.get("pid") or record.get("host_id") != host_id():
             return
-        while time.monotonic() < limit:
-            start = pid_start_time(record["pid"])
-            if start is None or start not in (-1, record.get("pid_start") or start):
-                return  # exited (or its pid now names another process)
+        while (time.monotonic() < limit
+               and process_state(record["pid"], record.get("pid_start")) == "running"):
             time.sleep(0.02)
 
     def results(self) -> Any:

@@ -114,6 +114,17 @@ def pid_start_time(pid: int) -> Optional[int]:
         return -1
 
 
+def process_state(pid: int, pid_start: Optional[int]) -> str:
+    """What became of the process ``pid`` of this machine that started at ``pid_start`` (None:
+    unknown): "running", "exited", or "reused" (its pid now names a later process)."""
+    start = pid_start_time(pid)
+    if start is None:
+        return "exited"
+    if pid_start is not None and start not in (-1, pid_start):
+        return "reused"
+    return "running"
+
+
 def _pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -157,10 +168,10 @@ class LeaseInfo:
         if self.released:
             return False, "it ended (finished or interrupted) and released the experiment"
         if self.host_id == host_id():
-            start = pid_start_time(self.pid)
-            if start is None:
+            state = process_state(self.pid, self.pid_start)
+            if state == "exited":
                 return False, f"its process {self.pid} on this machine has exited"
-            if self.pid_start is not None and start not in (-1, self.pid_start):
+            if state == "reused":
                 return False, f"its process {self.pid} on this machine has exited (pid reused)"
             return True, f"its process {self.pid} on this machine ({self.host}) is running"
         age = now - self.heartbeat

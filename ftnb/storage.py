@@ -163,10 +163,6 @@ class Storage:
         state["_down_since"] = None  # another process has its own view of the outage
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.__dict__.setdefault("_down_since", None)
-
     def __repr__(self) -> str:
         return f"Storage({self.uri(self.root)!r})"
 
