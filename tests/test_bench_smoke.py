@@ -156,3 +156,40 @@ def test_percentile() -> None:
     assert percentile([5.0], 99) == 5.0
     with pytest.raises(ValueError):
         percentile([], 50)
+
+
+def test_the_bench_extra_installs_what_the_benchmarks_import():
+    """`pip install -e '.[bench]'` must be enough to run every workload: each third-party module
+    that bench/ imports (the kernel of the widget workload included) comes with a distribution
+    that ftnb or its `bench` extra requires."""
+    import ast
+    import importlib.metadata as md
+    import re
+
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    required = {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower().replace("_", "-")
+                for r in project["dependencies"] + project["optional-dependencies"]["bench"]}
+    modules: set[str] = set()
+    for path in (REPO_ROOT / "bench").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                # code run in the benchmark's kernel: "import a, b.c"
+                for line in node.value.splitlines():
+                    if line.strip().startswith("import "):
+                        modules |= {m.strip().split(".")[0]
+                                    for m in line.strip()[7:].split(";")[0].split(",")}
+    by_module = md.packages_distributions()
+    third_party = {m for m in modules
+                   if m not in sys.stdlib_module_names and m not in ("bench", "ftnb", "__future__")}
+    # (a module not installed here is taken to come from the distribution of its own name)
+    missing = {m: by_module.get(m, [m]) for m in third_party
+               if not {d.lower().replace("_", "-") for d in by_module.get(m, [m])} & required}
+    # IPython comes with ipykernel, which the extra requires.
+    missing.pop("IPython", None) if "ipykernel" in required else None
+    assert missing == {}, f"bench imports these without the bench extra requiring them: {missing}"
