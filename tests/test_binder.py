@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -50,7 +51,9 @@ def _requirements_for_here(dest) -> str:
             if words[:1] == ["--extra-index-url"] and not _reachable(words[1]):
                 continue
             if words[:1] in (["-c"], ["-r"]):
-                line = f"{words[0]} {os.path.normpath(os.path.join(BINDER, words[1]))}\n"
+                # pip splits an option's value as a shell would: quote a path with spaces
+                target = os.path.normpath(os.path.join(BINDER, words[1]))
+                line = f"{words[0]} {shlex.quote(target)}\n"
             lines.append(line)
     path = os.path.join(dest, "requirements.txt")
     with open(path, "w") as f:
