@@ -93,6 +93,7 @@ def run_attempt(payload: bytes, conn: Any) -> int:
         restore_checkpoint=spec["restore_checkpoint"],
         stop=spec["stop"],
         checkpoint_score_attribute=spec["checkpoint_score_attribute"],
+        metric=spec.get("metric"),
         fence=fence,
     )
     session_mod._set_session(session)

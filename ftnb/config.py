@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -23,6 +24,28 @@ StopCriterion = Union[Mapping[str, float], Callable[[str, dict], bool], None]
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def signature_mismatch(fn: Any, args: tuple[str, ...]) -> Optional[str]:
+    """Why calling ``fn`` with the positional arguments named ``args`` would fail, e.g.
+    ``"its signature is () (too many positional arguments)"``; None when the call binds, or when
+    ``fn`` has no signature to inspect (some builtins): then only calling it can tell."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(*args)
+    except TypeError as exc:
+        return f"its signature is {sig} ({exc})"
+    return None
+
+
+def callable_name(fn: Any) -> str:
+    """A function's ``__name__``, else its type's (a callable object, a functools.partial)."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 @dataclass
@@ -136,7 +159,13 @@ class TuneConfig:
         max_concurrent_trials: at most this many trials run at once (None: as many as the
             machine's CPUs and GPUs allow for ``resources_per_trial``).
         metric, mode: the default metric and direction ("max"/"min") for
-            ``ResultGrid.get_best_result`` and the status table.
+            ``ResultGrid.get_best_result`` and the status table. ``mode`` without ``metric`` is
+            an error; ``metric`` without ``mode`` is accepted, as in Ray Tune, with a warning
+            (``get_best_result`` will then need ``mode=``). Every trial must report ``metric``
+            from its first report on, as Ray Tune requires: a trial whose first report lacks it
+            is ERRORED at once, naming the metrics it does report (set
+            ``TUNE_DISABLE_STRICT_METRIC_CHECKING=1``, Ray's switch, for a metric that only
+            later reports carry).
         seed: makes the random draws of the search space reproducible.
     """
 
@@ -172,6 +201,20 @@ class TuneConfig:
         if self.metric is not None and not isinstance(self.metric, str):
             raise TypeError(
                 f"TuneConfig(metric=...) must be a metric name (str); got {self.metric!r}."
+            )
+        if self.mode is not None and not self.metric:
+            raise ValueError(
+                f"TuneConfig(mode={self.mode!r}) was given without a metric: mode says whether "
+                "a higher or lower value of the metric is better. Fix: TuneConfig(metric='loss', "
+                f"mode={self.mode!r}), naming a metric your trainable reports, or leave mode out."
+            )
+        if self.metric is not None and self.mode is None:
+            warnings.warn(
+                f"TuneConfig(metric={self.metric!r}) has no mode, so nothing can be ranked by "
+                f"it (get_best_result() will need mode=...). Fix: TuneConfig(metric="
+                f"{self.metric!r}, mode='min') (or 'max').",
+                UserWarning,
+                stacklevel=3,  # the caller of TuneConfig(...), past the generated __init__
             )
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise TypeError(f"TuneConfig(seed=...) must be an int or None; got {self.seed!r}.")
@@ -260,7 +303,18 @@ def _validate_name(name: Any) -> None:
 
 
 def _validate_stop(stop: Any) -> None:
-    if stop is None or callable(stop):
+    if stop is None:
+        return
+    if callable(stop):
+        problem = signature_mismatch(stop, ("trial_id", "result"))
+        if problem:
+            name = callable_name(stop)
+            raise TypeError(
+                f"RunConfig(stop={name}) cannot be called as {name}(trial_id, result): "
+                f"{problem}. Fix: define it as `def "
+                f"{name if name.isidentifier() else 'stop'}(trial_id, result): ...`, returning "
+                "True when the trial should stop."
+            )
         return
     if not isinstance(stop, Mapping):
         raise TypeError(

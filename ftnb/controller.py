@@ -38,6 +38,10 @@ __all__ = ["Controller", "ExperimentListener"]
 
 STATE_SAVE_INTERVAL_S = 1.0
 
+#: Set (True) on a KeyboardInterrupt once the controller printed the line that resumes the
+#: experiment: a script that does not catch it has nothing more to say.
+RESUME_LINE_PRINTED = "_ftnb_resume_line_printed"
+
 
 class ExperimentListener(Protocol):
     """What a UI may be told. Every method is optional (see :class:`NullListener`)."""
@@ -271,6 +275,7 @@ class Controller:
             "restore_checkpoint": latest["dir_name"] if latest else None,
             "stop": self.run_config.stop,
             "checkpoint_score_attribute": self.checkpoint_config.checkpoint_score_attribute,
+            "metric": self.state.settings.get("metric"),
             "preemption_grace_period_s": self.failure_config.preemption_grace_period_s,
             "rows": rows,
             "fence": self.lease.fence_spec() if self.lease is not None else None,
@@ -682,6 +687,7 @@ class Controller:
                 file=sys.stderr,
                 flush=True,
             )
+            setattr(exc, RESUME_LINE_PRINTED, True)  # a script ends on that line, see Tuner.fit
 
     def _abandon(self) -> None:
         """Another driver owns the experiment now: kill our trials and write nothing more."""

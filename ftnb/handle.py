@@ -45,6 +45,7 @@ def launch(
     run_config: Optional[RunConfig] = None,
     resources_per_trial: Any = None,
     restart_errored: bool = False,
+    allow_different_trainable: bool = False,
     wait: bool = False,
     origin: Optional[dict] = None,
     quiet: bool = False,
@@ -59,7 +60,8 @@ def launch(
     When an experiment of that name exists: if it is running, the handle attaches to it; if not
     (it was interrupted, its supervisor died), it is resumed as :func:`ftnb.run` does (errored
     trials continue from their latest checkpoint, or start over with ``restart_errored``),
-    with ``param_space`` giving the objects again. Either way one line says so.
+    with ``param_space`` giving the objects again. Either way one line says so. A trainable
+    named otherwise than the experiment's is refused unless ``allow_different_trainable``.
 
     Bad input raises here, before anything starts. ``wait=True`` blocks until the experiment
     ends. ``origin`` records where the trainable and space came from (names in the caller's
@@ -95,13 +97,15 @@ def launch(
     tuner, resuming = _start_or_resume(
         trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
-        restart_errored=restart_errored, caller="ftnb.launch")
+        restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
+        caller="ftnb.launch")
     if not resuming:
         rc = dataclasses.replace(rc, name=tuner._check_new().name)
     spec = supervisor.LaunchSpec(
         trainable=trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
-        restart_errored=restart_errored, origin=origin)
+        restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
+        origin=origin)
     try:
         started = supervisor.start(spec)
     except ExperimentLockedError:
@@ -342,7 +346,8 @@ class ExperimentHandle:
                              or not self.is_live(), timeout, f"stop trial {trial_id}")
 
     def resume(self, trainable: Any = None, *, param_space: Any = None,
-               restart_errored: bool = False, wait: bool = False,
+               restart_errored: bool = False, allow_different_trainable: bool = False,
+               wait: bool = False,
                namespace: Optional[dict] = None, quiet: bool = False) -> "ExperimentHandle":
         """Resume an interrupted experiment in a new supervisor (a running one is left alone).
 
@@ -366,7 +371,8 @@ class ExperimentHandle:
         return launch(trainable, param_space=param_space, name=self.name,
                       storage_path=self.paths.parent_uri,
                       run_config=RunConfig(storage_filesystem=self._filesystem()),
-                      restart_errored=restart_errored, wait=wait, quiet=quiet,
+                      restart_errored=restart_errored,
+                      allow_different_trainable=allow_different_trainable, wait=wait, quiet=quiet,
                       origin=self._origin())
 
     def _origin(self) -> dict:

@@ -50,7 +50,7 @@ from .state import (
     StateVersionError,
     TrialRecord,
 )
-from .storage import ExperimentPaths, call_deadline, default_storage_path
+from .storage import ExperimentPaths, call_deadline, default_storage_path, parse_json_line
 from .view import ExperimentView, render_table
 
 __all__ = [
@@ -274,11 +274,8 @@ class _ResultTail:
         for line in data[:end].splitlines():
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # corrupt line: skipped, as read_json_lines does
-            if isinstance(row, dict):
+            row = parse_json_line(line)  # None: corrupt, skipped as read_json_lines does
+            if row is not None:
                 self.series.append(row, names)
                 got = True
         self.offset += end

@@ -509,6 +509,16 @@ def _rebuild_tensor(
     return tensor.requires_grad_(requires_grad) if requires_grad else tensor
 
 
+def _refuse_open_file(obj: Any) -> None:
+    """An open file is a handle to data, not data: cloudpickle would send a file open for
+    reading as a StringIO of what it holds now (and refuses one open for writing). Refuse both
+    alike, so that the trial never gets a silent copy."""
+    name = getattr(obj, "name", None)
+    mode = getattr(obj, "mode", None)
+    what = "an open file" + (f" ({name!r}, mode {mode!r})" if name is not None else "")
+    raise pickle.PicklingError(f"{what} is a handle, not data; pass its path instead")
+
+
 def _make_pickler_class() -> type:
     import cloudpickle
 
@@ -521,6 +531,8 @@ def _make_pickler_class() -> type:
             self._storages: dict[tuple[int, int], Any] = {}
 
         def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, io.IOBase) and not isinstance(obj, (io.BytesIO, io.StringIO)):
+                _refuse_open_file(obj)
             if self._tensors and type(obj) in self._tensors:
                 try:
                     reduced = _reduce_tensor(obj, self._storages)

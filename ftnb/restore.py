@@ -18,8 +18,10 @@ from .state import ExperimentState, StateFormatError, StateVersionError, encode_
 from .storage import STATE_FILE, ExperimentPaths
 
 __all__ = [
+    "DifferentTrainableError",
     "RestoreError",
     "bind_configs",
+    "check_same_trainable",
     "describe_location",
     "load_state",
     "space_differences",
@@ -30,6 +32,32 @@ _LEGACY_OBJECT = "__ftnb_object__"
 
 class RestoreError(ValueError):
     """An experiment cannot be restored as asked; the message says why and how to fix it."""
+
+
+class DifferentTrainableError(RestoreError):
+    """The trainable given to resume an experiment is not named like the one it started with.
+
+    Attributes: ``recorded`` (the name in the experiment's state), ``given`` (the name of the
+    one given), ``path`` (the experiment's folder)."""
+
+    def __init__(self, message: str, recorded: str, given: str, path: str) -> None:
+        super().__init__(message)
+        self.recorded, self.given, self.path = recorded, given, path
+
+
+def check_same_trainable(paths: ExperimentPaths, state: ExperimentState, given: str) -> None:
+    """Raise :class:`DifferentTrainableError` when ``given`` (a trainable's name) is not the
+    name the experiment's state records (states that record none pass)."""
+    recorded = state.trainable
+    if not isinstance(recorded, str) or recorded in ("", "?") or recorded == given:
+        return
+    raise DifferentTrainableError(
+        f"Cannot resume {paths.uri} with the trainable {given!r}: the experiment was run by "
+        f"{recorded!r}, and resuming its trials with other code would mix two programs in one "
+        f"experiment. Fix: pass {recorded} again, or pass allow_different_trainable=True if "
+        f"{given} is the same training under another name (a fixed version, say).",
+        recorded, given, paths.uri,
+    )
 
 
 def describe_location(paths: ExperimentPaths) -> str:

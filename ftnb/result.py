@@ -210,11 +210,28 @@ class ResultGrid:
                 if best_value is None or (value > best_value if mode == "max" else value < best_value):
                     best, best_value = result, value
         if best is None:
-            raise ValueError(
-                f"No trial reported a usable value of {metric!r}. Reported metrics: "
-                f"{sorted({k for r in self._results for k in r.metrics})}."
-            )
+            raise ValueError(self._no_best_message(metric, scope))
         return best
+
+    def _no_best_message(self, metric: str, scope: str) -> str:
+        """Why no trial has a usable value of ``metric`` (NaN and infinities left out)."""
+        values = []
+        for result in self._results:
+            rows = [result.metrics] if scope == "last" else result.rows
+            values += [row[metric] for row in rows if metric in row]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        fix = ("Fix: look at the trials' rows (Result.metrics_dataframe), or pass "
+               "filter_nan_and_inf=False to rank by them anyway.")
+        subject = (f"every value of {metric!r}" if scope == "all"
+                   else f"every trial's last value of {metric!r}")
+        if numbers and all(v != v for v in numbers):
+            return (f"get_best_result({metric!r}): {subject} is NaN, so no trial can be ranked "
+                    f"by it (did the training diverge?). {fix}")
+        if numbers:
+            return (f"get_best_result({metric!r}): {metric!r} has no finite value ({subject} "
+                    f"is NaN or infinite), so no trial can be ranked by it. {fix}")
+        reported = sorted({k for r in self._results for k in r.metrics})
+        return f"No trial reported a usable value of {metric!r}. Reported metrics: {reported}."
 
     def get_dataframe(self) -> "pandas.DataFrame":
         """A row per trial: its last result (flattened) plus ``config/...`` columns."""
@@ -232,7 +249,9 @@ class ResultGrid:
         return pd.DataFrame(records)
 
     def __repr__(self) -> str:
+        from .view import plural
+
         return (
-            f"ResultGrid({self.experiment_path!r}: {len(self)} trials, "
+            f"ResultGrid({self.experiment_path!r}: {plural(len(self), 'trial')}, "
             f"{self.num_terminated} terminated, {self.num_errors} errored)"
         )

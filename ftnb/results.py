@@ -3,6 +3,10 @@
 Both mirror Ray Tune's files so pandas and a Ray user's habits work on them. ``result.json`` is
 the source of truth; ``progress.csv`` is the same rows, flattened (``"a/b"`` columns for nested
 metrics), and is rewritten with a wider header when a later row brings new keys.
+
+``result.json`` is strict JSON, unlike Ray's: a NaN or infinite metric is written as ``null``
+with a note that ftnb's readers use to restore it (:data:`ftnb.storage.NONFINITE_KEY`);
+``progress.csv`` writes it as ``nan`` / ``inf``, which pandas reads as such.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import os
 from typing import Any, Iterable, Optional
 
-from .storage import Storage, TrialPaths
+from .storage import Storage, TrialPaths, json_line
 
 __all__ = ["ResultLog", "flatten_row"]
 
@@ -76,14 +80,12 @@ class ResultLog:
         self._csv_fd = os.open(self.paths.progress, flags, 0o644)
 
     def append(self, row: dict) -> None:
-        line = (json.dumps(row, default=str) + "\n").encode("utf-8")
+        line = json_line(row)
         flat = flatten_row(row)
         widened = self._extend_header(flat)
         self.rows.append(row)
         if not self.storage.is_local:
-            self.storage.write_atomic(self.paths.results, b"".join(
-                (json.dumps(r, default=str) + "\n").encode("utf-8") for r in self.rows
-            ))
+            self.storage.write_atomic(self.paths.results, b"".join(map(json_line, self.rows)))
             self._write_csv_whole()
             return
         if self._fd is None:
@@ -115,8 +117,7 @@ class ResultLog:
         self.header = []
         for row in self.rows:
             self._extend_header(flatten_row(row))
-        data = b"".join((json.dumps(r, default=str) + "\n").encode("utf-8") for r in self.rows)
-        self.storage.write_atomic(self.paths.results, data)
+        self.storage.write_atomic(self.paths.results, b"".join(map(json_line, self.rows)))
         self.storage.write_atomic(
             self.paths.progress, _csv_text(self.header, (flatten_row(r) for r in self.rows), True)
         )

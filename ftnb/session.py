@@ -7,12 +7,14 @@ on storage whatever dies afterwards, and the controller is only told about it.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from .checkpoint import Checkpoint
 from .state import encode_metrics
+from .storage import NONFINITE_KEY
 
 if TYPE_CHECKING:
     from .results import ResultLog
@@ -119,6 +121,7 @@ class TrialSession:
         restore_checkpoint: Optional[str],
         stop: Union[Mapping[str, float], Callable[[str, dict], bool], None],
         checkpoint_score_attribute: Optional[str],
+        metric: Optional[str] = None,
         fence: Any = None,
     ) -> None:
         self.context = context
@@ -134,6 +137,8 @@ class TrialSession:
         self.restore_checkpoint = restore_checkpoint
         self.stop = stop
         self.checkpoint_score_attribute = checkpoint_score_attribute
+        # TuneConfig.metric, checked against the first report; None once checked (or unset).
+        self.metric_to_check = metric
         self.fence = fence
         self.started = time.time()
         self.last_report = self.started
@@ -152,7 +157,7 @@ class TrialSession:
             values = encode_metrics(dict(metrics))
         except TypeError as exc:
             raise UsageError(str(exc)) from None
-        clash = [k for k in values if k in AUTO_KEYS]
+        clash = [k for k in values if k in AUTO_KEYS or k == NONFINITE_KEY]
         if clash:
             raise UsageError(
                 f"report() got the metric {clash[0]!r}, which ftnb fills in itself. "
@@ -222,6 +227,9 @@ class TrialSession:
         return name
 
     def _after_report(self, row: dict, with_checkpoint: bool) -> None:
+        if self.metric_to_check is not None:
+            metric, self.metric_to_check = self.metric_to_check, None
+            _check_metric_reported(metric, row)
         if self.stop is not None:
             if not self._stop_keys_checked and isinstance(self.stop, Mapping):
                 missing = [k for k in self.stop if k not in row]
@@ -246,6 +254,32 @@ class TrialSession:
             return None
         path = self.paths.checkpoint(self.restore_checkpoint)
         return Checkpoint(path, self.storage.fs)
+
+
+#: Ray Tune's switch, honoured the same way: set to 1, a trial may leave TuneConfig.metric out of
+#: its first reports (a validation metric that only every N-th report carries).
+LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
+
+
+def _check_metric_reported(metric: str, row: dict) -> None:
+    """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report."""
+    from .results import flatten_row
+
+    flat = flatten_row(row)
+    if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":
+        return
+    import difflib
+
+    reported = sorted(k for k in flat if k not in AUTO_KEYS)
+    close = difflib.get_close_matches(metric, reported, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UsageError(
+        f"TuneConfig(metric={metric!r}) is not a metric this trainable reports; its first "
+        f"report has: {', '.join(reported) or 'no metrics'}{hint}. Fix: run the experiment "
+        "again (under a new name) with TuneConfig(metric=...) naming one of them, or report "
+        f"{metric!r} in every result ({LENIENT_METRIC_ENV}=1 accepts one that only later "
+        "reports carry, as in Ray Tune)."
+    )
 
 
 def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:

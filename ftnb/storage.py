@@ -30,8 +30,10 @@ past it is cancelled and counts as a failure of the outage kind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import posixpath
+import re
 import shutil
 import sys
 import time
@@ -276,6 +278,22 @@ class Storage:
                 self._down_since = None
             return result
 
+    def remove_leftover_temps(self, folder: str, targets: frozenset[str]) -> list[str]:
+        """Delete the temporary files that :meth:`write_atomic` left in ``folder`` for the files
+        named in ``targets`` (their writer died between writing and renaming); return their
+        names. Call it only as the owner of those files, once no earlier writer can be alive:
+        a live writer's temporary file would be pulled from under it. Nothing else is touched.
+        """
+        if not self.is_local:
+            return []  # object stores replace files with one PUT: there is no temporary file
+        removed = []
+        for name in self.listdir(folder):
+            match = _TEMP_NAME.match(name)
+            if match and match.group("target") in targets:
+                self.remove(self.join(folder, name))
+                removed.append(name)
+        return removed
+
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
@@ -392,6 +410,10 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+# ``.<target name>.<12 hex digits>.tmp``: the temporary file of an atomic local write.
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
+
+
 def _local_write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     parent = os.path.dirname(path) or "."
     tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
@@ -451,17 +473,81 @@ def _copy_tree_fsync(src: str, dst: str) -> None:
             _fsync_dir(target_root)
 
 
+#: The key of a ``result.json`` row that says which of its values are NaN or infinite. JSON has
+#: no such numbers, so such a value is written as ``null`` (pandas reads NaN, ``jq`` null) and
+#: this key records it, e.g. ``{"loss": null, "__ftnb_nonfinite__": {"loss": "NaN"}}``; nested
+#: values are named by a dict of the same shape (list items by their index as a string), each
+#: leaf "NaN", "Infinity" or "-Infinity". :func:`parse_json_line` restores them.
+NONFINITE_KEY = "__ftnb_nonfinite__"
+_NONFINITE_TOKENS = frozenset({"NaN", "Infinity", "-Infinity"})
+
+
+def json_line(row: dict) -> bytes:
+    """``row`` as one line of strict JSON (see :data:`NONFINITE_KEY`), newline included."""
+    try:
+        text = json.dumps(row, default=str, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere (the rare case: only then a copy)
+        overlay: dict = {}
+        clean = _null_nonfinite(row, overlay)
+        clean[NONFINITE_KEY] = overlay
+        text = json.dumps(clean, default=str, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def _null_nonfinite(value: Any, overlay: dict) -> Any:
+    """A copy of ``value`` (a dict or list) with its NaN and infinities as None, each recorded in
+    ``overlay`` under its key (its index, for a list)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    out: Any = {} if isinstance(value, dict) else [None] * len(value)
+    for key, item in items:
+        slot = key if isinstance(value, dict) else str(key)
+        if isinstance(item, float) and item != item:
+            overlay[slot], item = "NaN", None
+        elif isinstance(item, float) and item in (math.inf, -math.inf):
+            overlay[slot], item = ("Infinity" if item > 0 else "-Infinity"), None
+        elif isinstance(item, (dict, list, tuple)):
+            inner: dict = {}
+            item = _null_nonfinite(item, inner)
+            if inner:
+                overlay[slot] = inner
+        out[key] = item
+    return out
+
+
+def _restore_nonfinite(value: Any, overlay: Any) -> Any:
+    if isinstance(overlay, str):
+        return float(overlay) if value is None and overlay in _NONFINITE_TOKENS else value
+    if isinstance(overlay, dict):
+        for slot, inner in overlay.items():
+            if isinstance(value, dict) and slot in value:
+                value[slot] = _restore_nonfinite(value[slot], inner)
+            elif isinstance(value, list) and slot.isdigit() and int(slot) < len(value):
+                value[int(slot)] = _restore_nonfinite(value[int(slot)], inner)
+    return value
+
+
+def parse_json_line(line: bytes) -> Optional[dict]:
+    """One row of ``result.json`` with its NaN and infinities back (see :data:`NONFINITE_KEY`;
+    rows written with bare NaN tokens, as before, read as they are), or None for a line that is
+    not a JSON object (torn by a process that died mid-write, or corrupt)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    overlay = row.pop(NONFINITE_KEY, None)
+    return _restore_nonfinite(row, overlay) if overlay else row
+
+
 def read_json_lines(data: bytes) -> list[dict]:
     """Parse JSON Lines, skipping a torn or corrupt line instead of failing the whole file."""
     rows = []
     for line in data.splitlines():
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line from a process that died mid-write
-        if isinstance(row, dict):
+        row = parse_json_line(line)
+        if row is not None:
             rows.append(row)
     return rows
 

@@ -60,6 +60,7 @@ class LaunchSpec:
     run_config: Any = None
     resources_per_trial: Any = None
     restart_errored: bool = False
+    allow_different_trainable: bool = False
     origin: Optional[dict] = None
     sys_path: list = field(default_factory=lambda: list(sys.path))
     cwd: str = field(default_factory=os.getcwd)
@@ -306,7 +307,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             spec.trainable, name=spec.name, param_space=space, storage_path=spec.storage_path,
             tune_config=spec.tune_config, run_config=spec.run_config,
             resources_per_trial=spec.resources_per_trial, restart_errored=spec.restart_errored,
-            caller="ftnb.launch")
+            allow_different_trainable=spec.allow_different_trainable, caller="ftnb.launch")
         if resuming:
             print(resuming, flush=True)
         announcer.resuming = resuming

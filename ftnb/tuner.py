@@ -5,11 +5,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
+import threading
 import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Optional
 
-from .config import CheckpointConfig, RunConfig, TuneConfig, describe_stop
+from .config import (
+    CheckpointConfig,
+    RunConfig,
+    TuneConfig,
+    callable_name,
+    describe_stop,
+    signature_mismatch,
+)
 from .result import ResultGrid
 from .state import ExperimentState, TrialRecord, TrialStatus, encode_value
 from .storage import ExperimentPaths, Storage, default_storage_path
@@ -17,6 +26,29 @@ from .storage import ExperimentPaths, Storage, default_storage_path
 __all__ = ["Tuner", "run"]
 
 _UNSET: Any = object()
+
+
+def _end_quietly_if_uncaught() -> None:
+    """Make an uncaught KeyboardInterrupt marked ``controller.RESUME_LINE_PRINTED`` end the script
+    without a traceback: a ``sys.excepthook`` that ignores it and hands anything else to the
+    hook before it. Python still exits as for any uncaught Ctrl+C (by SIGINT: status 130 in a
+    shell), with ``finally`` blocks and atexit handlers run. Installed once, from the main
+    thread only; inert in IPython and Jupyter, which show a cell's exceptions themselves (and
+    keep the kernel alive)."""
+    from .controller import RESUME_LINE_PRINTED
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # a thread's uncaught exception goes to threading.excepthook, not this hook
+    previous = sys.excepthook
+    if getattr(previous, RESUME_LINE_PRINTED, False):
+        return
+
+    def excepthook(exc_type: type, exc: BaseException, tb: Any) -> None:
+        if not getattr(exc, RESUME_LINE_PRINTED, False):
+            previous(exc_type, exc, tb)
+
+    setattr(excepthook, RESUME_LINE_PRINTED, True)
+    sys.excepthook = excepthook
 
 
 class Tuner:
@@ -85,12 +117,21 @@ class Tuner:
         return their results. Trial failures do not raise: see ``ResultGrid.errors``.
 
         Ctrl+C stops the trials cleanly, saves the state and prints the line that resumes the
-        experiment; a driver that dies any other way is resumed the same way
+        experiment, then raises KeyboardInterrupt; in a script that lets it through, that line
+        is the last thing printed (no traceback) and the exit status is Ctrl+C's (130 in a
+        shell). A driver that dies any other way is resumed the same way
         (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
-        if self._restore is not None:
-            self._results = self._fit_restored(self._restore)
-        else:
-            self._results = self._fit_new()
+        try:
+            if self._restore is not None:
+                self._results = self._fit_restored(self._restore)
+            else:
+                self._results = self._fit_new()
+        except KeyboardInterrupt as exc:
+            from .controller import RESUME_LINE_PRINTED
+
+            if getattr(exc, RESUME_LINE_PRINTED, False):
+                _end_quietly_if_uncaught()
+            raise
         return self._results
 
     def get_results(self) -> ResultGrid:
@@ -196,7 +237,7 @@ class Tuner:
         prefix = secrets.token_hex(3)[:5]
         state = ExperimentState(
             name=name,
-            trainable=_callable_name(self.trainable),
+            trainable=callable_name(self.trainable),
             settings={
                 "metric": tc.metric,
                 "mode": tc.mode,
@@ -250,6 +291,7 @@ class Tuner:
         stop: Any = _UNSET,
         takeover: bool = False,
         verbose: int = 1,
+        allow_different_trainable: bool = False,
     ) -> "Tuner":
         """Resume the experiment in folder ``path`` (local or an fsspec URL); call ``.fit()``.
 
@@ -266,6 +308,11 @@ class Tuner:
         experiment). ``stop`` is needed when the original ``RunConfig(stop=...)`` was a
         function. ``takeover=True`` takes the experiment from a driver that still looks alive
         (its machine died less than the lease TTL ago).
+
+        ``trainable`` must have the name of the one the experiment was started with (the state
+        records it): resuming trials with other code is usually a mistake (the wrong cell, the
+        wrong import). ``allow_different_trainable=True`` resumes with it anyway, for the same
+        training under another name (``train_v2``, a fixed version).
         """
         from .config import FailureConfig
         from .lease import refuse_if_owned
@@ -276,6 +323,7 @@ class Tuner:
         from .restore import (
             RestoreError,
             bind_configs,
+            check_same_trainable,
             load_state,
             missing_objects_message,
             needed_objects,
@@ -285,7 +333,8 @@ class Tuner:
         _check_trainable(trainable, "Tuner.restore")
         for flag, value in (("resume_unfinished", resume_unfinished),
                             ("resume_errored", resume_errored),
-                            ("restart_errored", restart_errored), ("takeover", takeover)):
+                            ("restart_errored", restart_errored), ("takeover", takeover),
+                            ("allow_different_trainable", allow_different_trainable)):
             if not isinstance(value, bool):
                 raise TypeError(f"Tuner.restore({flag}={value!r}) must be True or False.")
         if resume_errored and restart_errored:
@@ -298,6 +347,8 @@ class Tuner:
         state = load_state(paths)
         if not takeover:
             refuse_if_owned(paths, "restore")
+        if not allow_different_trainable:
+            check_same_trainable(paths, state, callable_name(trainable))
         flags = _RestoreFlags(resume_unfinished, resume_errored, restart_errored)
         to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
         if param_space is not None:
@@ -309,7 +360,7 @@ class Tuner:
         else:
             needed = needed_objects(stored_configs(state, to_run))
             if needed:
-                raise RestoreError(missing_objects_message(paths, _callable_name(trainable),
+                raise RestoreError(missing_objects_message(paths, callable_name(trainable),
                                                            needed))
             configs = result_configs = stored_configs(state)
         settings = state.settings
@@ -334,11 +385,7 @@ class Tuner:
         tuner = cls.__new__(cls)
         tuner.trainable = trainable
         tuner.param_space = dict(param_space) if param_space is not None else {}
-        tuner.tune_config = TuneConfig(
-            max_concurrent_trials=settings.get("max_concurrent_trials"),
-            metric=settings.get("metric"),
-            mode=settings.get("mode"),
-        )
+        tuner.tune_config = _stored_tune_config(settings)
         tuner.run_config = run_config
         tuner.resources = TrialResources.from_user(settings.get("resources_per_trial"))
         tuner.listeners = []
@@ -373,6 +420,7 @@ class Tuner:
                     time.sleep(0.5 if paths.storage.is_local else 2.0)
             # Re-read now that we own it: the state may have moved since restore() read it.
             state = load_state(paths)
+            _remove_leftover_temps(paths, state)
             state.merge_trial_records(paths)
             _lay_out_trials(paths, state, check=True)
             plan.state = state
@@ -463,6 +511,22 @@ def _lay_out_trials(paths: ExperimentPaths, state: ExperimentState, check: bool)
         )
 
 
+def _remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> None:
+    """Delete the temporary files of atomic writes that a dead driver or trial left (a driver
+    killed while it laid out the experiment leaves ``.experiment_state.prev.json.<hex>.tmp``).
+    Only as the owner, once the previous owner's processes are gone: only files that the owner
+    and its trials write, never ``owner.json`` (a would-be owner writes it before it owns)
+    nor ``control/`` (its senders')."""
+    storage = paths.storage
+    storage.remove_leftover_temps(paths.dir, frozenset(
+        os.path.basename(p) for p in (paths.state, paths.state_backup, paths.supervisor)))
+    for trial in state.trials:
+        trial_paths = paths.trial(trial.dir_name)
+        storage.remove_leftover_temps(trial_paths.dir, frozenset(os.path.basename(p) for p in (
+            trial_paths.params, trial_paths.record, trial_paths.error, trial_paths.results,
+            trial_paths.progress)))
+
+
 def _refuse_existing(paths: ExperimentPaths) -> None:
     if not paths.has_state():
         return
@@ -527,7 +591,21 @@ def _objects_in(state: ExperimentState) -> list:
 
 def _resume_hint(paths: ExperimentPaths, trainable: Any, with_space: bool) -> str:
     space = ", param_space=param_space" if with_space else ""
-    return f"ftnb.Tuner.restore({paths.uri!r}, {_callable_name(trainable)}{space}).fit()"
+    return f"ftnb.Tuner.restore({paths.uri!r}, {callable_name(trainable)}{space}).fit()"
+
+
+def _stored_tune_config(settings: dict) -> TuneConfig:
+    """The experiment's TuneConfig as stored, not checked again: it was when the experiment
+    started, and an older ftnb accepted what this one may refuse (mode without metric)."""
+    config = TuneConfig.__new__(TuneConfig)
+    config.__dict__.update(
+        num_samples=settings.get("num_samples") or 1,
+        max_concurrent_trials=settings.get("max_concurrent_trials"),
+        metric=settings.get("metric"),
+        mode=settings.get("mode"),
+        seed=settings.get("seed"),
+    )
+    return config
 
 
 def _from_settings(cls: type, data: Any) -> Any:
@@ -553,14 +631,19 @@ def _check_trainable(trainable: Any, where: str) -> None:
             f"{type(trainable).__name__}: {_short(trainable)}. Fix: define "
             "`def train(config): ...` and pass `train` (not `train()`)."
         )
-
-
-def _callable_name(fn: Any) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
+    problem = signature_mismatch(trainable, ("config",))
+    if problem:
+        name = callable_name(trainable)
+        raise TypeError(
+            f"{where}(trainable={name}) cannot be called as {name}(config), the way each trial "
+            f"calls it with its config dict: {problem}. Fix: define it as "
+            f"`def {name if name.isidentifier() else 'train'}(config): ...`; give it other "
+            "inputs through param_space (or functools.partial)."
+        )
 
 
 def _default_name(trainable: Any, storage: Storage) -> str:
-    base = f"{_callable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    base = f"{callable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     name, n = base, 1
     while storage.exists(storage.join(storage.root, name)):
         n += 1
@@ -594,6 +677,7 @@ def run(
     run_config: Optional[RunConfig] = None,
     resources_per_trial: Any = None,
     takeover: bool = False,
+    allow_different_trainable: bool = False,
 ) -> ResultGrid:
     """Start the experiment ``name``, or resume it if it exists: one call to re-run as is after
     any interruption (a killed script, a restarted kernel, a preempted machine).
@@ -602,6 +686,8 @@ def run(
     ``Tuner.restore(path, trainable, resume_errored=True, param_space=param_space).fit()``
     (errored trials get another chance from their latest checkpoint, finished ones are kept).
     ``name`` and ``storage_path`` given here take precedence over those in ``run_config``.
+    Resuming with a trainable of another name than the one the experiment started with is
+    refused unless ``allow_different_trainable=True`` (see :meth:`Tuner.restore`).
 
     Example (a script that is simply run again until it is done)::
 
@@ -615,7 +701,8 @@ def run(
     tuner, resuming = _start_or_resume(
         trainable, name=name, param_space=param_space, storage_path=storage_path,
         tune_config=tune_config, run_config=run_config,
-        resources_per_trial=resources_per_trial, takeover=takeover, caller="ftnb.run")
+        resources_per_trial=resources_per_trial, takeover=takeover,
+        allow_different_trainable=allow_different_trainable, caller="ftnb.run")
     if resuming and tuner.run_config.verbose:
         print(resuming, flush=True)
     return tuner.fit()
@@ -632,6 +719,7 @@ def _start_or_resume(
     resources_per_trial: Any,
     takeover: bool = False,
     restart_errored: bool = False,
+    allow_different_trainable: bool = False,
     caller: str,
 ) -> tuple[Tuner, Optional[str]]:
     """The Tuner that starts experiment ``name`` or resumes it (then also the line that says
@@ -670,6 +758,7 @@ def _start_or_resume(
                 stop=rc.stop if rc.stop is not None else _UNSET,  # else: the stored one
                 takeover=takeover,
                 verbose=rc.verbose,
+                allow_different_trainable=allow_different_trainable,
             )
             return tuner, line
     tuner = Tuner(
