@@ -147,6 +147,7 @@ class Controller:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> ExperimentState:
+        self.state.begin_driver_session()
         self._emit("on_experiment_start", self.state)
         try:
             while True:
@@ -600,7 +601,8 @@ class Controller:
             )
         elif not self.failure_config.allows_retry(trial.num_failures):
             reason = (
-                f"it failed {trial.num_failures} times, more than "
+                f"it failed {trial.num_failures} time{'' if trial.num_failures == 1 else 's'}, "
+                "more than "
                 f"FailureConfig(max_failures={self.failure_config.max_failures}) allows"
             )
         if reason is None:

@@ -137,7 +137,7 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
             "ftnb.attach('sweep1') or ftnb.attach('s3://bucket/exps/sweep1')."
         )
     root = storage_path or default_storage_path()
-    if "://" in text or os.sep in text or text.startswith((".", "~")):
+    if names_a_folder(text):
         paths = ExperimentPaths.at(os.path.expanduser(text), storage_filesystem)
     else:
         paths = ExperimentPaths.of(Storage(root, storage_filesystem), text)
@@ -148,6 +148,12 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
             f"(or `ftnb ls {root}`) lists the experiments under a storage path."
         )
     return ExperimentHandle(paths)
+
+
+def names_a_folder(text: str) -> bool:
+    """Whether :func:`attach` takes ``text`` as an experiment's folder (a path or a URL), not
+    as a name under a storage path."""
+    return "://" in text or os.sep in text or text.startswith((".", "~"))
 
 
 def _storage(rc: RunConfig) -> Storage:
@@ -223,8 +229,10 @@ class ExperimentHandle:
 
     @property
     def resume_line(self) -> str:
-        """The one line that resumes this experiment: ``%ftresume NAME`` for one launched from
-        a notebook or ``ftnb.launch``, else the ``Tuner.restore`` call."""
+        """The one line that resumes this experiment. For one launched with ``%ftrun`` or
+        ``ftnb.launch``: ``%ftresume NAME`` where the magics are loaded, else the Python line
+        ``ftnb.attach(PATH).resume(train, param_space=space)`` (the recorded names); for one
+        run by ``Tuner.fit()``, the ``Tuner.restore`` call."""
         from .monitor import default_resume_line
 
         return default_resume_line(self.paths, ExperimentState.load(self.paths))
@@ -272,8 +280,11 @@ class ExperimentHandle:
                     )
                 time.sleep(_POLL_S)
         except KeyboardInterrupt:
+            from .monitor import ftnb_magics_loaded
+
+            magic = f" or %ftstop {self.path}" if ftnb_magics_loaded() else ""
             print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
-                  f"(stop it with handle.stop() or %ftstop {self.path}).", file=sys.stderr)
+                  f"(stop it with handle.stop(){magic}).", file=sys.stderr)
             raise
         self._wait_for_supervisor_exit(deadline)
         return self.results()
@@ -429,15 +440,29 @@ class ExperimentHandle:
 
     def display(self, metric: Optional[str] = None) -> None:
         """Show the live widget in a notebook; print the text table anywhere else."""
+        self._display(metric)
+
+    def _display(self, metric: Optional[str] = None) -> Optional[Callable[[], None]]:
+        """:meth:`display`; returns, when it displayed the widget, a function that shows the
+        experiment as it is now in that output's plain-text copy (what a front end without
+        widgets shows, and what a saved notebook keeps)."""
         if _in_kernel():
             try:
                 from IPython.display import display
 
-                display(self.widget(metric=metric))
-                return
+                widget = self.widget(metric=metric)
             except ImportError:
                 pass
+            else:
+                shown = display(widget, display_id=True)
+
+                def update_text() -> None:
+                    widget.refresh()
+                    shown.update(widget)
+
+                return update_text
         print(self.text())
+        return None
 
     def text(self) -> str:
         """The view as a text table: the widget's rows, and how to resume it if it stopped."""
@@ -446,10 +471,14 @@ class ExperimentHandle:
         return text_view(self.monitor().poll())
 
     def __repr__(self) -> str:
+        """The name, the status read now, and the path. A status that can still change says
+        when it was read: a notebook keeps this text while the experiment goes on."""
         try:
             status = self.status()
         except Exception:
             status = "unreadable"
+        if status != "FINISHED":
+            status += f" as of {time.strftime('%H:%M:%S')}"
         return f"ExperimentHandle({self.name!r}, {status}, {self.path!r})"
 
     def _say(self, line: str, quiet: bool) -> None:

@@ -37,6 +37,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Union
@@ -58,6 +59,8 @@ __all__ = [
     "ExperimentSnapshot",
     "Restart",
     "default_resume_line",
+    "ftnb_magics_loaded",
+    "same_storage_path",
     "text_view",
 ]
 
@@ -181,9 +184,7 @@ class ExperimentSnapshot:
             return self
         clone = object.__new__(ExperimentSnapshot)
         clone.__dict__.update(self.__dict__)
-        clone.view = dataclasses.replace(
-            self.view, elapsed_s=max(0.0, now - self.state.created)
-        )
+        clone.view = self.view.with_end(now, self.state)
         return clone
 
 
@@ -435,19 +436,49 @@ def _listing_key(info: dict) -> Any:
     return (info.get("size"), marker)
 
 
-def default_resume_line(paths: ExperimentPaths, state: ExperimentState) -> str:
+def default_resume_line(paths: ExperimentPaths, state: ExperimentState,
+                        magics: Optional[bool] = None) -> str:
     """The one line that resumes an interrupted experiment.
 
-    Launched from a notebook (the state records the names it was launched with):
-    ``%ftresume NAME`` (its folder instead of its name when it is not under the default
-    storage path), as :attr:`ftnb.handle.ExperimentHandle.resume_line` says it; otherwise the
-    Python call ``ftnb.Tuner.restore(PATH, TRAINABLE).fit()``.
+    Launched with ``%ftrun`` or :func:`ftnb.launch` (the state records the names it was
+    launched with): ``%ftresume NAME`` where the ``%ft`` magics can run it (``magics``; by
+    default, whether this process is an IPython shell with ``%load_ext ftnb`` done), with its
+    folder instead of its name when it is not under the default storage path; elsewhere the
+    Python line ``ftnb.attach(PATH).resume(TRAINABLE, param_space=SPACE)`` with the recorded
+    names. An experiment run by ``Tuner.fit()``: ``ftnb.Tuner.restore(PATH, TRAINABLE).fit()``.
     """
-    if state.settings.get("origin"):
-        default = _norm(default_storage_path())
-        ref = state.name if _norm(paths.parent_uri) == default else paths.uri
-        return f"%ftresume {ref}"
+    origin = state.settings.get("origin")
+    if origin:
+        if magics is None:
+            magics = ftnb_magics_loaded()
+        if magics:
+            default = _norm(default_storage_path())
+            ref = state.name if _norm(paths.parent_uri) == default else paths.uri
+            return f"%ftresume {ref}"
+        trainable = origin.get("trainable") if isinstance(origin, dict) else None
+        trainable = trainable or state.trainable.rsplit(".", 1)[-1]
+        space = origin.get("param_space") if isinstance(origin, dict) else None
+        with_space = f", param_space={space}" if space else ""
+        return f"ftnb.attach({paths.uri!r}).resume({trainable}{with_space})"
     return f"ftnb.Tuner.restore({paths.uri!r}, {state.trainable}).fit()"
+
+
+def ftnb_magics_loaded() -> bool:
+    """Whether this process is an IPython shell where ``%ftresume`` works (``%load_ext ftnb``
+    done). Never imports IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+        return shell is not None and "ftresume" in shell.magics_manager.magics["line"]
+    except Exception:
+        return False
+
+
+def same_storage_path(a: str, b: str) -> bool:
+    """Whether two storage paths (folders or URLs, as a user may write them) are the same."""
+    return _norm(a) == _norm(b)
 
 
 def _norm(path: str) -> str:
@@ -708,8 +739,8 @@ class ExperimentMonitor:
             state = state.without_driver()
         view = ExperimentView.from_state(state, path=self.paths.uri, metric=self._metric)
         if gone:
-            # Elapsed until the last sign of life, not until now.
-            view.elapsed_s = max(0.0, _last_activity(header, trials) - header.created)
+            # Its times run until the last sign of life, not until now.
+            view = view.with_end(_last_activity(header, trials), state)
         resume = self._resume_line or default_resume_line(self.paths, header)
         return ExperimentSnapshot(
             view=view,

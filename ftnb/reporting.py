@@ -8,7 +8,7 @@ from typing import Optional, TextIO
 
 from .controller import NullListener
 from .state import ExperimentState, FailureRecord, TrialRecord
-from .view import ExperimentView, render_table
+from .view import ExperimentView, plural, render_table
 
 __all__ = ["TerminalReporter"]
 
@@ -48,7 +48,8 @@ class TerminalReporter(NullListener):
     def on_experiment_start(self, state: ExperimentState) -> None:
         if self.verbose:
             self._print(
-                f"ftnb: experiment {state.name} with {len(state.trials)} trials -> {self.path}"
+                f"ftnb: experiment {state.name} with {plural(len(state.trials), 'trial')} -> "
+                f"{self.path}"
             )
 
     def on_trial_start(self, state: ExperimentState, trial: TrialRecord) -> None:

@@ -222,6 +222,9 @@ class ExperimentState:
     param_space: Any = None
     trials: list[TrialRecord] = field(default_factory=list)
     generation: int = 0
+    #: ``[started, last_seen]`` of each driver that ran the experiment, oldest first (its run
+    #: time leaves out the gaps between them). Absent from states written before ftnb recorded it.
+    driver_sessions: list = field(default_factory=list)
     # Which file load() read: the state file, or the previous generation when it fell back.
     loaded_from: Optional[str] = field(default=None, repr=False, compare=False)
 
@@ -241,6 +244,22 @@ class ExperimentState:
         ]
         return replace(self, status=INTERRUPTED, trials=trials)
 
+    def begin_driver_session(self) -> None:
+        """Record that a driver starts running the experiment now (see ``driver_sessions``);
+        each :meth:`save` then moves the session's ``last_seen`` on."""
+        now = time.time()
+        if self.driver_sessions:
+            # A driver that died was last seen at its last save, or later in its trials' records.
+            previous = self.driver_sessions[-1]
+            ends = [a.ended or a.started for t in self.trials for a in t.attempts]
+            previous[1] = max([previous[1], *[e for e in ends if e and e <= now]])
+            self.driver_sessions.append([now, now])
+        elif any(t.attempts for t in self.trials):
+            # Run before sessions were recorded: count that as one session.
+            self.driver_sessions += [[self.created, self.updated], [now, now]]
+        else:
+            self.driver_sessions.append([self.created, now])
+
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in TrialStatus}
         for t in self.trials:
@@ -257,6 +276,7 @@ class ExperimentState:
             "updated": self.updated,
             "status": self.status,
             "generation": self.generation,
+            "driver_sessions": self.driver_sessions,
             "settings": self.settings,
             "param_space": self.param_space,
             "trials": [t.to_json() for t in self.trials],
@@ -282,6 +302,7 @@ class ExperimentState:
             param_space=data.get("param_space"),
             trials=[TrialRecord.from_json(t) for t in data.get("trials", [])],
             generation=data.get("generation", 0),
+            driver_sessions=_sessions(data.get("driver_sessions")),
         )
 
     # -- persistence ---------------------------------------------------------------------------
@@ -295,6 +316,8 @@ class ExperimentState:
         """
         self.updated = time.time()
         self.generation += 1
+        if self.driver_sessions:
+            self.driver_sessions[-1][1] = self.updated
         # No indent: it forces json's pure-Python encoder, several times slower on big states.
         data = json.dumps(self.to_json(), default=str, allow_nan=True).encode("utf-8")
         if final:
@@ -355,6 +378,15 @@ class ExperimentState:
         raise StateFormatError(
             f"no readable experiment state at {paths.uri}: " + "; ".join(errors)
         )
+
+
+def _sessions(data: Any) -> list:
+    """``driver_sessions`` as read: pairs of numbers (anything else is left out)."""
+    if not isinstance(data, list):
+        return []
+    return [[float(s[0]), float(s[1])] for s in data
+            if isinstance(s, list) and len(s) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in s)]
 
 
 #: How a tuple in a trial's config is written (JSON has none), so that a restored trial gets

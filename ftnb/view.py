@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .state import ExperimentState, TrialRecord
 
-__all__ = ["ExperimentView", "TrialRow", "format_duration", "format_value", "render_table"]
+__all__ = [
+    "ExperimentView",
+    "TrialRow",
+    "format_duration",
+    "format_value",
+    "plural",
+    "render_table",
+    "run_times",
+]
 
 _AUTO = {
     "training_iteration",
@@ -51,7 +59,12 @@ class ExperimentView:
     counts: dict
     total_failures: int
     total_preemptions: int
+    #: Wall-clock time since the experiment was created (until it ended, or its driver's last
+    #: sign of life).
     elapsed_s: float
+    #: Time its drivers actually ran it: the wall time less the gaps when no driver did (it was
+    #: stopped, or its driver died, until a resume).
+    running_s: float = 0.0
     rows: list[TrialRow] = field(default_factory=list)
     metric_columns: list[str] = field(default_factory=list)
     param_columns: list[str] = field(default_factory=list)
@@ -93,6 +106,7 @@ class ExperimentView:
                 )
             )
         end = state.updated if state.status != "RUNNING" else time.time()
+        running_s, elapsed_s = run_times(state, end)
         return cls(
             name=state.name,
             status=state.status,
@@ -100,19 +114,55 @@ class ExperimentView:
             counts=state.counts(),
             total_failures=sum(t.num_failures for t in state.trials),
             total_preemptions=sum(t.num_preemptions for t in state.trials),
-            elapsed_s=max(0.0, end - state.created),
+            elapsed_s=elapsed_s,
+            running_s=running_s,
             rows=rows,
             metric_columns=metric_columns,
             param_columns=param_columns,
         )
 
+    def with_end(self, end: float, state: ExperimentState) -> "ExperimentView":
+        """The same view with its times counted up to ``end`` (now, for a running experiment;
+        the last sign of life, for one whose driver died)."""
+        running_s, elapsed_s = run_times(state, end)
+        return replace(self, running_s=running_s, elapsed_s=elapsed_s)
+
+    def times_text(self) -> str:
+        """``run time 0:01:23``, and the wall time when it is longer (a driver was down)."""
+        text = f"run time {format_duration(self.running_s)}"
+        if self.elapsed_s - self.running_s >= 1.0:
+            text += f", wall {format_duration(self.elapsed_s)}"
+        return text
+
     def summary(self) -> str:
+        """One line: status, trials by status, failures, preemptions and times."""
         counts = ", ".join(f"{n} {s}" for s, n in self.counts.items() if n)
         return (
             f"Experiment {self.name}: {self.status} | {counts} | "
-            f"{self.total_failures} failures, {self.total_preemptions} preemptions | "
-            f"{format_duration(self.elapsed_s)}"
+            f"{plural(self.total_failures, 'failure')}, "
+            f"{plural(self.total_preemptions, 'preemption')} | {self.times_text()}"
         )
+
+
+def run_times(state: ExperimentState, end: float) -> tuple[float, float]:
+    """``(running_s, wall_s)`` of an experiment whose current (or last) driver session lasts
+    until ``end``.
+
+    The running time adds up the driver sessions the state records
+    (:attr:`ExperimentState.driver_sessions`); a state written before they were recorded counts
+    as one session from its creation. The wall time runs from the creation to ``end``.
+    """
+    sessions = state.driver_sessions or [[state.created, state.updated]]
+    running = sum(max(0.0, last - start) for start, last in sessions[:-1])
+    running += max(0.0, end - sessions[-1][0])
+    wall = max(0.0, end - state.created)
+    return min(running, wall), wall
+
+
+def plural(count: int, noun: str, many: Optional[str] = None) -> str:
+    """``1 failure``, ``2 failures`` (``many`` for an irregular plural: ``plural(n, "retry",
+    "retries")``)."""
+    return f"{count} {noun if count == 1 else (many or noun + 's')}"
 
 
 def _last_error(trial: TrialRecord) -> str:
@@ -167,5 +217,5 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
         out.append("| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |")
     out.append(sep)
     if len(view.rows) > max_rows:
-        out.append(f"... and {len(view.rows) - max_rows} more trials")
+        out.append(f"... and {plural(len(view.rows) - max_rows, 'more trial')}")
     return "\n".join(out)

@@ -195,7 +195,7 @@ def test_status_shows_summary_and_a_row_per_trial(store, capsys) -> None:
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.splitlines()
-    assert lines[0].startswith("Experiment alpha: FINISHED | 3 TERMINATED | 1 failures, 0 pre")
+    assert lines[0].startswith("Experiment alpha: FINISHED | 3 TERMINATED | 1 failure, 0 pre")
     header = [c.strip() for c in lines[2].strip("|").split("|")]
     # the varying param (x) is a column, the constant one (fixed) is not; the metric comes first
     assert header[:7] == ["trial_id", "status", "iter", "attempts", "failures", "x", "loss"]
@@ -335,7 +335,7 @@ def test_corrupt_state_falls_back_to_the_previous_generation(store, tmp_path, ca
     out, err = capsys.readouterr()
     # The previous generation: one save behind (the last save only marked the run FINISHED).
     assert out.startswith("Experiment alpha: ")
-    assert "| 3 TERMINATED | 1 failures" in out.splitlines()[0]
+    assert "| 3 TERMINATED | 1 failure," in out.splitlines()[0]
     assert "boom on the first attempt" in out
     assert "experiment_state.prev.json" in err and "Traceback" not in err
 

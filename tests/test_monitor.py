@@ -231,9 +231,16 @@ def test_resume_line_for_notebook_launches(tmp_path, monkeypatch):
         f"ftnb.Tuner.restore({paths.uri!r}, train).fit()"
     )
     state.settings = {"origin": {"trainable": "train"}}
-    assert default_resume_line(paths, state) == "%ftresume sweep1"
+    assert default_resume_line(paths, state, magics=True) == "%ftresume sweep1"
     elsewhere = ExperimentPaths.at(str(tmp_path / "other" / "sweep1"))
-    assert default_resume_line(elsewhere, state) == f"%ftresume {elsewhere.uri}"
+    assert default_resume_line(elsewhere, state, magics=True) == f"%ftresume {elsewhere.uri}"
+    # Where the magics cannot run it (a script, a terminal; here: no IPython shell), the Python
+    # line, with the names %ftrun recorded.
+    assert default_resume_line(paths, state) == f"ftnb.attach({paths.uri!r}).resume(train)"
+    state.settings = {"origin": {"trainable": "train", "param_space": "space"}}
+    assert default_resume_line(paths, state) == (
+        f"ftnb.attach({paths.uri!r}).resume(train, param_space=space)")
+    assert "%ftresume" not in default_resume_line(paths, state, magics=False)
     # The caller (the handle) may say it better.
     monitor = ExperimentMonitor(paths, resume_line="%ftresume x")
     assert monitor._resume_line == "%ftresume x"

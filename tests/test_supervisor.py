@@ -132,8 +132,9 @@ def test_a_killed_supervisor_leaves_an_interrupted_experiment_that_launch_resume
     # Its trials died with it: none of them is left to write into the experiment.
     wait_for(lambda: not processes_named(process_name(token)), timeout=30,
              what="the killed supervisor's trials to exit")
-    assert handle.resume_line.startswith("%ftresume ")
-    assert "Resume it with: %ftresume" in handle.text()
+    # Outside IPython the line is Python (%ftresume where the magics are loaded).
+    assert handle.resume_line == f"ftnb.attach({handle.path!r}).resume(scripted)"
+    assert f"Resume it with: {handle.resume_line}" in handle.text()
     _open_gate(tmp_path)
     capsys.readouterr()
     again = ftnb.launch(scripted, param_space=space, name="phoenix", storage_path=store)

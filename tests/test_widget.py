@@ -104,7 +104,7 @@ def test_errored_experiment_shows_everything(errored_path):
         assert not w.updating and w.snapshot.status == "ERRORED"
         header = w.header.value
         for text in ("sweep", "ERRORED", "2 TERMINATED, 1 ERRORED", "3 failures, 2 retries",
-                     "elapsed 0:00:"):
+                     "run time 0:00:"):
             assert text in header, (text, header)
 
         rows = _rows(w)

@@ -7,7 +7,7 @@ never writes to an ``Output`` widget (``with output:`` from a thread lands in wh
 then). It stops by itself once a finished experiment's last state is shown, and on
 :meth:`ExperimentWidget.close`.
 
-What it shows: a header (status, trials by status, failures and retries, elapsed time), a table
+What it shows: a header (status, trials by status, failures and retries, run time), a table
 with a row per trial, the chosen metric against ``training_iteration`` (restarts marked), the
 failures (traceback on demand), and controls: stop a trial, stop the experiment, resume an
 interrupted one (with the exact line that does it), choose the metric.
@@ -29,7 +29,7 @@ import ipywidgets as widgets
 from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..state import StateFormatError, StateVersionError
 from ..storage import is_transient
-from ..view import URGENCY, format_duration, format_value
+from ..view import URGENCY, format_value, plural
 from .plots import TrialChart
 
 __all__ = ["ExperimentWidget", "text_view"]
@@ -47,8 +47,12 @@ _STATUS_COLOR = {
 
 
 # -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
+_TIMES_TIP = ("run time: how long its drivers ran it; wall: since it was created, the time it "
+              "was stopped or its driver was dead included")
+
+
 def header_html(snap: ExperimentSnapshot) -> str:
-    """Status, trials by status, failures and retries, elapsed time."""
+    """Status, trials by status, failures and retries, run time (and wall time)."""
     view = snap.view
     color = _STATUS_COLOR.get(view.status, "black")
     counts = ", ".join(
@@ -59,9 +63,10 @@ def header_html(snap: ExperimentSnapshot) -> str:
         f"<b>{html.escape(view.name)}</b>",
         f"<b style='color:{color}'>{view.status}</b>",
         html.escape(counts),
-        f"{view.total_failures} failures, {retries} retries"
-        + (f", {view.total_preemptions} preemptions" if view.total_preemptions else ""),
-        f"elapsed {format_duration(view.elapsed_s)}",
+        f"{plural(view.total_failures, 'failure')}, {plural(retries, 'retry', 'retries')}"
+        + (f", {plural(view.total_preemptions, 'preemption')}"
+           if view.total_preemptions else ""),
+        f"<span title='{_TIMES_TIP}'>{view.times_text()}</span>",
     ]
     line = " &middot; ".join(parts)
     sub = html.escape(snap.path)
@@ -123,7 +128,7 @@ def table_html(snap: ExperimentSnapshot, metric: Optional[str],
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = ""
     if max_rows is not None and len(snap.view.rows) > max_rows:
-        more = (f"<div style='color:#666'>{len(snap.view.rows) - max_rows} more trials "
+        more = (f"<div style='color:#666'>{plural(len(snap.view.rows) - max_rows, 'more trial')} "
                 "(errored and running first)</div>")
     return (
         f"{_TABLE_CSS}<div style='max-height:320px;overflow:auto'><table class='ftnb-table'>"
@@ -167,7 +172,7 @@ def failures_html(snap: ExperimentSnapshot) -> str:
     lines = [html.escape(failure_label(t, f)) for t, _, f in items[:MAX_FAILURES_SHOWN]]
     more = len(items) - MAX_FAILURES_SHOWN
     if more > 0:
-        lines.append(f"... and {more} earlier failures")
+        lines.append(f"... and {plural(more, 'earlier failure')}")
     return ("<div style='max-height:200px;overflow:auto;font-family:monospace;font-size:85%;"
             "white-space:pre'>" + "<br>".join(lines) + "</div>")
 
