@@ -446,8 +446,16 @@ def default_resume_line(paths: ExperimentPaths, state: ExperimentState,
     folder instead of its name when it is not under the default storage path; elsewhere the
     Python line ``ftnb.attach(PATH).resume(TRAINABLE, param_space=SPACE)`` with the recorded
     names. An experiment run by ``Tuner.fit()``: ``ftnb.Tuner.restore(PATH, TRAINABLE).fit()``.
+    Started by ``ftnb run`` (its origin says ``"via": "cli"``): ``ftnb resume NAME``, which
+    imports the recorded trainable and space again, from any shell.
     """
     origin = state.settings.get("origin")
+    if isinstance(origin, dict) and origin.get("via") == "cli":
+        import shlex
+
+        default = _norm(default_storage_path())
+        ref = state.name if _norm(paths.parent_uri) == default else paths.uri
+        return f"ftnb resume {shlex.quote(ref)}"
     if origin:
         if magics is None:
             magics = ftnb_magics_loaded()

@@ -236,7 +236,11 @@ def test_status_unknown_metric_says_what_was_reported(store, capsys) -> None:
 def test_status_json_is_the_view_model(store, capsys) -> None:
     assert main(["status", str(store / "beta"), "--json", "--metric", "score"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {f.name for f in dataclasses.fields(ExperimentView)}
+    # The view model, and what the text adds: when it changed, its driver, how to resume it.
+    assert set(data) == {f.name for f in dataclasses.fields(ExperimentView)} | {
+        "updated", "driver", "resume_line", "supervisor_log"}
+    assert data["resume_line"] is None and data["supervisor_log"] is None
+    assert data["driver"]["alive"] is False
     assert data["name"] == "beta"
     assert data["path"] == str(store / "beta")
     assert data["counts"] == {

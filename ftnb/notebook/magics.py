@@ -34,11 +34,9 @@ import difflib
 import keyword
 import os
 import re
-import shlex
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -46,6 +44,21 @@ from IPython.core.magic_arguments import argument, argument_group, magic_argumen
 from traitlets import Bool, Int, TraitError, Unicode, default, validate
 
 from ..cli import _one_line
+from ..run_options import (
+    CommandSpec,
+    FrontEnd,
+    Group,
+    InputError,
+    amount,
+    env_int,
+    filesystem_option,
+    launch_arguments,
+    opt,
+    resume_options,
+    run_options,
+    space_from,
+    storage_option,
+)
 
 __all__ = [
     "FtnbMagics",
@@ -58,137 +71,65 @@ __all__ = [
 ]
 
 
-class MagicInputError(ValueError):
-    """A mistake in a magic's input (its line, or a name it refers to): shown as one line."""
+#: A mistake in a magic's input (its line, or a name it refers to): shown as one line. The same
+#: class as the CLI's (``ftnb.run_options.InputError``): the option tables are shared.
+MagicInputError = InputError
 
 
 # -- option tables ------------------------------------------------------------------------------
-# One table per magic feeds both the plain parser (used for parsing, testable without IPython)
-# and IPython's @magic_arguments (which writes the complete `%ftrun?` help), so the help can
-# never disagree with what is parsed.
+# The tables are ftnb.run_options' (`ftnb run` and `ftnb resume` take the same options). Each
+# feeds both the plain parser (used for parsing, testable without IPython) and IPython's
+# @magic_arguments (which writes the complete `%ftrun?` help), so the help can never disagree
+# with what is parsed.
 
 
 @dataclass(frozen=True)
-class _Opt:
-    flags: tuple[str, ...]
-    kwargs: dict
-
-
-@dataclass(frozen=True)
-class _Group:
-    title: str
-    description: Optional[str] = None
-
-
-def _opt(*flags: str, **kwargs: Any) -> _Opt:
-    if "help" in kwargs:  # argparse %-formats help texts; ours mention %ftrun literally
-        kwargs["help"] = kwargs["help"].replace("%", "%%")
-    return _Opt(flags, kwargs)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`MagicInputError` instead of exiting the process."""
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        raise MagicInputError(f"{self.prog}: {message}. `{self.prog}?` shows the options")
-
-
-@dataclass(frozen=True)
-class MagicSpec:
+class MagicSpec(CommandSpec):
     """A magic's name, description and options (see :data:`FTRUN`)."""
-
-    name: str
-    description: str
-    items: tuple[Union[_Opt, _Group], ...]
 
     @property
     def prog(self) -> str:
         return f"%{self.name}"
 
-    def parser(self) -> argparse.ArgumentParser:
-        """A plain argparse parser with this magic's options (no IPython needed)."""
-        parser = _Parser(prog=self.prog, description=self.description, add_help=False,
-                         allow_abbrev=False)
-        target: Any = parser
-        for item in self.items:
-            if isinstance(item, _Group):
-                target = parser.add_argument_group(item.title, item.description)
-            else:
-                target.add_argument(*item.flags, **item.kwargs)
-        return parser
-
-    def parse(self, line: str) -> argparse.Namespace:
-        """Parse a magic's line the way a shell would split it (quotes group words)."""
-        try:
-            words = shlex.split(line)
-        except ValueError as exc:  # an unclosed quote
-            raise MagicInputError(f"{self.prog}: cannot split {line!r}: {exc}") from None
-        parser = self.parser()
-        args, unknown = parser.parse_known_args(words)
-        if unknown:
-            raise MagicInputError(self._unknown_message(parser, unknown))
-        return args
-
-    def _unknown_message(self, parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-        option = next((w for w in unknown if w.startswith("-")), None)
-        if option is None:
-            return (f"{self.prog}: unexpected argument {unknown[0]!r} (quote values with spaces). "
-                    f"`{self.prog}?` shows the options")
-        known = [f for a in parser._actions for f in a.option_strings]
-        close = difflib.get_close_matches(option.split("=", 1)[0], known, n=1)
-        guess = f" Did you mean {close[0]}?" if close else ""
-        return f"{self.prog}: unknown option {option}.{guess} `{self.prog}?` shows the options"
+    @property
+    def help_hint(self) -> str:
+        return f"`{self.prog}?` shows the options"
 
     def help_for(self, func: Callable) -> Callable:
         """Decorate a magic method with IPython's argument help (``%ftrun?``)."""
         func.__doc__ = self.description
         for item in reversed(self.items):  # decorators apply bottom-up
-            if isinstance(item, _Group):
+            if isinstance(item, Group):
                 func = argument_group(item.title, item.description)(func)
             else:
                 func = argument(*item.flags, **item.kwargs)(func)
         return magic_arguments(self.name)(func)
 
 
-# -- value types (argparse puts their message after the option's name) --------------------------
-def _whole(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return int(value) if value.is_integer() else value
-
-
 _NAME_HELP = "a name in the notebook's namespace (a.b for an attribute)"
+_SPACE_FORMS = ("the name of a dict in the notebook's namespace (a.b for an attribute), or a "
+                "dict literal of plain values, quoted: '{\"lr\": 0.1, \"x\": {\"grid_search\": "
+                "[1, 2]}}'")
 
-_OUTPUT = _opt("-o", "--output", metavar="NAME",
-               help="also store the ExperimentHandle in the variable NAME")
-_NO_WIDGET = _opt("--no-widget", dest="widget", action="store_false", default=None,
-                  help="do not show the live widget (default: FtnbMagics.widget)")
-_STORAGE = _opt("--storage", metavar="PATH", dest="storage_path",
-                help="the storage path: a folder or an fsspec URL such as s3://bucket/runs "
-                     "(default: FtnbMagics.storage_path, $FTNB_STORAGE_PATH, ~/ftnb_results)")
-_FILESYSTEM = _opt("--filesystem", metavar="NAME",
-                   help="an fsspec filesystem object in the namespace to reach the storage with "
-                        "(e.g. s3fs.S3FileSystem(endpoint_url=...))")
-_WAIT = _opt("--wait", action="store_true",
-             help="block until the experiment is done (Ctrl+C stops waiting, not the experiment)")
+#: How the notebook's magics name things in the shared option tables.
+NOTEBOOK = FrontEnd(
+    names=_NAME_HELP,
+    space_forms=_SPACE_FORMS,
+    defaults={"storage_path": "FtnbMagics.storage_path, $FTNB_STORAGE_PATH",
+              "max_failures": "FtnbMagics.max_failures",
+              "concurrency": "FtnbMagics.concurrency",
+              "verbose": "FtnbMagics.verbose"},
+    resume_default="the name %ftrun used",
+)
+
+_OUTPUT = opt("-o", "--output", metavar="NAME",
+              help="also store the ExperimentHandle in the variable NAME")
+_NO_WIDGET = opt("--no-widget", dest="widget", action="store_false", default=None,
+                 help="do not show the live widget (default: FtnbMagics.widget)")
+_STORAGE = storage_option(NOTEBOOK)
+_FILESYSTEM = filesystem_option(NOTEBOOK)
+_WAIT = opt("--wait", action="store_true",
+            help="block until the experiment is done (Ctrl+C stops waiting, not the experiment)")
 
 FTRUN = MagicSpec(
     "ftrun",
@@ -204,65 +145,19 @@ FTRUN = MagicSpec(
     --param-space is given). The experiment runs in its own process: restarting the kernel
     does not stop it (%ftattach NAME shows it again). An experiment of the same name that
     exists is resumed instead of started (errored trials from their latest checkpoint), with
-    the objects now in the notebook; a running one is attached to.
+    the objects now in the notebook; a running one is attached to. The same options start an
+    experiment from a terminal: `ftnb run module:train ...`.
     """,
-    (
-        _opt("trainable", nargs="?", metavar="TRAINABLE",
-             help="the function to run, train(config); " + _NAME_HELP
-                  + " (default in %%ftrun: the one function the cell defines)"),
-        _opt("-p", "--param-space", metavar="NAME",
-             help="the search space, a dict; " + _NAME_HELP),
-        _opt("-n", "--name", metavar="NAME",
-             help="the experiment's name: its folder under the storage path (default: "
-                  "TRAINABLE and the time). An existing experiment of that name is resumed"),
-        _STORAGE,
-        _FILESYSTEM,
-        _opt("--stop", action="append", metavar="CRITERION",
-             help="when a trial is done: METRIC=VALUE[,METRIC=VALUE...] (e.g. "
-                  "training_iteration=10; repeatable), a dict literal, or the name of a dict "
-                  "or of a function (trial_id, result) -> bool"),
-        _opt("--verbose", type=int, choices=(0, 1, 2),
-             help="RunConfig.verbose for the experiment's log (default: FtnbMagics.verbose)"),
-        _Group("trials and search (TuneConfig, resources)"),
-        _opt("--num-samples", type=_whole(1), metavar="N",
-             help="how many times the search space is sampled (default 1)"),
-        _opt("--concurrency", type=_whole(1), metavar="N",
-             help="at most N trials at once (default: FtnbMagics.concurrency, else as many as "
-                  "the CPUs and GPUs allow)"),
-        _opt("--cpus-per-trial", type=_amount, metavar="N", help="CPUs per trial (default 1)"),
-        _opt("--gpus-per-trial", type=_amount, metavar="N",
-             help="GPUs per trial (default 0; a fraction below 1 shares a GPU)"),
-        _opt("--metric", metavar="NAME",
-             help="the metric that ranks trials (and the one the widget plots first)"),
-        _opt("--mode", choices=("max", "min"), help="whether a higher or lower --metric is better"),
-        _opt("--seed", type=int, metavar="N", help="makes the random draws reproducible"),
-        _Group("failures (FailureConfig)"),
-        _opt("--max-failures", type=_whole(-1), metavar="N",
-             help="retries per trial: 0 none, N up to N, -1 forever (default: "
-                  "FtnbMagics.max_failures)"),
-        _opt("--fail-fast", action="store_true",
-             help="stop the experiment at the first trial that ends ERRORED"),
-        _opt("--retry-repeated-errors", action="store_true",
-             help="keep retrying a trial that fails twice with the same error at the same "
-                  "iteration (default: it is ERRORED at once, since retrying will not fix it)"),
-        _opt("--preemption-grace", type=_amount, metavar="SECONDS",
-             help="how long a preempted (SIGTERMed) trial may take to checkpoint (default 30)"),
-        _opt("--restart-errored", action="store_true",
-             help="when resuming an existing experiment, start its errored trials over from "
-                  "scratch (default: continue them from their latest checkpoint)"),
-        _Group("checkpoints (CheckpointConfig)"),
-        _opt("--num-to-keep", type=_whole(1), metavar="N",
-             help="keep at most N checkpoints per trial (default: all)"),
-        _opt("--checkpoint-score-attribute", metavar="METRIC",
-             help="rank checkpoints by this metric for --num-to-keep (default: keep the newest)"),
-        _opt("--checkpoint-score-order", choices=("max", "min"),
-             help="whether a higher or lower checkpoint score is better (default max)"),
-        _Group("notebook"),
+    run_options(NOTEBOOK, opt(
+        "trainable", nargs="?", metavar="TRAINABLE",
+        help="the function to run, train(config); " + _NAME_HELP
+             + " (default in %%ftrun: the one function the cell defines)")) + (
+        Group("notebook"),
         _OUTPUT,
         _WAIT,
         _NO_WIDGET,
-        _opt("-q", "--quiet", action="store_true",
-             help="do not print the line saying the experiment started, resumed or attached"),
+        opt("-q", "--quiet", action="store_true",
+            help="do not print the line saying the experiment started, resumed or attached"),
     ),
 )
 
@@ -274,11 +169,11 @@ FTATTACH = MagicSpec(
     %ftattach s3://bucket/runs/sweep1 -o h
     """,
     (
-        _opt("target", metavar="NAME_OR_PATH",
-             help="an experiment's name under the storage path, or its folder (path or URL)"),
+        opt("target", metavar="NAME_OR_PATH",
+            help="an experiment's name under the storage path, or its folder (path or URL)"),
         _STORAGE,
         _FILESYSTEM,
-        _opt("--metric", metavar="NAME", help="the metric the widget plots first"),
+        opt("--metric", metavar="NAME", help="the metric the widget plots first"),
         _OUTPUT,
         _NO_WIDGET,
     ),
@@ -288,9 +183,9 @@ FTLS = MagicSpec(
     "ftls",
     """List the experiments under a storage path (the same listing as `ftnb ls`).""",
     (
-        _opt("storage_path", nargs="?", metavar="STORAGE",
-             help="a folder or an fsspec URL (default: FtnbMagics.storage_path, "
-                  "$FTNB_STORAGE_PATH, ~/ftnb_results)"),
+        opt("storage_path", nargs="?", metavar="STORAGE",
+            help="a folder or an fsspec URL (default: FtnbMagics.storage_path, "
+                 "$FTNB_STORAGE_PATH, ~/ftnb_results)"),
     ),
 )
 
@@ -302,15 +197,15 @@ FTSTOP = MagicSpec(
     %ftstop sweep1 --trial 3f2a1_00002
     """,
     (
-        _opt("target", metavar="NAME_OR_PATH",
-             help="the experiment's name under the storage path, or its folder"),
-        _opt("--trial", metavar="ID", help="stop only this trial (it ends TERMINATED)"),
+        opt("target", metavar="NAME_OR_PATH",
+            help="the experiment's name under the storage path, or its folder"),
+        opt("--trial", metavar="ID", help="stop only this trial (it ends TERMINATED)"),
         _STORAGE,
         _FILESYSTEM,
-        _opt("--no-wait", dest="wait", action="store_false",
-             help="return at once instead of waiting until it has stopped"),
-        _opt("--timeout", type=_amount, default=60.0, metavar="SECONDS",
-             help="how long to wait for it to stop (default 60)"),
+        opt("--no-wait", dest="wait", action="store_false",
+            help="return at once instead of waiting until it has stopped"),
+        opt("--timeout", type=amount, default=60.0, metavar="SECONDS",
+            help="how long to wait for it to stop (default 60)"),
     ),
 )
 
@@ -325,20 +220,8 @@ FTRESUME = MagicSpec(
     %ftrun used (run the cells that define them first). Objects in the space (models,
     datasets, ftnb.put refs) are taken from the space as it is now.
     """,
-    (
-        _opt("target", metavar="NAME_OR_PATH",
-             help="the experiment's name under the storage path, or its folder"),
-        _opt("--trainable", metavar="NAME",
-             help="the function to run; " + _NAME_HELP + " (default: the name %ftrun used)"),
-        _opt("-p", "--param-space", metavar="NAME",
-             help="the search space with its objects re-created; " + _NAME_HELP
-                  + " (default: the name %ftrun used, if it is defined)"),
-        _opt("--restart-errored", action="store_true",
-             help="start errored trials over from scratch (default: continue them from their "
-                  "latest checkpoint)"),
-        _STORAGE,
-        _FILESYSTEM,
-        _opt("--metric", metavar="NAME", help="the metric the widget plots first"),
+    resume_options(NOTEBOOK) + (
+        opt("--metric", metavar="NAME", help="the metric the widget plots first"),
         _OUTPUT,
         _WAIT,
         _NO_WIDGET,
@@ -402,14 +285,41 @@ def _trainable_from(namespace: Mapping[str, Any], name: str, what: str = "traina
     return value
 
 
-def _space_from(namespace: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = lookup(namespace, name, "param space")
+def _space_from(namespace: Mapping[str, Any], text: str) -> Mapping[str, Any]:
+    """The search space ``--param-space`` gives: a dict literal, or the dict of that name."""
+    return space_from(text, NamespaceNames(namespace), _SPACE_FORMS)
+
+
+def _space_named(namespace: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    if not _DOTTED.match(name.strip()):
+        raise MagicInputError(
+            f"--param-space {name!r} is neither a name nor a dict literal. Accepted: "
+            f"{_SPACE_FORMS}"
+        )
+    value = lookup(namespace, name.strip(), "param space")
     if not isinstance(value, Mapping):
         raise MagicInputError(
             f"param space {name!r} is a {type(value).__name__}, not a dict. Fix: name a dict "
             'such as {"lr": ftnb.grid_search([0.1, 0.01])}'
         )
     return value
+
+
+@dataclass(frozen=True)
+class NamespaceNames:
+    """How the magics find what a line names: in the notebook's namespace (the
+    :class:`ftnb.run_options.Names` of the notebook)."""
+
+    namespace: Mapping[str, Any]
+
+    def trainable(self, ref: str) -> Callable[..., Any]:
+        return _trainable_from(self.namespace, ref)
+
+    def space(self, ref: str) -> Mapping[str, Any]:
+        return _space_named(self.namespace, ref)
+
+    def value(self, ref: str, what: str) -> Any:
+        return lookup(self.namespace, ref, what)
 
 
 @dataclass(frozen=True)
@@ -503,53 +413,16 @@ class RunCommand:
     def resolve(self, namespace: Mapping[str, Any]) -> LaunchPlan:
         """Find the named objects in ``namespace`` and build the arguments of ``ftnb.launch``.
         Raises :class:`MagicInputError` for a missing or wrong name or an invalid value."""
-        from ..config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-
-        a, d = self.args, self.defaults
-        trainable = _trainable_from(namespace, self.trainable_name)
-        space = _space_from(namespace, self.param_space_name) if self.param_space_name else None
-        stop = _stop_from(namespace, a.stop) if a.stop else None
-        filesystem = lookup(namespace, a.filesystem, "--filesystem") if a.filesystem else None
-        resources = {k: v for k, v in (("cpu", a.cpus_per_trial), ("gpu", a.gpus_per_trial))
-                     if v is not None}
-        failure = dict(max_failures=_given(a.max_failures, d.max_failures),
-                       fail_fast=a.fail_fast,
-                       stop_on_repeated_error=not a.retry_repeated_errors)
-        if a.preemption_grace is not None:
-            failure["preemption_grace_period_s"] = float(a.preemption_grace)
-        checkpoint: dict[str, Any] = dict(num_to_keep=a.num_to_keep,
-                                          checkpoint_score_attribute=a.checkpoint_score_attribute)
-        if a.checkpoint_score_order is not None:
-            checkpoint["checkpoint_score_order"] = a.checkpoint_score_order
-        with _config_errors():
-            tune_config = TuneConfig(
-                num_samples=_given(a.num_samples, 1),
-                max_concurrent_trials=_given(a.concurrency, d.concurrency),
-                metric=a.metric, mode=a.mode, seed=a.seed,
-            )
-            run_config = RunConfig(
-                storage_filesystem=filesystem,
-                failure_config=FailureConfig(**failure),
-                checkpoint_config=CheckpointConfig(**checkpoint),
-                stop=stop,
-                verbose=_given(a.verbose, d.verbose),
-            )
+        a = self.args
         origin = {"trainable": self.trainable_name, "source": self.source}
         if self.param_space_name:
             origin["param_space"] = self.param_space_name
-        kwargs: dict[str, Any] = dict(
-            param_space=space,
-            name=a.name,
-            storage_path=_given(a.storage_path, d.storage_path),
-            tune_config=tune_config,
-            run_config=run_config,
-            resources_per_trial=resources or None,
-            origin=origin,
-            restart_errored=a.restart_errored,
-            quiet=a.quiet,
-        )
-        return LaunchPlan(trainable, kwargs, a.output, _given(a.widget, d.widget), a.wait,
-                          a.metric)
+        built = launch_arguments(a, NamespaceNames(namespace), trainable=self.trainable_name,
+                                 param_space=self.param_space_name, space_forms=_SPACE_FORMS,
+                                 defaults=self.defaults, origin=origin)
+        kwargs = dict(built.kwargs, quiet=a.quiet)
+        return LaunchPlan(built.trainable, kwargs, a.output, _given(a.widget, self.defaults.widget),
+                          a.wait, a.metric)
 
 
 def _the_one_function(functions: Sequence[str]) -> str:
@@ -564,59 +437,6 @@ def _the_one_function(functions: Sequence[str]) -> str:
         f"%%ftrun: the cell defines {len(functions)} functions ({', '.join(functions)}). "
         f"Fix: name the one to run: %%ftrun {functions[0]}"
     )
-
-
-def _stop_from(namespace: Mapping[str, Any], given: Sequence[str]) -> Any:
-    """``--stop`` values: METRIC=VALUE pairs, a dict literal, or a name (dict or function)."""
-    merged: dict[str, Any] = {}
-    for text in given:
-        text = text.strip()
-        if text.startswith("{"):
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                value = None
-            if not isinstance(value, dict):
-                raise MagicInputError(
-                    f"--stop {text!r} is not a dict literal. Fix: --stop training_iteration=10"
-                )
-            merged.update(value)
-        elif "=" in text:
-            merged.update(_metric_thresholds(text))
-        else:
-            value = lookup(namespace, text, "--stop")
-            if len(given) > 1:
-                raise MagicInputError(
-                    f"--stop {text} names an object; it cannot be combined with other --stop "
-                    "values. Fix: give it alone, or only METRIC=VALUE pairs"
-                )
-            if not (callable(value) or isinstance(value, Mapping)):
-                raise MagicInputError(
-                    f"--stop {text} is a {type(value).__name__}; it must be a dict of "
-                    "thresholds or a function (trial_id, result) -> bool"
-                )
-            return value
-    return merged
-
-
-def _metric_thresholds(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for part in text.split(","):
-        key, _, raw = (s.strip() for s in part.partition("="))
-        number: Any = None
-        for convert in (int, float):
-            try:
-                number = convert(raw)
-                break
-            except ValueError:
-                continue
-        if not key or number is None:
-            raise MagicInputError(
-                f"--stop {text!r}: {part.strip()!r} is not METRIC=NUMBER. "
-                "Fix: --stop training_iteration=10,loss=0.05"
-            )
-        out[key] = number
-    return out
 
 
 # -- %ftresume ----------------------------------------------------------------------------------
@@ -687,15 +507,6 @@ def _check_output_name(name: Optional[str], spec: MagicSpec) -> None:
         )
 
 
-@contextlib.contextmanager
-def _config_errors() -> Iterator[None]:
-    """ftnb's config classes check values with ValueError/TypeError: one line for the user."""
-    try:
-        yield
-    except (ValueError, TypeError) as exc:
-        raise MagicInputError(_one_line(str(exc))) from None
-
-
 def _user_error_types() -> tuple[type, ...]:
     # launch/attach/resume report bad input with these (ExperimentNotFoundError and
     # RestoreError are ValueErrors), each as one line that says what to do.
@@ -724,19 +535,7 @@ def _usage_line(exc: BaseException) -> str:
 
 
 # -- the magics ---------------------------------------------------------------------------------
-def _env_int(name: str, fallback: Optional[int], minimum: int) -> Optional[int]:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return fallback
-    try:
-        value = int(raw)
-        if value < minimum:
-            raise ValueError
-    except ValueError:
-        warnings.warn(f"ignoring ${name}={raw!r}: expected a whole number >= {minimum}",
-                      stacklevel=2)
-        return fallback
-    return value
+_env_int = env_int
 
 
 _FALSE = ("0", "false", "no", "off")

@@ -1,146 +1,35 @@
-"""The ``ftnb`` command: look at experiments from a terminal.
+"""``ftnb ls`` and ``ftnb status``, and how every verb finds the experiment it is given.
 
-    ftnb ls [STORAGE]          the experiments under a storage path, oldest update first
-    ftnb status EXPERIMENT     one experiment: its summary and a row per trial
-    ftnb --version
-
-Every command is a reader (ARCHITECTURE.md, principle 6): it never writes to storage, so it is
-safe to run against an experiment that is running, from any machine that can see its storage.
-User errors (a wrong path, an unreadable state) are one line on stderr and exit code 2, never a
-traceback. Start-up stays fast: nothing here imports pandas.
+Both verbs only read (ARCHITECTURE.md, principle 7): they are safe against a running experiment,
+from any machine that sees its storage.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
+import difflib
 import os
 import sys
-import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from . import __version__
-from .state import ExperimentState, StateFormatError
-from .storage import (
+from ..state import ExperimentState, StateFormatError
+from ..storage import (
     STATE_BACKUP_FILE,
     STATE_FILE,
     ExperimentPaths,
     Storage,
     default_storage_path,
 )
+from .exits import EXIT_OK, CliError, describe, one_line
+from .output import columns, experiment_json, local_time, print_json
 
-__all__ = ["CliError", "list_experiments", "main"]
-
-EXIT_OK = 0
-EXIT_ERROR = 1  # something unexpected (a bug, a backend failure)
-EXIT_USAGE = 2  # the user's input: a bad path, no experiment there, an unreadable state
+__all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_experiments",
+           "open_storage", "resume_hint"]
 
 DEFAULT_MAX_ROWS = 50
 _STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERRORED")
 _STATUS_HEADERS = ("PEND", "RUN", "PAUSE", "TERM", "ERR")
-
-
-class CliError(Exception):
-    """A user error: printed as one line on stderr, exit code ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# -- entry point -------------------------------------------------------------------------------
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the ``ftnb`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
-    parser = _build_parser()
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
-        return _exit_code(exc.code)
-    if getattr(args, "func", None) is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    try:
-        return args.func(args)
-    except CliError as exc:
-        print(f"ftnb: error: {exc}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        _silence_stdout()  # `ftnb ls | head`: the reader left; do not complain on exit
-        return EXIT_OK
-    except Exception as exc:
-        if os.environ.get("FTNB_DEBUG"):
-            raise
-        print(
-            f"ftnb: unexpected error: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(set FTNB_DEBUG=1 for a traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR
-
-
-def _exit_code(code: Any) -> int:
-    if code is None:
-        return EXIT_OK
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return EXIT_ERROR
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ftnb",
-        description="Inspect ftnb experiments (read-only: nothing is ever written).",
-    )
-    parser.add_argument("--version", action="version", version=f"ftnb {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-
-    ls = sub.add_parser(
-        "ls",
-        help="list the experiments under a storage path",
-        description="List the experiments under a storage path, the most recently updated last.",
-    )
-    ls.add_argument(
-        "storage",
-        nargs="?",
-        metavar="STORAGE",
-        help="a local folder or an fsspec URL (s3://bucket/prefix); default: $FTNB_STORAGE_PATH, "
-        "else ~/ftnb_results",
-    )
-    ls.add_argument("--json", action="store_true", help="print a JSON list, for scripts")
-    ls.set_defaults(func=_cmd_ls)
-
-    status = sub.add_parser(
-        "status",
-        help="show one experiment and its trials",
-        description="Show one experiment: its summary line and a row per trial.",
-    )
-    status.add_argument(
-        "path", metavar="PATH", help="the experiment's folder (a local path or an fsspec URL)"
-    )
-    status.add_argument("--metric", metavar="NAME", help="the metric shown in the first column")
-    status.add_argument(
-        "--all",
-        action="store_true",
-        help=f"show every trial (default: the first {DEFAULT_MAX_ROWS})",
-    )
-    status.add_argument(
-        "--json", action="store_true", help="print the view model as JSON, for scripts"
-    )
-    status.set_defaults(func=_cmd_status)
-    return parser
 
 
 # -- ftnb ls -----------------------------------------------------------------------------------
@@ -157,20 +46,25 @@ class _Listed:
     error: Optional[str] = None
 
 
-def _cmd_ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
+    """``ftnb ls [STORAGE] [--json]``."""
     return list_experiments(args.storage, as_json=args.json)
+
+
+def _storage_shown(given: Optional[str]) -> tuple[str, str]:
+    """The storage path to use and how to name it in a message (where it came from)."""
+    where = given or default_storage_path()
+    if given is not None:
+        return where, where
+    origin = "$FTNB_STORAGE_PATH" if os.environ.get("FTNB_STORAGE_PATH") else "the default"
+    return where, f"{where} ({origin}; pass a STORAGE path to look elsewhere)"
 
 
 def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
     """Print the experiments under the storage path ``given`` (default: the default storage)
     as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
-    where = given or default_storage_path()
-    if given is None:
-        origin = "$FTNB_STORAGE_PATH" if os.environ.get("FTNB_STORAGE_PATH") else "the default"
-        shown = f"{where} ({origin}; pass a STORAGE path to look elsewhere)"
-    else:
-        shown = where
-    storage = _open_storage(where)
+    where, shown = _storage_shown(given)
+    storage = open_storage(where)
     root = storage.root
     if not _exists(storage, root):
         raise CliError(f"storage path {shown} does not exist")
@@ -197,7 +91,7 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
     listed = readable + broken  # newest last; the ones that need attention at the very end
 
     if as_json:
-        _print_json([dataclasses.asdict(e) for e in listed])
+        print_json([dataclasses.asdict(e) for e in listed])
         return EXIT_OK
     if not listed:
         print(f"No experiments under {where}")
@@ -217,9 +111,9 @@ def _list_one(paths: ExperimentPaths) -> _Listed:
     except StateFormatError as exc:
         return _Listed(name, paths.uri, "UNREADABLE", error=_short_reason(str(exc), paths))
     except Exception as exc:  # permission denied, a backend error: still list the others
-        return _Listed(name, paths.uri, "UNREADABLE", error=_describe(exc))
+        return _Listed(name, paths.uri, "UNREADABLE", error=describe(exc))
     if state.status == "RUNNING":
-        from .lease import live_lease
+        from ..lease import live_lease
 
         if live_lease(paths) is None:
             state = state.without_driver()
@@ -244,7 +138,7 @@ def _short_reason(message: str, paths: ExperimentPaths) -> str:
     for base in (paths.dir, paths.uri):
         for sep in ("/", os.sep):
             message = message.replace(base.rstrip(sep) + sep, "")
-    return _one_line(message)
+    return one_line(message)
 
 
 def _render_ls(listed: list[_Listed]) -> str:
@@ -258,58 +152,53 @@ def _render_ls(listed: list[_Listed]) -> str:
         rows.append(
             [e.name, e.status, str(e.trials)]
             + [str(e.counts.get(s, 0)) for s in _STATUSES]
-            + [str(e.failures), str(e.preemptions), _local_time(e.updated)]
+            + [str(e.failures), str(e.preemptions), local_time(e.updated)]
         )
-    return _columns(header, rows, right)
-
-
-def _columns(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        out = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths))
-        ]
-        return "  ".join(out).rstrip()
-
-    return "\n".join([line(header)] + [line(r) for r in rows])
+    return columns(header, rows, right)
 
 
 # -- ftnb status -------------------------------------------------------------------------------
-def _cmd_status(args: argparse.Namespace) -> int:
-    from .view import ExperimentView, render_table
+def cmd_status(args: argparse.Namespace) -> int:
+    """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``."""
+    from ..lease import read_lease
+    from ..view import ExperimentView, render_table
 
-    paths = _find_experiment(args.path)
+    paths = find_experiment(args.target, args.storage_path)
     try:
         state = ExperimentState.load(paths).merge_trial_records(paths)
     except StateFormatError as exc:
-        raise CliError(_one_line(str(exc))) from None
+        raise CliError(one_line(str(exc))) from None
     except OSError as exc:
-        raise CliError(f"cannot read {paths.uri}: {_describe(exc)}") from None
+        raise CliError(f"cannot read {paths.uri}: {describe(exc)}") from None
     fallback = _fallback_note(paths, state)
     if fallback:
         print(f"warning: {fallback}", file=sys.stderr)
-    from .lease import read_lease
-
     lease = read_lease(paths)
     alive, why = lease.liveness() if lease is not None else (False, "")
     if state.status == "RUNNING" and not alive:
         state = state.without_driver()
 
     view = ExperimentView.from_state(state, path=paths.uri, metric=args.metric)
+    owner = _owner_line(paths, state, lease, alive, why)
+    resume = resume_hint(paths, state) if state.status == "INTERRUPTED" else None
     if args.json:
-        _print_json(dataclasses.asdict(view))
+        driver = None
+        if lease is not None:
+            driver = {"pid": lease.pid, "host": lease.host, "alive": alive, "why": why,
+                      "line": owner}
+        print_json(experiment_json(view, state, driver=driver, resume_line=resume,
+                                   supervisor_log=_supervisor_log(paths)))
         return EXIT_OK
 
     max_rows = len(view.rows) if args.all else DEFAULT_MAX_ROWS
     print(render_table(view, max_rows=max(max_rows, 1)))
     if len(view.rows) > max_rows:
         print("(--all shows every trial)")
-    print(f"Updated {_local_time(state.updated)}  {paths.uri}")
-    owner = _owner_line(paths, state, lease, alive, why)
+    print(f"Updated {local_time(state.updated)}  {paths.uri}")
     if owner:
         print(owner)
+    if resume and (not owner or "Resume with" not in owner):
+        print(f"Resume it with: {resume}")
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):
         reported = sorted({k for t in state.trials for k in (t.last_result or {})})
         known = ", ".join(reported) if reported else "none yet"
@@ -318,6 +207,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def resume_hint(paths: ExperimentPaths, state: ExperimentState) -> str:
+    """The line that resumes an interrupted experiment, as a terminal user can use it."""
+    from ..monitor import default_resume_line
+
+    if state.settings.get("origin"):
+        return default_resume_line(paths, state)
+    return (f"ftnb.Tuner.restore({paths.uri!r}, <trainable>).fit(), or run the same "
+            "ftnb.run(...) again")
 
 
 def _owner_line(paths: ExperimentPaths, state: ExperimentState, lease: Any, alive: bool,
@@ -330,23 +229,55 @@ def _owner_line(paths: ExperimentPaths, state: ExperimentState, lease: Any, aliv
         return f"Driver: {lease.describe()}, alive ({why})"
     if state.status in ("FINISHED", "ERRORED"):
         return None
-    return (
-        f"Driver: {lease.describe()}, gone ({why}). Resume with "
-        f"ftnb.Tuner.restore({paths.uri!r}, <trainable>).fit(), or run the same ftnb.run(...) "
-        "again"
-    )
+    return f"Driver: {lease.describe()}, gone ({why}). Resume with {resume_hint(paths, state)}"
 
 
-def _find_experiment(where: str) -> ExperimentPaths:
-    """The experiment at ``where``, or a CliError that says what is there instead."""
-    storage = _open_storage(where)
+def _supervisor_log(paths: ExperimentPaths) -> Optional[str]:
+    from ..handle import ExperimentHandle
+
+    return ExperimentHandle(paths).supervisor_log
+
+
+# -- finding an experiment ---------------------------------------------------------------------
+def find_experiment(target: str, storage_path: Optional[str] = None) -> ExperimentPaths:
+    """The experiment a command names, as :func:`ftnb.attach` finds it: a folder (a path or a
+    URL), or a name under ``storage_path`` (default ``$FTNB_STORAGE_PATH``, else
+    ``~/ftnb_results``). A bare name that is not there but is a folder here is that folder (as
+    ``ftnb status`` always took it). A :class:`CliError` says what is there instead."""
+    from ..handle import names_a_folder
+
+    if names_a_folder(target):
+        return _find_at(target)
+    where, shown = _storage_shown(storage_path)
+    shown = shown.replace("; pass a STORAGE path to look elsewhere", "")
+    storage = open_storage(where)
+    candidate = ExperimentPaths.of(storage, target)
+    if _has_state(storage, candidate.dir):
+        return candidate
+    if storage_path is None and os.path.exists(target):
+        return _find_at(target)
+    if not _exists(storage, storage.root):
+        raise CliError(f"no experiment named {target!r}: the storage path {shown} does not "
+                       "exist. Fix: give the storage (--storage PATH) or the experiment's folder")
+    names = [n for n in _visible(storage.listdir(storage.root))
+             if _has_state(storage, storage.join(storage.root, n))]
+    close = difflib.get_close_matches(target, names, n=1)
+    guess = f" Did you mean {close[0]!r}?" if close else ""
+    raise CliError(f"no experiment named {target!r} under {shown}.{guess} Fix: `ftnb ls "
+                   f"{where}` lists them; give another storage with --storage PATH, or the "
+                   "experiment's folder")
+
+
+def _find_at(where: str) -> ExperimentPaths:
+    """The experiment whose folder is ``where``, or a CliError that says what is there."""
+    storage = open_storage(where)
     root = storage.root
     if not _exists(storage, root):
         raise CliError(f"{where} does not exist")
     if not _isdir(storage, root):
         base = root.replace(os.sep, "/").rsplit("/", 1)[-1]
         if base in (STATE_FILE, STATE_BACKUP_FILE):  # `ftnb status exp/experiment_state.json`
-            return _find_experiment(where.rstrip("/").rsplit("/", 1)[0] if "/" in where else ".")
+            return _find_at(where.rstrip("/").rsplit("/", 1)[0] if "/" in where else ".")
         raise CliError(f"{where} is a file, not an experiment folder")
     if _has_state(storage, root):
         return ExperimentPaths(storage, root)
@@ -387,14 +318,15 @@ def _fallback_note(paths: ExperimentPaths, state: ExperimentState) -> Optional[s
     )
 
 
-# -- helpers -----------------------------------------------------------------------------------
-def _open_storage(where: str) -> Storage:
+# -- storage helpers ---------------------------------------------------------------------------
+def open_storage(where: str) -> Storage:
+    """``Storage(where)``, or a CliError for a URL that cannot be opened."""
     try:
         return Storage(where)
     except ImportError as exc:  # s3:// without s3fs, gs:// without gcsfs, ...
-        raise CliError(f"cannot open {where}: {_one_line(str(exc))}") from None
+        raise CliError(f"cannot open {where}: {one_line(str(exc))}") from None
     except ValueError as exc:  # an unknown protocol
-        raise CliError(f"cannot open {where}: {_one_line(str(exc))}") from None
+        raise CliError(f"cannot open {where}: {one_line(str(exc))}") from None
 
 
 def _exists(storage: Storage, path: str) -> bool:
@@ -403,18 +335,14 @@ def _exists(storage: Storage, path: str) -> bool:
     try:
         return storage.exists(path)
     except Exception as exc:
-        raise CliError(f"cannot read {storage.uri(path)}: {_describe(exc)}") from None
+        raise CliError(f"cannot read {storage.uri(path)}: {describe(exc)}") from None
 
 
 def _isdir(storage: Storage, path: str) -> bool:
     try:
         return storage.isdir(path)
     except Exception as exc:
-        raise CliError(f"cannot read {storage.uri(path)}: {_describe(exc)}") from None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_one_line(str(exc))}"
+        raise CliError(f"cannot read {storage.uri(path)}: {describe(exc)}") from None
 
 
 def _has_state(storage: Storage, folder: str) -> bool:
@@ -428,32 +356,3 @@ def _has_state(storage: Storage, folder: str) -> bool:
 def _visible(names: list[str]) -> list[str]:
     # Hidden entries are ftnb's own temporaries (write probes, half-written files) or the OS's.
     return [n for n in names if not n.startswith(".")]
-
-
-def _local_time(t: Optional[float]) -> str:
-    if not t:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _print_json(obj: Any) -> None:
-    # Strict JSON (jq, JavaScript): NaN and infinities become null.
-    print(json.dumps(_finite(obj), indent=1, default=str, allow_nan=False))
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,383 @@
+"""``ftnb logs`` and ``ftnb watch``: an experiment's output and its live table, in a terminal.
+
+Both read the experiment directory only (any machine that sees its storage), and with
+``--follow`` / ``watch`` keep reading until the experiment (or the trial) ends; Ctrl+C stops the
+reading, never the experiment. Their exit code then says how it ended (0 FINISHED, 1 ERRORED,
+130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from typing import Any, Optional
+
+from ..run_options import CommandSpec, opt
+from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
+from .output import experiment_json, print_json
+
+__all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
+
+_FINAL_TRIAL = ("TERMINATED", "ERRORED")
+
+_TARGET = opt("target", metavar="NAME_OR_PATH",
+              help="the experiment's name under the storage path, or its folder")
+_STORAGE = opt("--storage", metavar="PATH", dest="storage_path",
+               help="where NAME is (default: $FTNB_STORAGE_PATH, else ~/ftnb_results)")
+
+LOGS = CommandSpec(
+    "logs",
+    """Print an experiment's log: its supervisor's (which has every trial's output), or, for
+    an experiment run in the foreground, every trial's output; with --trial, one trial's stdout
+    (to stdout) and stderr (to stderr).
+
+    ftnb logs sweep1 --follow
+    ftnb logs sweep1 --trial 3f2a1_00002 2>/dev/null
+    """,
+    (
+        _TARGET,
+        opt("--trial", metavar="ID", help="only this trial's stdout and stderr"),
+        opt("-f", "--follow", action="store_true",
+            help="keep printing new lines until the experiment (or the trial) ends; Ctrl+C "
+                 "stops the printing, not the experiment"),
+        _STORAGE,
+        opt("--json", action="store_true",
+            help='one JSON object per line: {"source", "trial_id", "stream", "line"}'),
+    ),
+)
+
+WATCH = CommandSpec(
+    "watch",
+    """Show an experiment's live table until it ends: progress, trial counts, failures, a row
+    per trial. On a terminal it is redrawn in place; otherwise (a pipe, a file, a job's log) a
+    new table is printed when something changed. Ctrl+C stops watching, not the experiment.
+
+    ftnb watch sweep1
+    ftnb watch sweep1 --json | jq .counts
+    """,
+    (
+        _TARGET,
+        _STORAGE,
+        opt("--metric", metavar="NAME", help="the metric shown first"),
+        opt("--interval", type=float, default=1.0, metavar="SECONDS",
+            help="how often to read it (default 1; at least 2 on object stores)"),
+        opt("--all", action="store_true",
+            help="show every trial (default: as many as fit the terminal, errored and running "
+                 "first)"),
+        opt("--json", action="store_true",
+            help="one JSON object per line (as `ftnb status --json`) whenever it changed"),
+    ),
+)
+
+
+# -- reading a growing file -----------------------------------------------------------------------
+class _Tail:
+    """Follows one text file on any storage from the last complete line read; a file that
+    shrank (replaced by a new upload) is read again from the start."""
+
+    def __init__(self, storage: Any, path: str) -> None:
+        self.storage = storage
+        self.path = path
+        self.offset = 0
+        self.pending = b""
+
+    def read(self) -> list[str]:
+        """The complete lines written since the last read."""
+        chunk = self._chunk()
+        if not chunk:
+            return []
+        self.pending += chunk
+        end = self.pending.rfind(b"\n") + 1
+        if not end:
+            return []
+        done, self.pending = self.pending[:end], self.pending[end:]
+        return done.decode("utf-8", "replace").splitlines()
+
+    def rest(self) -> list[str]:
+        """The last line when the file does not end with a newline (read once it is done)."""
+        lines = self.read()
+        if self.pending:
+            lines.append(self.pending.decode("utf-8", "replace"))
+            self.pending = b""
+        return lines
+
+    def _chunk(self) -> bytes:
+        if self.storage.is_local:
+            try:
+                with open(self.path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    if size < self.offset:
+                        self.offset, self.pending = 0, b""
+                    f.seek(self.offset)
+                    data = f.read()
+            except (FileNotFoundError, IsADirectoryError):
+                return b""
+        else:
+            try:
+                whole = self.storage.read_bytes(self.path)
+            except FileNotFoundError:
+                return b""
+            if len(whole) < self.offset:
+                self.offset, self.pending = 0, b""
+            data = whole[self.offset:]
+        self.offset += len(data)
+        return data
+
+
+class _Source:
+    """One file whose lines are printed, and how: ``label`` prefixes them (as the supervisor
+    log prefixes the trials' output), ``stream`` is where they go."""
+
+    def __init__(self, tail: _Tail, *, source: str, trial_id: Optional[str], stream: str,
+                 label: str = "") -> None:
+        self.tail, self.source, self.trial_id = tail, source, trial_id
+        self.stream, self.label = stream, label
+
+    def emit(self, lines: list[str], as_json: bool) -> None:
+        for line in lines:
+            if as_json:
+                print_json({"source": self.source, "trial_id": self.trial_id,
+                            "stream": self.stream, "line": line}, indent=None)
+                continue
+            # One trial's stderr goes to stderr; a labelled line says its stream itself.
+            out = sys.stderr if self.stream == "stderr" and not self.label else sys.stdout
+            out.write(self.label + line + "\n")
+        if lines and not as_json:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+
+# -- ftnb logs ------------------------------------------------------------------------------------
+def cmd_logs(args: argparse.Namespace) -> int:
+    """``ftnb logs NAME_OR_PATH [--trial ID] [--follow]``."""
+    from ..handle import ExperimentHandle
+    from .listing import find_experiment
+
+    handle = ExperimentHandle(find_experiment(args.target, args.storage_path))
+    state = handle.state()
+    if args.trial is not None:
+        trial = next((t for t in state.trials if t.trial_id == args.trial), None)
+        if trial is None:
+            ids = [t.trial_id for t in state.trials]
+            shown = ", ".join(ids[:5]) + (f" ... ({len(ids)} trials)" if len(ids) > 5 else "")
+            raise CliError(f"ftnb logs: experiment {handle.name!r} has no trial "
+                           f"{args.trial!r}. Its trials: {shown}")
+        sources = _trial_sources(handle, trial, labelled=False)
+    else:
+        sources = _supervisor_source(handle)
+    trials_known = {t.trial_id for t in state.trials}
+    interval = 0.25 if handle.paths.storage.is_local else 2.0
+    while True:
+        live = handle.is_live() if args.follow else False
+        for src in sources:
+            src.emit(src.tail.read(), args.json)
+        if not live:
+            break
+        if args.trial is not None and _trial_status(handle, args.trial) in _FINAL_TRIAL:
+            break
+        if args.trial is None and sources and sources[0].source == "trial":
+            # No supervisor: every trial's output; pick up trials that appeared since.
+            now = handle.state().trials
+            for t in now:
+                if t.trial_id not in trials_known:
+                    trials_known.add(t.trial_id)
+                    sources += _trial_sources(handle, t, labelled=True)
+        time.sleep(interval)
+    if args.follow and args.trial is None:
+        handle._wait_for_supervisor_exit(None)  # its last lines come after the driver let go
+    for src in sources:
+        src.emit(src.tail.rest(), args.json)
+    if not args.follow:
+        return EXIT_OK
+    if args.trial is not None:
+        status = _trial_status(handle, args.trial)
+        if status == "TERMINATED":
+            return EXIT_OK
+        return EXIT_ERRORED if status == "ERRORED" else EXIT_INTERRUPTED
+    from .running import exit_code_of
+
+    return exit_code_of(handle.status())
+
+
+def _supervisor_source(handle: Any) -> list[_Source]:
+    """The supervisor's log, or (no supervisor ran it) every trial's output, labelled."""
+    from ..lease import host_id
+
+    storage = handle.paths.storage
+    record = handle._supervisor_record()
+    if record or storage.exists(handle.paths.supervisor_log):
+        if storage.exists(handle.paths.supervisor_log):
+            tail = _Tail(storage, handle.paths.supervisor_log)
+        elif record.get("log") and record.get("host_id") == host_id() and \
+                os.path.exists(record["log"]):
+            from ..storage import Storage
+
+            tail = _Tail(Storage(os.path.dirname(record["log"])), record["log"])
+        else:
+            raise CliError(
+                f"ftnb logs: the supervisor of {handle.name!r} keeps its log on "
+                f"{record.get('host', 'its machine')} ({record.get('log')}) until the experiment "
+                "ends, when it is uploaded. Fix: run `ftnb logs` there, or read one trial's "
+                "output: --trial ID"
+            )
+        return [_Source(tail, source="supervisor", trial_id=None, stream="log")]
+    sources: list[_Source] = []
+    for trial in handle.state().trials:
+        sources += _trial_sources(handle, trial, labelled=True)
+    return sources
+
+
+def _trial_sources(handle: Any, trial: Any, labelled: bool) -> list[_Source]:
+    files = handle.paths.trial(trial.dir_name)
+    storage = handle.paths.storage
+    out = []
+    for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
+        label = ""
+        if labelled:  # the supervisor log's own prefixes (ftnb.reporting.TerminalReporter)
+            label = f"({trial.trial_id}) " if stream == "stdout" else f"({trial.trial_id} stderr) "
+        out.append(_Source(_Tail(storage, path), source="trial", trial_id=trial.trial_id,
+                           stream=stream, label=label))
+    return out
+
+
+def _trial_status(handle: Any, trial_id: str) -> Optional[str]:
+    for trial in handle.state().trials:
+        if trial.trial_id == trial_id:
+            return trial.status
+    return None
+
+
+# -- ftnb watch -----------------------------------------------------------------------------------
+def cmd_watch(args: argparse.Namespace) -> int:
+    """``ftnb watch NAME_OR_PATH``: the live table until the experiment ends."""
+    from ..monitor import ExperimentMonitor
+    from .listing import find_experiment
+    from .running import exit_code_of
+
+    if not args.interval > 0:
+        raise CliError(f"ftnb watch: --interval {args.interval} must be a number of seconds > 0. "
+                       "Fix: --interval 1")
+    paths = find_experiment(args.target, args.storage_path)
+    monitor = ExperimentMonitor(paths, metric=args.metric)
+    interval = args.interval if paths.storage.is_local else max(args.interval, 2.0)
+    screen = _Screen() if (sys.stdout.isatty() and not args.json) else None
+    shown_generation = None
+    last_print = 0.0
+    try:
+        while True:
+            snap = monitor.poll()
+            changed = snap.generation != shown_generation
+            if args.json:
+                if changed or snap.finished:
+                    print_json(snapshot_json(snap), indent=None)
+            elif screen is not None:
+                screen.draw(watch_text(snap, screen.size, args.all, live=not snap.finished))
+            elif (changed and time.monotonic() - last_print >= max(interval, 2.0)) \
+                    or snap.finished:
+                print(watch_text(snap, None, args.all, live=False) + "\n", flush=True)
+                last_print = time.monotonic()
+            shown_generation = snap.generation
+            if snap.finished:
+                return exit_code_of(snap.status)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        if screen is not None:
+            screen.leave()
+        print(f"ftnb: stopped watching; experiment {paths.name!r} goes on (`ftnb stop "
+              f"{paths.name}` stops it)", file=sys.stderr)
+        raise
+
+
+def snapshot_json(snap: Any) -> dict:
+    """A monitor's snapshot as ``ftnb status --json`` writes an experiment."""
+    driver = {"alive": not snap.driver_gone and bool(snap.driver), "gone": snap.driver_gone,
+              "line": snap.driver or None}
+    data = experiment_json(snap.view, snap.state, driver=driver,
+                           resume_line=snap.resume_line if snap.status == "INTERRUPTED" else None,
+                           supervisor_log=snap.supervisor_log)
+    data["progress"] = progress_line(snap.view, snap.state)
+    return data
+
+
+def progress_line(view: Any, state: Any, width: int = 24) -> str:
+    """One line a person reads at a glance: a bar, how many trials ended, run, wait."""
+    counts = view.counts
+    total = len(view.rows)
+    ended = counts.get("TERMINATED", 0) + counts.get("ERRORED", 0)
+    done = ended / total if total else 0.0
+    limit = _iteration_limit(state)
+    if limit and total:  # known iterations: a finer bar
+        done = sum(min(r.iteration, limit) if r.status not in _FINAL_TRIAL else limit
+                   for r in view.rows) / (limit * total)
+    filled = int(round(done * width))
+    parts = [f"{ended}/{total} trials ended"]
+    if counts.get("ERRORED"):
+        parts[0] += f" ({counts['ERRORED']} errored)"
+    for status, word in (("RUNNING", "running"), ("PENDING", "pending"), ("PAUSED", "paused"),
+                         ("INTERRUPTED", "interrupted")):
+        if counts.get(status):
+            parts.append(f"{counts[status]} {word}")
+    if view.total_failures or view.total_preemptions:
+        parts.append(f"{_count(view.total_failures, 'failure')}, "
+                     f"{_count(view.total_preemptions, 'preemption')}")
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done:4.0%}  " + ", ".join(parts)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _iteration_limit(state: Any) -> Optional[int]:
+    stop = state.settings.get("stop")
+    if isinstance(stop, dict):
+        value = stop.get("training_iteration")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+            return int(value)
+    return None
+
+
+def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
+               live: bool) -> str:
+    """One frame: the progress line, the table (cut to the terminal), the driver, and how to
+    resume it when it is interrupted."""
+    from ..view import render_table
+
+    lines_after = [snap.driver] if snap.driver else []
+    if snap.status == "INTERRUPTED":
+        lines_after.append(f"Resume it with: {snap.resume_line}")
+    if live:
+        lines_after.append(f"{time.strftime('%H:%M:%S')}  Ctrl+C stops watching, not the "
+                           "experiment")
+    max_rows = len(snap.view.rows)
+    if size is not None and not show_all:
+        max_rows = max(1, size.lines - 7 - len(lines_after))
+    text = "\n".join([progress_line(snap.view, snap.state),
+                      render_table(snap.view, max_rows=max(max_rows, 1)), *lines_after])
+    if size is not None:
+        text = "\n".join(line[: max(size.columns - 1, 10)] for line in text.splitlines())
+    return text
+
+
+class _Screen:
+    """Redraws a frame in place on a terminal: back up over the last frame, clear, write."""
+
+    def __init__(self, out: Any = None) -> None:
+        self.out = out or sys.stdout
+        self.height = 0
+
+    @property
+    def size(self) -> os.terminal_size:
+        return shutil.get_terminal_size()
+
+    def draw(self, text: str) -> None:
+        prefix = f"\x1b[{self.height}F\x1b[J" if self.height else ""
+        self.out.write(prefix + text + "\n")
+        self.out.flush()
+        self.height = text.count("\n") + 1
+
+    def leave(self) -> None:
+        self.out.write("\n")
+        self.out.flush()

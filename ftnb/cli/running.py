@@ -1,0 +1,360 @@
+"""``ftnb run`` and ``ftnb resume``: start or resume an experiment from a terminal.
+
+Both take the options of ``%ftrun`` / ``%ftresume`` (one table, :mod:`ftnb.run_options`), with
+the trainable and the space named as ``module:attr`` or ``path/file.py:attr``
+(:mod:`ftnb.cli.references`). An experiment of the same name that exists is resumed, as
+:func:`ftnb.run` and :func:`ftnb.launch` do.
+
+By default the experiment runs in this process (the foreground), printing its progress; the
+command ends with the experiment: exit 0 when it FINISHED, 1 when it ERRORED. Ctrl+C (or
+SIGTERM) stops it cleanly as ``ftnb stop`` would (trials end at their next report, the state is
+saved INTERRUPTED), prints the line that resumes it and exits 130; a second Ctrl+C stops at
+once (the state is still saved). ``--detach`` leaves it to a detached supervisor
+(:func:`ftnb.launch`) and returns at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shlex
+import signal
+import sys
+from typing import Any, Iterator, Optional
+
+from ..run_options import (
+    CommandSpec,
+    FrontEnd,
+    Group,
+    InputError,
+    RunDefaults,
+    launch_arguments,
+    opt,
+    resume_options,
+    run_options,
+    space_from,
+)
+from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
+from .references import SPACE_FORMS, ReferenceNames, absolute_reference
+
+__all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
+
+#: How the command line names things in the shared option tables.
+CLI = FrontEnd(
+    names="named as MODULE:NAME or FILE.py:NAME",
+    space_forms=SPACE_FORMS,
+    defaults={"storage_path": "$FTNB_STORAGE_PATH", "max_failures": "$FTNB_MAX_FAILURES",
+              "concurrency": "$FTNB_CONCURRENCY", "verbose": "$FTNB_VERBOSE"},
+    resume_default="the one `ftnb run` started it with",
+)
+
+_DETACH = opt("--detach", action="store_true",
+              help="leave the experiment to a detached supervisor process and return at once "
+                   "(`ftnb watch NAME`, `ftnb logs NAME`, `ftnb stop NAME` reach it later)")
+_JSON = opt("--json", action="store_true",
+            help="print one JSON object at the end (as `ftnb status --json`); the progress "
+                 "goes to stderr")
+
+RUN = CommandSpec(
+    "run",
+    """Start an experiment, or resume it when one of that name exists.
+
+    ftnb run train.py:train --param-space space.py:space --name sweep1 --max-failures 3
+    ftnb run mypkg.jobs:train -p '{"lr": {"grid_search": [0.1, 0.01]}}' -n sweep2 --detach
+
+    It runs here, printing its progress, until it ends; Ctrl+C stops it cleanly (resumable:
+    `ftnb resume NAME`, or the same command again). With --detach it runs in a supervisor
+    process of its own and the command returns at once.
+    """,
+    run_options(CLI, opt("trainable", metavar="TRAINABLE",
+                         help="the function to run, train(config): MODULE:NAME or "
+                              "FILE.py:NAME")) + (
+        Group("command line"),
+        _DETACH,
+        _JSON,
+    ),
+)
+
+RESUME = CommandSpec(
+    "resume",
+    """Resume an interrupted experiment (errored trials too, from their latest checkpoint).
+
+    ftnb resume sweep1
+    ftnb resume sweep1 --trainable train.py:train_v2 --allow-different-trainable
+
+    The trainable and the space default to the references `ftnb run` started it with. It runs
+    here until it ends (Ctrl+C stops it cleanly), or in a supervisor with --detach.
+    """,
+    resume_options(CLI) + (
+        Group("command line"),
+        opt("--verbose", type=int, choices=(0, 1, 2),
+            help="how much of its progress to print (default: $FTNB_VERBOSE, else 1)"),
+        _DETACH,
+        _JSON,
+    ),
+)
+
+
+def exit_code_of(status: str) -> int:
+    """The exit code of a command that waited for an experiment that ended ``status``."""
+    if status == "FINISHED":
+        return EXIT_OK
+    if status == "ERRORED":
+        return EXIT_ERRORED
+    return EXIT_INTERRUPTED
+
+
+# -- ftnb run -------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    """``ftnb run TRAINABLE [options]``."""
+    if args.name is not None and ("/" in args.name or os.sep in args.name or not args.name
+                                  or args.name in (".", "..")):
+        raise CliError(f"ftnb run: --name {args.name!r} must be a folder name without '/'. "
+                       "Fix: --name sweep1 (the experiment lives in STORAGE/NAME)")
+    origin = {"via": "cli", "trainable": absolute_reference(args.trainable),
+              "source": _source(args), "cwd": os.getcwd()}
+    if args.param_space:
+        origin["param_space"] = _recorded_space(args.param_space)
+    built = launch_arguments(args, ReferenceNames(), trainable=args.trainable,
+                             param_space=args.param_space, space_forms=SPACE_FORMS,
+                             defaults=RunDefaults.from_environment(), origin=origin)
+    if args.detach:
+        return _detached(built.trainable, built.kwargs, args.json)
+    return _foreground(built.trainable, built.kwargs, args.json)
+
+
+def _source(args: argparse.Namespace) -> str:
+    return "ftnb " + shlex.join(getattr(args, "argv", None) or sys.argv[1:])
+
+
+def _recorded_space(text: str) -> str:
+    """``--param-space`` as the experiment records it: files with absolute paths."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return stripped
+    if stripped.endswith(".json") and ":" not in stripped:
+        return os.path.abspath(os.path.expanduser(stripped))
+    return absolute_reference(stripped)
+
+
+# -- ftnb resume ----------------------------------------------------------------------------------
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``ftnb resume NAME_OR_PATH [options]``."""
+    from ..config import RunConfig
+    from ..state import ExperimentState, StateFormatError
+    from .listing import find_experiment
+
+    paths = find_experiment(args.target, args.storage_path)
+    try:
+        state = ExperimentState.load(paths)
+    except StateFormatError as exc:
+        raise CliError(one_line(str(exc))) from None
+    recorded = state.settings.get("origin")
+    recorded = dict(recorded) if isinstance(recorded, dict) else {}
+    from_cli = recorded.get("via") == "cli"
+    names = ReferenceNames()
+    if from_cli and recorded.get("cwd") and recorded["cwd"] not in sys.path:
+        sys.path.append(recorded["cwd"])  # its modules, when they are not found from here
+
+    trainable_ref = args.trainable or (recorded.get("trainable") if from_cli else None)
+    if not trainable_ref:
+        how = ("%ftrun in a notebook" if recorded else "a Python script (Tuner or ftnb.run)")
+        raise CliError(
+            f"ftnb resume {args.target}: it was started by {how}, so the command does not know "
+            f"where its trainable ({state.trainable}) is. Fix: --trainable FILE.py:"
+            f"{state.trainable} (or MODULE:{state.trainable})"
+        )
+    trainable = names.trainable(trainable_ref)
+    space_text = args.param_space or (recorded.get("param_space") if from_cli else None)
+    space = None
+    if args.param_space:
+        space = space_from(args.param_space, names, SPACE_FORMS)
+    elif space_text:
+        try:
+            space = space_from(space_text, names, SPACE_FORMS)
+        except InputError as exc:
+            # The stored values resume it unless its trials hold objects; then restore says so.
+            print(f"ftnb: note: the search space it was started with ({space_text}) cannot be "
+                  f"loaded ({exc}); resuming with the values stored with it", file=sys.stderr)
+    filesystem = names.value(args.filesystem, "--filesystem") if args.filesystem else None
+    origin = dict(recorded, via="cli", trainable=absolute_reference(trainable_ref),
+                  source=_source(args), cwd=os.getcwd())
+    if space_text and space is not None:
+        origin["param_space"] = _recorded_space(space_text)
+    verbose = args.verbose if args.verbose is not None else RunDefaults.from_environment().verbose
+    kwargs = dict(
+        param_space=space, name=paths.name, storage_path=paths.parent_uri, tune_config=None,
+        run_config=RunConfig(storage_filesystem=filesystem, verbose=verbose),
+        resources_per_trial=None, origin=origin, restart_errored=args.restart_errored,
+        allow_different_trainable=args.allow_different_trainable,
+    )
+    if args.detach:
+        return _detached(trainable, kwargs, args.json)
+    return _foreground(trainable, kwargs, args.json, resume_only=True)
+
+
+# -- running it -----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _user_errors(what: str) -> Iterator[None]:
+    """ftnb's one-line errors about the input (ValueError, TypeError, a live owner) as the
+    command's usage errors; ``FTNB_DEBUG=1`` keeps their traceback."""
+    from ..lease import ExperimentLockedError
+
+    try:
+        yield
+    except (ValueError, TypeError, ExperimentLockedError) as exc:
+        if os.environ.get("FTNB_DEBUG"):
+            raise
+        message = one_line(str(exc)).removeprefix("ftnb: ")
+        # The Python API's fix, in the words of this command.
+        message = message.replace("allow_different_trainable=True", "--allow-different-trainable")
+        raise CliError(f"{what}: {message}") from None
+
+
+def _paths_of(kwargs: dict) -> Any:
+    from ..storage import ExperimentPaths, Storage, default_storage_path
+
+    storage = Storage(kwargs["storage_path"] or default_storage_path(),
+                      kwargs["run_config"].storage_filesystem)
+    return ExperimentPaths.of(storage, kwargs["name"])
+
+
+def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
+    from ..handle import ExperimentHandle, _finished_handle
+    from ..lease import live_lease
+    from ..tuner import _start_or_resume
+
+    verb = "ftnb resume" if resume_only else "ftnb run"
+    out = sys.stderr if as_json else sys.stdout
+    rc = kwargs["run_config"]
+    if kwargs["name"]:
+        paths = _paths_of(kwargs)
+        owner = live_lease(paths) if paths.has_state() else None
+        if owner is not None:
+            raise CliError(
+                f"{verb}: experiment {paths.name!r} is already running (pid {owner.pid} on "
+                f"{owner.host}). Fix: `ftnb watch {paths.name}` follows it, `ftnb stop "
+                f"{paths.name}` stops it; --detach attaches to it"
+            )
+        finished = _finished_handle(dataclasses.replace(
+            rc, name=kwargs["name"], storage_path=kwargs["storage_path"]))
+        if finished is not None:
+            print(f"ftnb: experiment {paths.name!r} already finished; nothing to resume "
+                  f"(`ftnb status {paths.name}` shows it).", file=out, flush=True)
+            return _report_end(ExperimentHandle(paths), as_json, interrupted=False)
+    with _user_errors(verb):
+        tuner, resuming = _start_or_resume(
+            trainable, name=kwargs["name"], param_space=kwargs["param_space"],
+            storage_path=kwargs["storage_path"], tune_config=kwargs["tune_config"],
+            run_config=rc, resources_per_trial=kwargs["resources_per_trial"],
+            restart_errored=kwargs["restart_errored"],
+            allow_different_trainable=kwargs["allow_different_trainable"], caller=verb)
+        if not resuming:
+            # Checked here, where the error belongs, before the experiment's folder exists;
+            # also names an experiment started without --name.
+            name = tuner._check_new().name
+            tuner.run_config = dataclasses.replace(tuner.run_config, name=name)
+            kwargs = dict(kwargs, name=name)
+    paths = tuner._restore.paths if tuner._restore is not None else _paths_of(kwargs)
+    tuner.origin = kwargs["origin"]
+    if resuming:
+        print(resuming, file=out, flush=True)
+    interrupted = False
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with _StopOnSignal(paths) as stopper:
+            try:
+                tuner.fit()
+            except KeyboardInterrupt:
+                interrupted = True  # a second Ctrl+C: the controller saved the state already
+        interrupted = interrupted or stopper.signalled
+    return _report_end(ExperimentHandle(paths), as_json, interrupted)
+
+
+def _report_end(handle: Any, as_json: bool, interrupted: bool) -> int:
+    """Print how the experiment ended (or its JSON) and return the exit code."""
+    from .listing import resume_hint
+
+    state = handle.state()
+    status = handle.status()
+    if as_json:
+        from ..view import ExperimentView
+        from .output import experiment_json, print_json
+
+        view = ExperimentView.from_state(state if status != "INTERRUPTED"
+                                         else state.without_driver(), path=handle.path)
+        resume = resume_hint(handle.paths, state) if status == "INTERRUPTED" else None
+        print_json(experiment_json(view, state, driver=None, resume_line=resume,
+                                   supervisor_log=handle.supervisor_log))
+    else:
+        counts = state.counts()
+        print(f"ftnb: experiment {handle.name!r} {status}: {len(state.trials)} trials, "
+              f"{counts.get('TERMINATED', 0)} terminated, {counts.get('ERRORED', 0)} errored "
+              f"({handle.path})", flush=True)
+        for trial in state.trials:
+            if trial.status == "ERRORED" and trial.failures:
+                print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
+        if status == "INTERRUPTED":
+            print(f"Resume it with: {resume_hint(handle.paths, state)}", flush=True)
+    return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
+
+
+def _detached(trainable: Any, kwargs: dict, as_json: bool) -> int:
+    import ftnb
+
+    with _user_errors("ftnb run --detach"):
+        handle = ftnb.launch(trainable, quiet=as_json, **kwargs)
+    if as_json:
+        from ..view import ExperimentView
+        from .output import experiment_json, print_json
+
+        state = handle.state()
+        data = experiment_json(ExperimentView.from_state(state, path=handle.path), state,
+                               driver=None, resume_line=None,
+                               supervisor_log=handle.supervisor_log)
+        data["supervisor"] = handle._supervisor_record() or None
+        print_json(data)
+    else:
+        print(f"ftnb: `ftnb watch {handle.name}` follows it, `ftnb logs {handle.name} "
+              f"--follow` its log, `ftnb stop {handle.name}` stops it.")
+    return EXIT_OK
+
+
+class _StopOnSignal:
+    """While the experiment runs here: the first Ctrl+C (or SIGTERM) asks its driver (this
+    process) to stop cleanly through a control request, as ``ftnb stop`` would: the trials end
+    at their next report, the state is saved INTERRUPTED, and ``fit()`` returns. A second one
+    raises KeyboardInterrupt at once (the controller still saves the state)."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, paths: Any) -> None:
+        self.paths = paths
+        self.signalled: Optional[int] = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopOnSignal":
+        for signum in self._SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        from ..control import STOP_EXPERIMENT, send_request
+        from ..lease import live_lease
+
+        if self.signalled is not None:
+            raise KeyboardInterrupt
+        self.signalled = signum
+        owner = live_lease(self.paths)
+        if owner is None:  # not running yet (still laying it out): stop at once
+            raise KeyboardInterrupt
+        send_request(self.paths, STOP_EXPERIMENT, epoch=owner.epoch)
+        # os.write: the main thread may be inside a print to the same stream.
+        os.write(2, (f"\nftnb: stopping experiment {self.paths.name!r}: its trials end at their "
+                     "next report and its state is saved (Ctrl+C again to stop at once)\n"
+                     ).encode())

@@ -1,0 +1,546 @@
+"""The options that start and resume experiments, shared by ``%ftrun`` and ``ftnb run``.
+
+One table per command feeds argparse (the CLI's subcommands and the magics' plain parser) and
+IPython's ``@magic_arguments`` (``%ftrun?``), so a help text never disagrees with what is parsed,
+and the notebook and the terminal never disagree with each other. Each front-end adds only its
+own options (the notebook's ``-o``/``--wait``/``--no-widget``/``-q``, the CLI's
+``--detach``/``--json``) and says how it finds the objects a command names (:class:`Names`): the
+notebook looks them up in its namespace, the CLI imports ``module:attr`` or ``path/file.py:attr``.
+
+:func:`launch_arguments` turns parsed options into the arguments of :func:`ftnb.launch` (and of
+the foreground run): the trainable, the space, TuneConfig, RunConfig with its FailureConfig and
+CheckpointConfig, and the resources per trial. A search space may also be given as a dict literal
+(``'{"lr": 0.1}'``, Python or JSON), which :func:`space_literal` reads.
+
+No IPython here: ``ftnb run`` parses with these tables without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import functools
+import json
+import os
+import re
+import shlex
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
+
+__all__ = [
+    "CommandSpec",
+    "FrontEnd",
+    "Group",
+    "InputError",
+    "LaunchArguments",
+    "Names",
+    "Opt",
+    "OptionParser",
+    "RunDefaults",
+    "amount",
+    "env_int",
+    "launch_arguments",
+    "opt",
+    "resume_options",
+    "run_options",
+    "space_from",
+    "space_literal",
+    "stop_from",
+    "whole",
+]
+
+
+class InputError(ValueError):
+    """A mistake in a command's input (its options, or an object it names): one line for the
+    user, which says what was received and how to fix it."""
+
+
+# -- tables ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Opt:
+    """One option or positional argument: ``argparse.add_argument(*flags, **kwargs)``."""
+
+    flags: tuple[str, ...]
+    kwargs: dict
+
+
+@dataclass(frozen=True)
+class Group:
+    """A titled group of the options that follow it (a section of the help)."""
+
+    title: str
+    description: Optional[str] = None
+
+
+Item = Union[Opt, Group]
+
+
+def opt(*flags: str, **kwargs: Any) -> Opt:
+    """An :class:`Opt`; a ``%`` in its help is kept literally (argparse %-formats help)."""
+    if "help" in kwargs:
+        kwargs["help"] = kwargs["help"].replace("%", "%%")
+    return Opt(flags, kwargs)
+
+
+class OptionParser(argparse.ArgumentParser):
+    """argparse that raises :class:`InputError` (one line, ending with ``hint``) instead of
+    printing its usage and exiting the process."""
+
+    hint = ""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}. {self.hint}".rstrip(". "))
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command's name, description and options; ``ftnb NAME`` (the magics: ``%NAME``)."""
+
+    name: str
+    description: str
+    items: tuple[Item, ...]
+
+    @property
+    def prog(self) -> str:
+        return f"ftnb {self.name}"
+
+    @property
+    def help_hint(self) -> str:
+        """The end of every parse error: where the options are listed."""
+        return f"`{self.prog} --help` shows the options"
+
+    def add_to(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """Add this command's options (and their groups) to ``parser``; return it."""
+        target: Any = parser
+        for item in self.items:
+            if isinstance(item, Group):
+                target = parser.add_argument_group(item.title, item.description)
+            else:
+                target.add_argument(*item.flags, **item.kwargs)
+        if isinstance(parser, OptionParser):
+            parser.hint = self.help_hint
+        return parser
+
+    def parser(self) -> argparse.ArgumentParser:
+        """A plain parser with this command's options and no ``--help`` (the magics' own help
+        is ``%ftrun?``)."""
+        parser = OptionParser(prog=self.prog, description=self.description, add_help=False,
+                              allow_abbrev=False)
+        return self.add_to(parser)
+
+    def parse(self, line: str) -> argparse.Namespace:
+        """Parse a line the way a shell splits it (quotes group words)."""
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:  # an unclosed quote
+            raise InputError(f"{self.prog}: cannot split {line!r}: {exc}") from None
+        return self.parse_words(words, self.parser())
+
+    def parse_words(self, words: Sequence[str],
+                    parser: argparse.ArgumentParser) -> argparse.Namespace:
+        """Parse ``words`` with ``parser`` (built by :meth:`add_to`); an unknown option gets
+        one line with the closest known one."""
+        args, unknown = parser.parse_known_args(list(words))
+        self.check_parsed(args, unknown, parser)
+        return args
+
+    def check_parsed(self, args: argparse.Namespace, unknown: Sequence[str],
+                     parser: argparse.ArgumentParser) -> None:
+        """Raise :class:`InputError` for words the parser did not take, naming the likely
+        cause (a misspelt option, a dict literal whose quotes the shell took away)."""
+        for dest in ("param_space", "stop"):
+            values = getattr(args, dest, None)
+            for value in values if isinstance(values, list) else [values]:
+                if isinstance(value, str) and value.lstrip().startswith("{") and unknown \
+                        and not _is_dict_literal(value):
+                    flag = "--param-space" if dest == "param_space" else "--stop"
+                    cut = " ".join([value, *unknown])
+                    raise InputError(
+                        f"{self.prog}: {flag} {cut!r} is cut into words: a dict literal must be "
+                        f"quoted as one word. Fix: {flag} '{{\"lr\": 0.1}}' (quotes around it, "
+                        "double quotes inside)"
+                    )
+        if unknown:
+            raise InputError(self.unknown_message(parser, unknown))
+
+    def unknown_message(self, parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+        """One line about the first word ``parser`` did not take."""
+        option = next((w for w in unknown if w.startswith("-")), None)
+        if option is None:
+            return (f"{self.prog}: unexpected argument {unknown[0]!r} (quote values with spaces)."
+                    f" {self.help_hint}")
+        known = [f for a in parser._actions for f in a.option_strings]
+        close = difflib.get_close_matches(option.split("=", 1)[0], known, n=1)
+        guess = f" Did you mean {close[0]}?" if close else ""
+        return f"{self.prog}: unknown option {option}.{guess} {self.help_hint}"
+
+
+# -- value types (argparse puts their message after the option's name) ---------------------------
+@functools.lru_cache(maxsize=None)  # one type per minimum: tables built twice compare equal
+def whole(minimum: int) -> Callable[[str], int]:
+    """The type of an option that takes a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def amount(text: str) -> float:
+    """The type of an option that takes a finite number >= 0 (an int when it is whole)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return int(value) if value.is_integer() else value
+
+
+# -- the shared tables ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FrontEnd:
+    """What the shared tables say differently in each front-end.
+
+    ``names``: how an object is named there (``"a name in the notebook's namespace"``);
+    ``space_forms``: every form ``--param-space`` takes there; ``defaults``: where each setting's
+    default comes from (``{"max_failures": "FtnbMagics.max_failures", ...}``);
+    ``resume_default``: how ``--trainable`` of a resume defaults.
+    """
+
+    names: str
+    space_forms: str
+    defaults: Mapping[str, str]
+    resume_default: str
+
+
+def storage_option(front: FrontEnd) -> Opt:
+    """``--storage PATH`` (dest ``storage_path``)."""
+    return opt("--storage", metavar="PATH", dest="storage_path",
+               help="the storage path: a folder or an fsspec URL such as s3://bucket/runs "
+                    f"(default: {front.defaults['storage_path']}, else ~/ftnb_results)")
+
+
+def filesystem_option(front: FrontEnd) -> Opt:
+    """``--filesystem NAME``: an fsspec filesystem object to reach the storage with."""
+    return opt("--filesystem", metavar="NAME",
+               help="an fsspec filesystem object to reach the storage with (e.g. "
+                    f"s3fs.S3FileSystem(endpoint_url=...)); {front.names}")
+
+
+_ALLOW_DIFFERENT_TRAINABLE = opt(
+    "--allow-different-trainable", action="store_true",
+    help="resume an existing experiment with a function of another name than the one it was "
+         "started with (the same training, renamed or fixed; default: refused, since it is "
+         "usually the wrong function)")
+
+
+def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
+    """The options of starting an experiment, after the front-end's own ``trainable``
+    positional; the front-end appends its own options (in a group of their own)."""
+    default = front.defaults
+    return (
+        trainable,
+        opt("-p", "--param-space", metavar="SPACE",
+            help=f"the search space, a dict: {front.space_forms}"),
+        opt("-n", "--name", metavar="NAME",
+            help="the experiment's name: its folder under the storage path (default: "
+                 "TRAINABLE and the time). An existing experiment of that name is resumed"),
+        storage_option(front),
+        filesystem_option(front),
+        opt("--stop", action="append", metavar="CRITERION",
+            help="when a trial is done: METRIC=VALUE[,METRIC=VALUE...] (e.g. "
+                 "training_iteration=10; repeatable), a dict literal, or a dict or a function "
+                 f"(trial_id, result) -> bool; {front.names}"),
+        opt("--verbose", type=int, choices=(0, 1, 2),
+            help=f"RunConfig.verbose for the experiment's log (default: {default['verbose']}, "
+                 "else 1)"),
+        Group("trials and search (TuneConfig, resources)"),
+        opt("--num-samples", type=whole(1), metavar="N",
+            help="how many times the search space is sampled (default 1)"),
+        opt("--concurrency", type=whole(1), metavar="N",
+            help=f"at most N trials at once (default: {default['concurrency']}, else as many "
+                 "as the CPUs and GPUs allow)"),
+        opt("--cpus-per-trial", type=amount, metavar="N", help="CPUs per trial (default 1)"),
+        opt("--gpus-per-trial", type=amount, metavar="N",
+            help="GPUs per trial (default 0; a fraction below 1 shares a GPU)"),
+        opt("--metric", metavar="NAME",
+            help="the metric that ranks trials (and the one shown first)"),
+        opt("--mode", choices=("max", "min"), help="whether a higher or lower --metric is better"),
+        opt("--seed", type=int, metavar="N", help="makes the random draws reproducible"),
+        Group("failures (FailureConfig)"),
+        opt("--max-failures", type=whole(-1), metavar="N",
+            help="retries per trial: 0 none, N up to N, -1 forever (default: "
+                 f"{default['max_failures']}, else 0)"),
+        opt("--fail-fast", action="store_true",
+            help="stop the experiment at the first trial that ends ERRORED"),
+        opt("--retry-repeated-errors", action="store_true",
+            help="keep retrying a trial that fails twice with the same error at the same "
+                 "iteration (default: it is ERRORED at once, since retrying will not fix it)"),
+        opt("--preemption-grace", type=amount, metavar="SECONDS",
+            help="how long a preempted (SIGTERMed) trial may take to checkpoint (default 30)"),
+        opt("--restart-errored", action="store_true",
+            help="when resuming an existing experiment, start its errored trials over from "
+                 "scratch (default: continue them from their latest checkpoint)"),
+        _ALLOW_DIFFERENT_TRAINABLE,
+        Group("checkpoints (CheckpointConfig)"),
+        opt("--num-to-keep", type=whole(1), metavar="N",
+            help="keep at most N checkpoints per trial (default: all)"),
+        opt("--checkpoint-score-attribute", metavar="METRIC",
+            help="rank checkpoints by this metric for --num-to-keep (default: keep the newest)"),
+        opt("--checkpoint-score-order", choices=("max", "min"),
+            help="whether a higher or lower checkpoint score is better (default max)"),
+    )
+
+
+def resume_options(front: FrontEnd) -> tuple[Item, ...]:
+    """The options of resuming an experiment; the front-end appends its own."""
+    return (
+        opt("target", metavar="NAME_OR_PATH",
+            help="the experiment's name under the storage path, or its folder"),
+        opt("--trainable", metavar="NAME",
+            help=f"the function to run; {front.names} (default: {front.resume_default})"),
+        opt("-p", "--param-space", metavar="SPACE",
+            help=f"the search space with its objects re-created: {front.space_forms} "
+                 "(default: the one it was started with, if it can be found again)"),
+        opt("--restart-errored", action="store_true",
+            help="start errored trials over from scratch (default: continue them from their "
+                 "latest checkpoint)"),
+        _ALLOW_DIFFERENT_TRAINABLE,
+        storage_option(front),
+        filesystem_option(front),
+    )
+
+
+# -- defaults -------------------------------------------------------------------------------------
+def env_int(name: str, fallback: Optional[int], minimum: int) -> Optional[int]:
+    """The whole number in ``$name`` (>= ``minimum``); ``fallback`` when it is unset, or, with
+    a warning that names the variable, when it is not such a number."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return fallback
+    try:
+        value = int(raw)
+        if value < minimum:
+            raise ValueError
+    except ValueError:
+        warnings.warn(f"ignoring ${name}={raw!r}: expected a whole number >= {minimum}",
+                      stacklevel=2)
+        return fallback
+    return value
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """What an option of :func:`run_options` that is not given falls back to."""
+
+    storage_path: Optional[str] = None
+    max_failures: int = 0
+    concurrency: Optional[int] = None
+    verbose: int = 1
+
+    @classmethod
+    def from_environment(cls) -> "RunDefaults":
+        """``$FTNB_STORAGE_PATH``, ``$FTNB_MAX_FAILURES``, ``$FTNB_CONCURRENCY``,
+        ``$FTNB_VERBOSE`` (as the ``%ftrun`` magics read them)."""
+        max_failures = env_int("FTNB_MAX_FAILURES", 0, -1)
+        verbose = env_int("FTNB_VERBOSE", 1, 0)
+        return cls(
+            storage_path=os.environ.get("FTNB_STORAGE_PATH") or None,
+            max_failures=0 if max_failures is None else max_failures,
+            concurrency=env_int("FTNB_CONCURRENCY", None, 1),
+            verbose=verbose if verbose in (0, 1, 2) else 1,
+        )
+
+
+# -- names ----------------------------------------------------------------------------------------
+class Names(Protocol):
+    """How a front-end finds the objects a command names; each raises :class:`InputError`
+    (one line: what was asked for, what was found, the fix)."""
+
+    def trainable(self, ref: str) -> Callable[..., Any]:
+        """The function ``ref`` names."""
+
+    def space(self, ref: str) -> Mapping[str, Any]:
+        """The search space ``ref`` names (a dict literal is read before this is asked)."""
+
+    def value(self, ref: str, what: str) -> Any:
+        """Any object ``ref`` names; ``what`` is the option it was given to."""
+
+
+_CALL = re.compile(r"[A-Za-z_][\w.]*\s*\(")
+
+
+def _is_dict_literal(text: str) -> bool:
+    try:
+        space_literal(text.strip(), "")
+    except InputError:
+        return False
+    return True
+
+
+def space_literal(text: str, forms: str, option: str = "--param-space") -> dict:
+    """The dict that ``text`` writes as a Python or JSON literal (``{"lr": 0.1}``,
+    ``{"x": {"grid_search": [1, 2]}}``); :class:`InputError` naming the accepted ``forms``
+    otherwise."""
+    value: Any = None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+    if isinstance(value, dict):
+        return value
+    if value is not None:
+        why = f"it is a {type(value).__name__}"
+    elif _CALL.search(text):
+        why = ("a literal holds plain values only, no calls: write a grid as "
+               '{"grid_search": [...]}, or name a dict that holds the objects')
+    elif '"' not in text and "'" not in text and ":" in text:
+        why = "its quotes were lost: quote the whole dict, with double quotes inside"
+    else:
+        why = "it does not parse as Python or JSON"
+    raise InputError(f"{option} {text!r} is not a dict literal ({why}). Accepted: {forms}")
+
+
+def space_from(text: str, names: Names, forms: str,
+               option: str = "--param-space") -> Mapping[str, Any]:
+    """The search space ``text`` gives: a dict literal, or whatever ``names`` finds for it."""
+    if text.lstrip().startswith("{"):
+        return space_literal(text.strip(), forms, option)
+    return names.space(text)
+
+
+def stop_from(given: Sequence[str], names: Names) -> Any:
+    """``--stop`` values: METRIC=VALUE pairs, a dict literal, or a name (dict or function)."""
+    merged: dict[str, Any] = {}
+    for text in given:
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = None
+            if not isinstance(value, dict):
+                raise InputError(
+                    f"--stop {text!r} is not a dict literal. Fix: --stop training_iteration=10"
+                )
+            merged.update(value)
+        elif "=" in text:
+            merged.update(_metric_thresholds(text))
+        else:
+            value = names.value(text, "--stop")
+            if len(given) > 1:
+                raise InputError(
+                    f"--stop {text} names an object; it cannot be combined with other --stop "
+                    "values. Fix: give it alone, or only METRIC=VALUE pairs"
+                )
+            if not (callable(value) or isinstance(value, Mapping)):
+                raise InputError(
+                    f"--stop {text} is a {type(value).__name__}; it must be a dict of "
+                    "thresholds or a function (trial_id, result) -> bool"
+                )
+            return value
+    return merged
+
+
+def _metric_thresholds(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, raw = (s.strip() for s in part.partition("="))
+        number: Any = None
+        for convert in (int, float):
+            try:
+                number = convert(raw)
+                break
+            except ValueError:
+                continue
+        if not key or number is None:
+            raise InputError(
+                f"--stop {text!r}: {part.strip()!r} is not METRIC=NUMBER. "
+                "Fix: --stop training_iteration=10,loss=0.05"
+            )
+        out[key] = number
+    return out
+
+
+# -- parsed options -> launch arguments -----------------------------------------------------------
+@dataclass
+class LaunchArguments:
+    """``ftnb.launch(trainable, **kwargs)``: what a parsed ``%ftrun`` / ``ftnb run`` starts.
+
+    ``kwargs``: ``param_space``, ``name``, ``storage_path``, ``tune_config``, ``run_config``,
+    ``resources_per_trial``, ``origin``, ``restart_errored``, ``allow_different_trainable``.
+    """
+
+    trainable: Callable[..., Any]
+    kwargs: dict = field(default_factory=dict)
+
+
+def _given(value: Any, fallback: Any) -> Any:
+    return fallback if value is None else value
+
+
+def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
+                     param_space: Optional[str], space_forms: str, defaults: Any,
+                     origin: dict) -> LaunchArguments:
+    """Find the objects the parsed ``args`` name (through ``names``) and build the arguments
+    of ``ftnb.launch``. ``defaults`` has the fields of :class:`RunDefaults`; ``origin`` is
+    recorded in the state (how to find the trainable and the space again).
+    Raises :class:`InputError` for a missing or wrong object or an invalid value."""
+    from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+
+    a = args
+    function = names.trainable(trainable)
+    space = space_from(param_space, names, space_forms) if param_space else None
+    stop = stop_from(a.stop, names) if a.stop else None
+    filesystem = names.value(a.filesystem, "--filesystem") if a.filesystem else None
+    resources = {k: v for k, v in (("cpu", a.cpus_per_trial), ("gpu", a.gpus_per_trial))
+                 if v is not None}
+    failure = dict(max_failures=_given(a.max_failures, defaults.max_failures),
+                   fail_fast=a.fail_fast,
+                   stop_on_repeated_error=not a.retry_repeated_errors)
+    if a.preemption_grace is not None:
+        failure["preemption_grace_period_s"] = float(a.preemption_grace)
+    checkpoint: dict[str, Any] = dict(num_to_keep=a.num_to_keep,
+                                      checkpoint_score_attribute=a.checkpoint_score_attribute)
+    if a.checkpoint_score_order is not None:
+        checkpoint["checkpoint_score_order"] = a.checkpoint_score_order
+    try:  # the config classes check their values with ValueError/TypeError
+        tune_config = TuneConfig(
+            num_samples=_given(a.num_samples, 1),
+            max_concurrent_trials=_given(a.concurrency, defaults.concurrency),
+            metric=a.metric, mode=a.mode, seed=a.seed,
+        )
+        run_config = RunConfig(
+            storage_filesystem=filesystem,
+            failure_config=FailureConfig(**failure),
+            checkpoint_config=CheckpointConfig(**checkpoint),
+            stop=stop,
+            verbose=_given(a.verbose, defaults.verbose),
+        )
+    except (ValueError, TypeError) as exc:
+        raise InputError(" ".join(str(exc).split())) from None
+    kwargs: dict[str, Any] = dict(
+        param_space=space,
+        name=a.name,
+        storage_path=_given(a.storage_path, defaults.storage_path),
+        tune_config=tune_config,
+        run_config=run_config,
+        resources_per_trial=resources or None,
+        origin=origin,
+        restart_errored=a.restart_errored,
+        allow_different_trainable=a.allow_different_trainable,
+    )
+    return LaunchArguments(function, kwargs)
