@@ -21,10 +21,10 @@ import time
 import traceback
 from typing import Any
 
+from .executors.base import EXIT_PREEMPTED
+
 EXIT_OK = 0
 EXIT_ERROR = 1
-# A preempted attempt that could not checkpoint in its grace period still ends as a preemption.
-EXIT_PREEMPTED = 143
 
 
 def run_attempt(payload: bytes, conn: Any) -> int:

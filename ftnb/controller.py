@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from ._attempt import EXIT_PREEMPTED
 from .config import RunConfig
+from .core import policy
 from .control import STOP_TRIAL, ControlInbox
 from .executors.base import AttemptLaunch, Event, ExitInfo
 from .lease import Lease, LeaseLostError
@@ -27,7 +26,6 @@ from .results import ResultLog
 from .state import (
     AttemptRecord,
     ExperimentState,
-    FailureKind,
     FailureRecord,
     TrialRecord,
     TrialStatus,
@@ -207,13 +205,7 @@ class Controller:
                 self.stop(request.reason)
 
     def _final_status(self) -> str:
-        if self.stopping == "fail_fast":
-            return "ERRORED"
-        if self.stopping:
-            return "INTERRUPTED"
-        if any(t.status == TrialStatus.ERRORED for t in self.state.trials):
-            return "ERRORED"
-        return "FINISHED"
+        return policy.experiment_status(self.stopping, (t.status for t in self.state.trials))
 
     def _pending(self) -> list[TrialRecord]:
         # Trials that already made progress go first: their work is the most valuable.
@@ -459,25 +451,9 @@ class Controller:
         self._emit("on_result", self.state, trial, row)
 
     def _apply_retention(self, trial: TrialRecord) -> None:
-        keep = self.checkpoint_config.num_to_keep
-        if keep is None or len(trial.checkpoints) <= keep:
+        doomed = policy.checkpoints_to_delete(trial.checkpoints, self.checkpoint_config)
+        if not doomed:
             return
-        latest = trial.checkpoints[-1]
-        candidates = trial.checkpoints[:-1]
-        attr = self.checkpoint_config.checkpoint_score_attribute
-        if attr:
-            sign = 1 if self.checkpoint_config.checkpoint_score_order == "max" else -1
-
-            def badness(c: dict) -> tuple:
-                score = c.get("score")
-                valid = isinstance(score, (int, float)) and score == score
-                # Missing or NaN scores are the worst; ties go to the older checkpoint.
-                return (0 if not valid else 1, sign * score if valid else 0, c["iteration"])
-
-            ranked = sorted(candidates, key=badness)
-        else:
-            ranked = list(candidates)  # oldest first
-        doomed = ranked[: len(trial.checkpoints) - keep]
         self._guard()
         for entry in doomed:
             self.storage.remove(
@@ -485,7 +461,6 @@ class Controller:
             )
         names = {e["dir_name"] for e in doomed}
         trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
-        assert trial.checkpoints[-1] is latest
 
     def _on_exit(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> None:
         self.live.pop(trial.trial_id, None)
@@ -496,39 +471,24 @@ class Controller:
         attempt = trial.attempts[-1]
         attempt.ended = time.time()
         attempt.end_iteration = trial.iteration
-        outcome = live.outcome
-        sig = info.signal_number
-
-        if outcome == "finished":
-            attempt.outcome = "finished"
-            self._complete(trial, TrialStatus.TERMINATED)
-        elif outcome == "stopped" or (live.stop_requested_at and live.error is None):
-            # Stopped by us: by a stop request, or killed after its grace period ran out.
-            attempt.outcome = "stopped" if outcome == "stopped" else "interrupted"
-            status = TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED
-            self._complete(trial, status)
-        elif (
-            outcome == "preempted"
-            or sig == signal.SIGTERM
-            or (live.preempted and info.exit_code == EXIT_PREEMPTED)
-        ):
-            attempt.outcome = "preempted"
-            failure = FailureRecord(
-                attempt=attempt.number,
-                time=time.time(),
-                iteration=trial.iteration,
-                kind=FailureKind.PREEMPTION.value,
-                signal="SIGTERM",
-                message="preempted (SIGTERM)",
-                counted=False,
-            )
-            self._record_failure(trial, failure)
-            self._retry_or_error(trial, failure)
+        end = policy.AttemptEnd(
+            outcome=live.outcome, error=live.error, preempted=live.preempted,
+            exit_code=info.exit_code, oom_killed=info.oom_killed,
+            stop_requested=live.stop_requested_at is not None,
+        )
+        ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
+                                     now=time.time())
+        attempt.outcome = ending.outcome
+        if ending.failure is not None:
+            self._record_failure(trial, ending.failure)
+            decision = policy.decide_after_failure(trial, ending.failure, self.failure_config,
+                                                   stopping=bool(self.stopping))
+            self._carry_out(trial, ending.failure, decision)
+        elif ending.stopped_by_controller:
+            self._complete(trial, TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED)
         else:
-            attempt.outcome = "failed"
-            failure = self._classify(trial, live, info)
-            self._record_failure(trial, failure)
-            self._retry_or_error(trial, failure)
+            self._complete(trial, TrialStatus.TERMINATED)
+        sig = end.signal_number
         if sig is not None:
             # A killed trial could not delete what it ftnb.put(): free that memory now, not at
             # the next put on this machine (its retry may need it).
@@ -538,42 +498,6 @@ class Controller:
         self._persist_trial(trial)
         self._dirty = True
 
-    def _classify(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> FailureRecord:
-        number = trial.attempts[-1].number
-        err = live.error
-        if err is not None:
-            return FailureRecord(
-                attempt=number,
-                time=time.time(),
-                iteration=max(trial.iteration, err.get("iteration") or 0),
-                kind=err.get("kind", "exception"),
-                type=err.get("type"),
-                message=err.get("message", ""),
-                traceback=err.get("traceback"),
-                exit_code=err.get("exit_code", info.exit_code),
-            )
-        sig = info.signal_number
-        if sig is not None:
-            name = _signal_name(sig)
-            return FailureRecord(
-                attempt=number,
-                time=time.time(),
-                iteration=trial.iteration,
-                kind=FailureKind.OOM.value if info.oom_killed else FailureKind.SIGNAL.value,
-                signal=name,
-                message=f"killed by {name}"
-                + (" (the kernel's out-of-memory killer)" if info.oom_killed else ""),
-                exit_code=info.exit_code,
-            )
-        return FailureRecord(
-            attempt=number,
-            time=time.time(),
-            iteration=trial.iteration,
-            kind=FailureKind.EXIT.value,
-            message=f"the trial process exited with code {info.exit_code}",
-            exit_code=info.exit_code,
-        )
-
     def _record_failure(self, trial: TrialRecord, failure: FailureRecord) -> None:
         trial.failures.append(failure)
         self._guard()
@@ -582,57 +506,16 @@ class Controller:
         )
         self._emit("on_trial_failure", self.state, trial, failure)
 
-    def _retry_or_error(self, trial: TrialRecord, failure: FailureRecord) -> None:
-        if self.stopping:
-            self._complete(trial, TrialStatus.PAUSED)
+    def _carry_out(self, trial: TrialRecord, failure: FailureRecord,
+                   decision: policy.FailureDecision) -> None:
+        if decision.status is TrialStatus.PENDING:
+            trial.status = TrialStatus.PENDING.value  # started again from its checkpoint
             return
-        if not failure.counted:
-            trial.status = TrialStatus.PENDING.value  # restarted at once from its checkpoint
-            return
-        reason = None
-        if failure.kind == FailureKind.USAGE.value:
-            reason = "ftnb's API was misused; retrying cannot help"
-        elif self.failure_config.stop_on_repeated_error and self._repeats(trial, failure):
-            reason = (
-                f"the same error happened twice in a row at training_iteration "
-                f"{failure.iteration} ({failure.type}: {failure.message}): it is deterministic, "
-                "so retrying will not fix it (set FailureConfig(stop_on_repeated_error=False) "
-                "to retry anyway)"
-            )
-        elif not self.failure_config.allows_retry(trial.num_failures):
-            reason = (
-                f"it failed {trial.num_failures} time{'' if trial.num_failures == 1 else 's'}, "
-                "more than "
-                f"FailureConfig(max_failures={self.failure_config.max_failures}) allows"
-            )
-        if reason is None:
-            trial.status = TrialStatus.PENDING.value
-            return
-        trial.error = {"reason": reason, "failure": failure.__dict__.copy()}
-        self._complete(trial, TrialStatus.ERRORED)
-        if self.failure_config.fail_fast:
-            self.stop("fail_fast")
-
-    def _repeats(self, trial: TrialRecord, failure: FailureRecord) -> bool:
-        counted = [f for f in trial.failures if f.counted]
-        # Only raised errors repeat recognisably (type, message, iteration); an OOM kill does not.
-        raised = (FailureKind.EXCEPTION.value, FailureKind.OOM.value)
-        if len(counted) < 2 or failure.kind not in raised or failure.type is None:
-            return False
-        previous = counted[-2]
-        # Consecutive means no successful attempt in between: the previous attempt failed.
-        consecutive = previous.attempt == failure.attempt - 1 or all(
-            f.kind == FailureKind.PREEMPTION.value
-            for f in trial.failures
-            if previous.attempt < f.attempt < failure.attempt
-        )
-        return (
-            consecutive
-            and previous.kind == failure.kind
-            and previous.type == failure.type
-            and previous.message == failure.message
-            and previous.iteration == failure.iteration
-        )
+        if decision.status is TrialStatus.ERRORED:
+            trial.error = {"reason": decision.reason, "failure": failure.__dict__.copy()}
+        self._complete(trial, decision.status)
+        if decision.stop_experiment:
+            self.stop(decision.stop_experiment)
 
     def _complete(self, trial: TrialRecord, status: TrialStatus) -> None:
         trial.status = status.value
@@ -761,9 +644,3 @@ class Controller:
             if fn is not None:
                 fn(*args)
 
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"

@@ -102,7 +102,7 @@ def _decide(trial: TrialRecord, stopping: bool = False, **config):
 
 @pytest.mark.parametrize("failures, config, status, reason_has", [
     # max_failures=0: the first counted failure errors the trial
-    ([_failure(1)], {}, TrialStatus.ERRORED, "it failed once, more than "
+    ([_failure(1)], {}, TrialStatus.ERRORED, "it failed 1 time, more than "
                                              "FailureConfig(max_failures=0) allows"),
     ([_failure(1, "signal")], {"max_failures": 1}, TrialStatus.PENDING, None),
     ([_failure(1, "signal"), _failure(2, "signal")], {"max_failures": 1}, TrialStatus.ERRORED,

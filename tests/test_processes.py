@@ -180,12 +180,10 @@ def _die(config):
 
 def test_oom_kill_is_classified(tmp_path):
     # A real OOM kill would endanger the test machine; the classifier is tested on its input.
-    from ftnb.controller import Controller, _Live
-    from ftnb.executors.base import ExitInfo
-    from ftnb.state import AttemptRecord, TrialRecord
+    from ftnb.core.policy import AttemptEnd, classify_end
 
-    trial = TrialRecord("t", "t", {}, attempts=[AttemptRecord(1, time.time())])
-    failure = Controller._classify(None, trial, _Live(None, None, None, False), ExitInfo(-9, True))
+    failure = classify_end(AttemptEnd(exit_code=-9, oom_killed=True), attempt=1, iteration=0,
+                           now=time.time()).failure
     assert failure.kind == "oom" and failure.signal == "SIGKILL"
     assert "out-of-memory" in failure.message
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from ..config import CheckpointConfig, FailureConfig
+from ..executors.base import EXIT_PREEMPTED
 from ..state import FailureKind, FailureRecord, TrialRecord, TrialStatus
 
 __all__ = [
     "AttemptEnd",
     "Ending",
     "FailureDecision",
-    "EXIT_PREEMPTED",
     "checkpoints_to_delete",
     "classify_end",
     "decide_after_failure",
@@ -33,8 +33,6 @@ __all__ = [
     "signal_name",
 ]
 
-#: The exit code of a trial process that saved what it could after a SIGTERM (128 + 15).
-EXIT_PREEMPTED = 128 + _signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -160,8 +158,8 @@ def decide_after_failure(trial: TrialRecord, failure: FailureRecord, config: Fai
             "to retry anyway)"
         )
     elif not config.allows_retry(trial.num_failures):
-        times = "once" if trial.num_failures == 1 else f"{trial.num_failures} times"
-        reason = (f"it failed {times}, more than "
+        n = trial.num_failures
+        reason = (f"it failed {n} time{'' if n == 1 else 's'}, more than "
                   f"FailureConfig(max_failures={config.max_failures}) allows")
     if reason is None:
         return FailureDecision(TrialStatus.PENDING)

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-__all__ = ["AttemptLaunch", "Event", "Executor", "ExitInfo"]
+__all__ = ["EXIT_PREEMPTED", "AttemptLaunch", "Event", "Executor", "ExitInfo"]
+
+#: The exit code of an attempt that was preempted (SIGTERM, 128 + 15) and ended itself, whether
+#: or not it checkpointed in its grace period: still a preemption, not a failure.
+EXIT_PREEMPTED = 143
 
 
 @dataclass
