@@ -70,10 +70,13 @@ class FailureKind(str, enum.Enum):
     SIGNAL = "signal"  # killed by a signal (SIGKILL, SIGSEGV, ...)
     OOM = "oom"  # the OOM killer, MemoryError, or torch's OutOfMemoryError (CUDA, MPS)
     PREEMPTION = "preemption"  # SIGTERM: the machine or scheduler took the process away
+    NODE_LOST = "node_lost"  # the machine running the attempt is gone (a cluster's executor)
     USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
 
     def counts_as_failure(self) -> bool:
-        return self is not FailureKind.PREEMPTION
+        """Preemptions and lost nodes are not the trial's fault: they never use up
+        ``max_failures``."""
+        return self not in (FailureKind.PREEMPTION, FailureKind.NODE_LOST)
 
     def __str__(self) -> str:
         return self.value
@@ -103,7 +106,7 @@ class FailureRecord:
             what = f"code {self.exit_code}"
         elif self.kind == "oom":
             what = f"out of memory ({self.signal})"
-        elif self.kind in ("signal", "preemption"):
+        elif self.kind in ("signal", "preemption", "node_lost"):
             what = self.signal or self.message
         else:
             what = self.message

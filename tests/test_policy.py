@@ -43,6 +43,9 @@ BOOM = {"kind": "exception", "type": "ValueError", "message": "boom", "iteration
     (AttemptEnd(exit_code=-11), "failed", "signal", False),
     (AttemptEnd(exit_code=3), "failed", "exit", False),
     (AttemptEnd(exit_code=None), "failed", "exit", False),
+    # the executor says the machine is gone: whatever the process's exit looked like
+    (AttemptEnd(node_lost=True, exit_code=None), "node_lost", "node_lost", False),
+    (AttemptEnd(node_lost=True, exit_code=-9, error=BOOM), "node_lost", "node_lost", False),
 ])
 def test_classify_end(end, outcome, kind, by_controller):
     ending = classify_end(end, attempt=2, iteration=5, now=100.0)
@@ -53,7 +56,7 @@ def test_classify_end(end, outcome, kind, by_controller):
         return
     f = ending.failure
     assert (f.kind, f.attempt, f.time) == (kind, 2, 100.0)
-    assert f.counted is (kind != "preemption")
+    assert f.counted is (kind not in ("preemption", "node_lost"))
 
 
 @pytest.mark.parametrize("exit_code, oom, signal, message", [
@@ -76,6 +79,14 @@ def test_a_raised_error_keeps_its_details_and_the_later_iteration():
     f = classify_end(AttemptEnd(error={**BOOM, "iteration": None}), attempt=1, iteration=2,
                      now=0.0).failure
     assert f.iteration == 2
+
+
+def test_a_lost_node_is_named():
+    f = classify_end(AttemptEnd(node_lost=True, node="10.0.0.7"), attempt=3, iteration=4,
+                     now=0.0).failure
+    assert f.message == "the node running the attempt was lost (10.0.0.7)"
+    assert f.summary() == "node_lost the node running the attempt was lost (10.0.0.7) " \
+                          "(attempt 3, iter 4)"
 
 
 def test_an_exit_code_is_the_message_when_nothing_else_is_known():
@@ -111,6 +122,7 @@ def _decide(trial: TrialRecord, stopping: bool = False, **config):
      TrialStatus.PENDING, None),
     # a preemption is not the trial's fault: again at once, whatever the budget
     ([_failure(1, "preemption", counted=False)], {}, TrialStatus.PENDING, None),
+    ([_failure(1, "node_lost", counted=False)], {}, TrialStatus.PENDING, None),
     # misuse of the API cannot be fixed by retrying
     ([_failure(1, "usage")], {"max_failures": 5}, TrialStatus.ERRORED, "misused"),
     # the same error at the same point twice in a row is deterministic
@@ -158,6 +170,7 @@ def test_forgiven_failures_give_a_fresh_budget():
     ([_failure(1), _failure(2, iteration=9)], False),
     # a preemption in between does not break the run...
     ([_failure(1), _failure(2, "preemption", counted=False), _failure(3)], True),
+    ([_failure(1), _failure(2, "node_lost", counted=False), _failure(3)], True),
     # ...nor does an attempt stopped with its experiment (attempt 2: paused, no failure)...
     ([_failure(1), _failure(3)], True),
     # ...but another counted failure in between does

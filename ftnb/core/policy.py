@@ -44,7 +44,8 @@ class AttemptEnd:
     iteration, exit_code); ``preempted`` whether it said it was being preempted;
     ``exit_code`` how its process ended (negative: killed by that signal; None: unknown);
     ``oom_killed`` whether the kernel's OOM killer did it; ``stop_requested`` whether the
-    controller had asked it to stop (a stop request, or a kill after the grace period).
+    controller had asked it to stop (a stop request, or a kill after the grace period);
+    ``node_lost`` the executor's word that the machine running it is gone (``node`` names it).
     """
 
     outcome: Optional[str] = None
@@ -53,6 +54,8 @@ class AttemptEnd:
     exit_code: Optional[int] = None
     oom_killed: bool = False
     stop_requested: bool = False
+    node_lost: bool = False
+    node: Optional[str] = None
 
     @property
     def signal_number(self) -> Optional[int]:
@@ -62,7 +65,7 @@ class AttemptEnd:
 @dataclass(frozen=True)
 class Ending:
     """How an attempt ended: its recorded ``outcome`` (finished | stopped | interrupted |
-    preempted | failed), the :class:`FailureRecord` to record if any, and whether the controller
+    preempted | node_lost | failed), the :class:`FailureRecord` to record if any, and whether the controller
     stopped it."""
 
     outcome: str
@@ -75,7 +78,7 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
 
     A trial that finished, or that the controller stopped without an error, has no failure.
     A SIGTERM (or an attempt that said it was preempted and exited with 143) is a preemption,
-    not counted against ``max_failures``. Otherwise the error the trial reported is the failure;
+    and a lost node is a lost node: neither is counted against ``max_failures``. Otherwise the error the trial reported is the failure;
     failing that, the signal (SIGKILL by the OOM killer is ``oom``) or the exit code.
     """
     sig = end.signal_number
@@ -85,6 +88,11 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
         # Stopped by the controller: at a report, or killed after its grace period ran out.
         return Ending("stopped" if end.outcome == "stopped" else "interrupted",
                       stopped_by_controller=True)
+    if end.node_lost:
+        where = f" ({end.node})" if end.node else ""
+        return Ending("node_lost", FailureRecord(
+            attempt=attempt, time=now, iteration=iteration, kind=FailureKind.NODE_LOST.value,
+            message=f"the node running the attempt was lost{where}", counted=False))
     if (end.outcome == "preempted" or sig == _signal.SIGTERM
             or (end.preempted and end.exit_code == EXIT_PREEMPTED)):
         return Ending("preempted", FailureRecord(
@@ -170,7 +178,7 @@ def decide_after_failure(trial: TrialRecord, failure: FailureRecord, config: Fai
 def is_repeated_error(failures: Sequence[FailureRecord], failure: FailureRecord) -> bool:
     """Whether ``failure`` (the last of ``failures``) repeats the counted failure before it:
     the same raised error (kind, type, message) at the same iteration, with no successful
-    attempt in between (preemptions in between do not break the run). Only raised errors
+    attempt in between (preemptions and lost nodes in between do not break the run). Only raised errors
     repeat recognisably; a kill by a signal does not."""
     counted = [f for f in failures if f.counted]
     raised = (FailureKind.EXCEPTION.value, FailureKind.OOM.value)
@@ -178,7 +186,7 @@ def is_repeated_error(failures: Sequence[FailureRecord], failure: FailureRecord)
         return False
     previous = counted[-2]
     consecutive = previous.attempt == failure.attempt - 1 or all(
-        f.kind == FailureKind.PREEMPTION.value
+        not f.counted
         for f in failures
         if previous.attempt < f.attempt < failure.attempt
     )
