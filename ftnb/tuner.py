@@ -207,6 +207,10 @@ class Tuner:
         from .reporting import TerminalReporter
 
         rc, tc = self.run_config, self.tune_config
+        if self.origin and self.origin.get("via") == "cli":
+            from .monitor import default_resume_line
+
+            hint = default_resume_line(paths, state)  # `ftnb run` started it: `ftnb resume`
         listeners = list(self.listeners)
         if rc.verbose:
             listeners.append(TerminalReporter(rc.verbose, path=paths.uri))

@@ -173,6 +173,54 @@ def test_sigint_stops_cleanly_prints_the_resume_line_exits_130_and_resume_finish
         assert trial.last_result["attempt"] == 2 and stopped_at[trial.trial_id] >= 1
 
 
+def test_sigterm_stops_cleanly_too(cli):
+    proc = cli.start("run", "jobs.py:gated", "-p", _gated_space(cli, [1]), "-n", "term",
+                     "--verbose", "0")
+    try:
+        _wait_running(cli, "term", trials=1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, (out, err)
+    assert out.strip().splitlines()[-1] == "Resume it with: ftnb resume term"
+    assert _state(cli, "term").status == "INTERRUPTED"
+
+
+def test_a_second_ctrl_c_does_not_wait_for_the_next_report_and_saves_the_state(cli):
+    write(cli.cwd, "slow.py", """
+        import time
+        import ftnb
+
+        def train(config):
+            for i in range(100):
+                ftnb.report({"i": i})
+                time.sleep(30)  # the first Ctrl+C would wait for its next report
+        """)
+    # The first Ctrl+C alone would end it after the 3 s grace (the second comes well before);
+    # the second stops it at once: the controller waits at most that grace, then kills.
+    proc = cli.start("run", "slow.py:train", "-n", "twice", "--verbose", "0",
+                     "--preemption-grace", "3")
+    try:
+        _wait_running(cli, "twice", trials=1)
+        proc.send_signal(signal.SIGINT)
+        control = cli.storage / "twice" / "control"
+        wait_for(lambda: control.is_dir() and any(control.iterdir()), timeout=60,
+                 what="the stop request of the first Ctrl+C")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "ftnb resume twice" in err  # said once, by the driver that saved the state
+    assert "Resume it with" not in out
+    state = _state(cli, "twice")
+    assert state.status == "INTERRUPTED" and state.trials[0].status == "PAUSED"
+
+
 def test_resume_without_a_recorded_reference_says_what_to_pass(cli, tmp_path):
     script = write(cli.cwd, "script.py", f"""
         import sys

@@ -261,18 +261,21 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
     tuner.origin = kwargs["origin"]
     if resuming:
         print(resuming, file=out, flush=True)
-    interrupted = False
+    interrupted = said = False
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         with _StopOnSignal(paths) as stopper:
             try:
                 tuner.fit()
-            except KeyboardInterrupt:
-                interrupted = True  # a second Ctrl+C: the controller saved the state already
-        interrupted = interrupted or stopper.signalled
-    return _report_end(ExperimentHandle(paths), as_json, interrupted)
+            except KeyboardInterrupt as exc:
+                # A second Ctrl+C: the controller saved the state, and said how to resume.
+                from ..controller import RESUME_LINE_PRINTED
+
+                interrupted, said = True, getattr(exc, RESUME_LINE_PRINTED, False)
+        interrupted = interrupted or stopper.signalled is not None
+    return _report_end(ExperimentHandle(paths), as_json, interrupted, resume_said=said)
 
 
-def _report_end(handle: Any, as_json: bool, interrupted: bool) -> int:
+def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool = False) -> int:
     """Print how the experiment ended (or its JSON) and return the exit code."""
     from .listing import resume_hint
 
@@ -295,7 +298,7 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool) -> int:
         for trial in state.trials:
             if trial.status == "ERRORED" and trial.failures:
                 print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
-        if status == "INTERRUPTED":
+        if status == "INTERRUPTED" and not resume_said:
             print(f"Resume it with: {resume_hint(handle.paths, state)}", flush=True)
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
 
