@@ -41,6 +41,14 @@ STATE_SAVE_INTERVAL_S = 1.0
 RESUME_LINE_PRINTED = "_ftnb_resume_line_printed"
 
 
+def say_interrupted(exc: KeyboardInterrupt, name: str, resume_hint: str, what: str) -> None:
+    """Print the line that resumes the interrupted experiment ``name`` (``what`` says what was
+    done), and mark ``exc`` so that a script that does not catch it ends on that line."""
+    print(f"\nftnb: experiment {name!r} interrupted; {what}. Resume it with:\n    {resume_hint}",
+          file=sys.stderr, flush=True)
+    setattr(exc, RESUME_LINE_PRINTED, True)  # see Tuner.fit
+
+
 class ExperimentListener(Protocol):
     """What a UI may be told. Every method is optional (see :class:`NullListener`)."""
 
@@ -566,13 +574,8 @@ class Controller:
         except BaseException:
             pass  # the original exception matters more; the state on disk stays resumable
         if isinstance(exc, KeyboardInterrupt) and self.resume_hint:
-            print(
-                f"\nftnb: experiment {self.state.name!r} interrupted; its trials were stopped "
-                f"and its state saved. Resume it with:\n    {self.resume_hint}",
-                file=sys.stderr,
-                flush=True,
-            )
-            setattr(exc, RESUME_LINE_PRINTED, True)  # a script ends on that line, see Tuner.fit
+            say_interrupted(exc, self.state.name, self.resume_hint,
+                            "its trials were stopped and its state saved")
 
     def _abandon(self) -> None:
         """Another driver owns the experiment now: kill our trials and write nothing more."""

@@ -189,12 +189,29 @@ class Tuner:
             # The state first: a driver killed while it lays out the trial folders leaves an
             # experiment that restore completes, not folders that belong to nothing.
             state.save(paths)
-            _lay_out_trials(paths, state, check=False)
-            hint = _resume_hint(paths, self.trainable, bool(_objects_in(state)))
+            hint = self._resume_line(paths, state, bool(_objects_in(state)))
+            try:
+                _lay_out_trials(paths, state, check=False)
+            except KeyboardInterrupt as exc:  # (thousands of trials take a while)
+                from .controller import say_interrupted
+
+                say_interrupted(exc, state.name, hint,
+                                "no trial had started (restore lays out the rest)")
+                raise
             return self._run(paths, state, configs, plan.pool, lease, hint,
                              _with_originals(configs, self.param_space, space))
         finally:
             lease.release()
+
+    def _resume_line(self, paths: ExperimentPaths, state: ExperimentState,
+                     with_space: bool) -> str:
+        """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
+        experiment the command line started, else the Python line."""
+        if self.origin and self.origin.get("via") == "cli":
+            from .monitor import default_resume_line
+
+            return default_resume_line(paths, state)
+        return _resume_hint(paths, self.trainable, with_space)
 
     def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict, pool: Any,
              lease: Any, hint: str, result_configs: dict,
@@ -207,10 +224,6 @@ class Tuner:
         from .reporting import TerminalReporter
 
         rc, tc = self.run_config, self.tune_config
-        if self.origin and self.origin.get("via") == "cli":
-            from .monitor import default_resume_line
-
-            hint = default_resume_line(paths, state)  # `ftnb run` started it: `ftnb resume`
         listeners = list(self.listeners)
         if rc.verbose:
             listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
@@ -428,7 +441,7 @@ class Tuner:
             state.merge_trial_records(paths)
             _lay_out_trials(paths, state, check=True)
             plan.state = state
-            hint = _resume_hint(paths, self.trainable, plan.rebound)
+            hint = self._resume_line(paths, state, plan.rebound)
 
             def prepare(controller: Any) -> None:
                 _apply_restore(controller, state, plan.flags)

@@ -267,8 +267,9 @@ ftnb.run(scripted, name="long", storage_path=sys.argv[1],
 def test_ctrl_c_prints_the_line_that_resumes(tmp_path):
     proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
     exp = tmp_path / "long"
-    wait_for(lambda: exp.exists() and all(len(result_rows(str(d))) >= 2 for d in exp.iterdir()
-                                          if d.is_dir()) and len(list(exp.iterdir())) > 2,
+    # Both trials (the grid's two) have reported: the controller runs them.
+    wait_for(lambda: exp.exists() and sum(len(result_rows(str(d))) >= 2 for d in exp.iterdir()
+                                          if d.is_dir()) == 2,
              what="a few results")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -276,6 +277,34 @@ def test_ctrl_c_prints_the_line_that_resumes(tmp_path):
     state = ExperimentState.load(ExperimentPaths.at(str(exp)))
     assert state.status == "INTERRUPTED"
     assert all(t.failures == [] for t in state.trials)
+
+
+WIDE_DRIVER = """
+import sys, ftnb
+from scripted import scripted
+
+ftnb.run(scripted, name="wide", storage_path=sys.argv[1],
+         param_space={"n": 1, "i": ftnb.grid_search(list(range(2000)))},
+         run_config=ftnb.RunConfig(verbose=0))
+"""
+
+
+def test_ctrl_c_while_the_trials_are_laid_out_prints_the_line_that_resumes(tmp_path):
+    # Laying out 2000 trial folders (each params.json fsynced) takes a second or more: the
+    # interrupt lands there, before any trial starts.
+    proc = run_script(tmp_path, WIDE_DRIVER, str(tmp_path))
+    exp = tmp_path / "wide"
+    wait_for(lambda: exp.exists() and any(d.is_dir() for d in exp.iterdir()),
+             what="the first trial folder")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "no trial had started" in out, out
+    assert out.rstrip().endswith(f"ftnb.Tuner.restore('{exp}', scripted).fit()"), out
+    assert "Traceback" not in out and proc.returncode != 0
+    # Resumable, and nothing ran.
+    assert ftnb.Tuner.can_restore(str(exp))
+    state = ExperimentState.load(ExperimentPaths.at(str(exp)))
+    assert len(state.trials) == 2000 and all(not t.attempts for t in state.trials)
 
 
 def test_a_live_experiment_cannot_be_run_twice(tmp_path):
