@@ -379,12 +379,41 @@ class ExperimentHandle:
                 f"{self._origin_text()} is not defined here. Fix: run the cell that defines it, "
                 f"or pass it: ftnb.attach({self.path!r}).resume(train)."
             )
+        if param_space is None:
+            self._check_space_not_needed()
         return launch(trainable, param_space=param_space, name=self.name,
                       storage_path=self.paths.parent_uri,
                       run_config=RunConfig(storage_filesystem=self._filesystem()),
                       restart_errored=restart_errored,
                       allow_different_trainable=allow_different_trainable, wait=wait, quiet=quiet,
                       origin=self._origin())
+
+    def _objects_needed(self) -> list[tuple[str, str]]:
+        """The objects (key, type) of the search space that the trials a resume would run hold
+        and that are not saved with the experiment: the space must be given again for them."""
+        from .restore import needed_objects, stored_configs
+
+        state = self.state()
+        to_run = {t.trial_id for t in state.trials if t.status != TrialStatus.TERMINATED.value}
+        return needed_objects(stored_configs(state, to_run))
+
+    def _check_space_not_needed(self) -> None:
+        """Resuming without a space: name the variable to define when the trials need objects
+        of it (a notebook's widget button resumes this way), before restore's own error."""
+        from .restore import RestoreError
+
+        needed = self._objects_needed()
+        if not needed:
+            return
+        keys = ", ".join(f"{key} ({kind})" for key, kind in needed)
+        name = self._origin().get("param_space")
+        define = (f"define {name!r} (the search space it was started with, those objects "
+                  "re-created) and resume again, or pass it: " if name else "pass ")
+        raise RestoreError(
+            f"ftnb: cannot resume {self.name!r} without its search space: its trials hold "
+            f"objects that are not saved with the experiment ({keys}). Fix: {define}"
+            f"ftnb.attach({self.path!r}).resume(param_space=space)."
+        )
 
     def _origin(self) -> dict:
         try:

@@ -112,3 +112,25 @@ def test_outside_a_notebook_the_resume_line_is_python(tmp_path):
     assert proc.returncode == 0, out
     assert f"Resume it with: ftnb.attach({handle.path!r}).resume(scripted)" in out, out
     assert "%ft" not in out
+
+
+def test_resume_without_the_space_names_the_variable_it_was_started_with(tmp_path):
+    """A resume that would need objects of the space (the widget's button in a notebook
+    resumes with the notebook's names) says which name to define."""
+    store = str(tmp_path / "store")
+    space = {"n": 50, "sleep": 0.05, "ckpt_every": 1, "x": ftnb.grid_search([0]),
+             "blob": ftnb.put(bytearray(b"not saved with the experiment"))}
+    handle = ftnb.launch(scripted, param_space=space, name="objects", storage_path=store,
+                         origin={"trainable": "scripted", "param_space": "space"}, quiet=True)
+    handle.stop()
+    again = ftnb.attach(handle.path)  # a new kernel: nothing but the names
+    with pytest.raises(ftnb.RestoreError) as info:
+        again.resume(namespace={"scripted": scripted})
+    assert str(info.value) == (
+        "ftnb: cannot resume 'objects' without its search space: its trials hold objects that "
+        "are not saved with the experiment (blob (bytearray)). Fix: define 'space' (the search space "
+        "it was started with, those objects re-created) and resume again, or pass it: "
+        f"ftnb.attach({handle.path!r}).resume(param_space=space).")
+    assert again.status() == "INTERRUPTED"
+    resumed = again.resume(namespace={"scripted": scripted, "space": space}, quiet=True)
+    resumed.stop()

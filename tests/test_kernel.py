@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import time
 
@@ -41,15 +42,20 @@ class Kernel:
     def pid(self) -> int:
         return self.km.provisioner.process.pid
 
-    def run(self, code: str, timeout: float = 120) -> str:
-        """Execute ``code``; return its text output (stdout, results, errors as one line)."""
+    def run(self, code: str, timeout: float = 120, on_message=None) -> str:
+        """Execute ``code``; return its text output (stdout, results, errors as one line).
+        ``self.cell`` keeps the cell's messages; ``on_message`` sees each as it comes."""
         msg_id = self.kc.execute(code)
         out = []
+        self.cell: list[dict] = []
         deadline = time.monotonic() + timeout
         while True:
             msg = self._next(deadline, f"the cell {code[:60]!r}")
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
+            self.cell.append(msg)
+            if on_message is not None:
+                on_message(msg)
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 out.append(content["text"])
@@ -229,3 +235,116 @@ param_space = {{"n": 3, "x": ftnb.grid_search([0, 1, 2])}}
     assert "Error" not in out, out
     assert kernel.run("print(h.status(), len(h.results()))").split() == ["FINISHED", "3"]
     _check_complete(_paths(store, "cell"), 3)
+
+
+def _of_kind(messages: list[dict], kind: str) -> list[dict]:
+    return [m["content"] for m in messages if m["msg_type"] == kind]
+
+
+def test_ftls_and_ftattach_find_what_ftrun_storage_launched(tmp_path, kernels):
+    """A name that is not under the default storage is looked for under the storages this
+    kernel used (the last one first); %ftls lists them all."""
+    default, store = str(tmp_path / "default"), str(tmp_path / "store")
+    os.makedirs(default)
+    kernel = kernels()
+    kernel.run("%load_ext ftnb")
+    kernel.run(f"%config FtnbMagics.storage_path = {default!r}")
+    kernel.run(_define(tmp_path, n=2))
+    (tmp_path / "gate").write_text("open")
+    out = kernel.run(f"%ftrun train -p space --name elsewhere --storage {store} --wait "
+                     "--no-widget -q -o h")
+    assert "elsewhere FINISHED" in out, out
+
+    out = kernel.run("%ftls")
+    assert f"Under {default} (the default storage):" in out, out
+    assert f"No experiments under {default}" in out
+    assert f"Under {store} (used in this kernel):" in out
+    assert out.index("elsewhere") > out.index(f"Under {store}") and "FINISHED" in out
+
+    out = kernel.run("%ftattach elsewhere --no-widget -o again\nprint(again.path)")
+    assert out.strip() == os.path.join(store, "elsewhere"), out
+    out = kernel.run("%ftstop elsewhere")  # the other magics resolve names the same way
+    assert "is not running (FINISHED); nothing to stop" in out, out
+
+    out = kernel.run("%ftattach nope")
+    assert out.strip() == (
+        f"UsageError: No ftnb experiment named 'nope' under {default} (the default storage) "
+        f"nor under {store} (used in this kernel). Fix: check the name (`%ftls` lists them "
+        "all), or give its storage: --storage PATH"), out
+
+
+def test_ftrun_shows_one_thing_and_the_handle_tells_when_its_status_was_read(tmp_path,
+                                                                            kernels):
+    """With the widget (or -o) the cell has no result; without either its result is the
+    handle, whose text says when its status was read."""
+    store = str(tmp_path / "store")
+    kernel = kernels()
+    kernel.run("%load_ext ftnb")
+    kernel.run(_define(tmp_path, n=3))
+    kernel.run(f"%ftrun train -p space --name one --storage {store} -q")
+    assert _of_kind(kernel.cell, "execute_result") == []
+    widgets = [d for d in _of_kind(kernel.cell, "display_data")
+               if "application/vnd.jupyter.widget-view+json" in d["data"]]
+    assert len(widgets) == 1, kernel.cell
+    kernel.run(f"%ftattach one --storage {store} -o h")
+    assert _of_kind(kernel.cell, "execute_result") == []
+    kernel.run(f"%ftattach one --storage {store} --no-widget -o h")
+    assert _of_kind(kernel.cell, "execute_result") == [] and _of_kind(kernel.cell,
+                                                                       "display_data") == []
+    out = kernel.run(f"%ftattach one --storage {store} --no-widget")
+    [result] = _of_kind(kernel.cell, "execute_result")
+    assert re.fullmatch(rf"ExperimentHandle\('one', RUNNING as of \d\d:\d\d:\d\d, "
+                        rf"{re.escape(repr(os.path.join(store, 'one')))}\)",
+                        result["data"]["text/plain"]), out
+    (tmp_path / "gate").write_text("open")
+    kernel.run("h.wait(timeout=90)")
+    out = kernel.run("h")
+    assert out.strip() == f"ExperimentHandle('one', FINISHED, {os.path.join(store, 'one')!r})"
+
+
+def test_wait_brings_the_widgets_plain_text_up_to_date(tmp_path, kernels):
+    """%ftrun --wait: the widget's text/plain (front ends without widgets, saved notebooks)
+    is the experiment as it ended, not as it started."""
+    store = str(tmp_path / "store")
+    kernel = kernels()
+    kernel.run("%load_ext ftnb")
+    kernel.run(_define(tmp_path, n=3))
+
+    def open_the_gate_once_shown(msg):
+        if msg["msg_type"] == "display_data":  # the widget, while the trials wait on the gate
+            (tmp_path / "gate").write_text("open")
+
+    out = kernel.run(f"%ftrun train -p space --name waited --storage {store} --wait -q",
+                     on_message=open_the_gate_once_shown)
+    assert "waited FINISHED" in out, out
+    [shown] = [d for d in _of_kind(kernel.cell, "display_data")
+               if "application/vnd.jupyter.widget-view+json" in d["data"]]
+    display_id = shown["transient"]["display_id"]
+    assert "Experiment waited: RUNNING" in shown["data"]["text/plain"]
+    updates = [d for d in _of_kind(kernel.cell, "update_display_data")
+               if d["transient"]["display_id"] == display_id]
+    assert updates, kernel.cell
+    text = updates[-1]["data"]["text/plain"]
+    assert text.startswith("Experiment waited: FINISHED | 2 TERMINATED | 0 failures"), text
+    assert (updates[-1]["data"]["application/vnd.jupyter.widget-view+json"]
+            == shown["data"]["application/vnd.jupyter.widget-view+json"])
+
+
+def test_a_saved_notebook_keeps_the_end_of_a_waited_run(tmp_path, monkeypatch):
+    """What nbconvert/nbclient store for a %ftrun --wait cell: the widget's text as it ended."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    store = str(tmp_path / "store")
+    (tmp_path / "gate").write_text("open")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext ftnb\n" + _define(tmp_path, n=3)),
+        nbformat.v4.new_code_cell(f"%ftrun train -p space --name saved --storage {store} "
+                                  "--wait -q"),
+    ])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([REPO, TESTS]))  # the kernel's too
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", store_widget_state=False,
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    texts = [o["data"]["text/plain"] for o in nb.cells[1].outputs
+             if o["output_type"] == "display_data"]
+    assert len(texts) == 1, nb.cells[1].outputs
+    assert texts[0].startswith("Experiment saved: FINISHED | 2 TERMINATED"), texts[0]

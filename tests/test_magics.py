@@ -504,7 +504,11 @@ def test_attach_by_name_and_by_path(finished, cell, tmp_path):
     handle = cell.ns["again"]
     assert handle.path == finished.path and handle.status() == "FINISHED"
     assert "Experiment quick: FINISHED" in cell.out  # the text view, outside a kernel
-    assert "ExperimentHandle('quick', FINISHED" in cell.out  # the returned handle
+    # One thing shown: the view; the handle went to -o, not to the cell's result too.
+    assert "ExperimentHandle" not in cell.out and cell.shell.user_ns["_"] is not handle
+    cell("%ftattach quick --no-widget -o again")
+    assert cell.out == "" and cell.ns["again"].path == finished.path
+    # Neither a view nor -o: the handle is the cell's result.
     cell(f"%ftattach {finished.path} --no-widget")
     assert "Experiment quick" not in cell.out and "ExperimentHandle('quick'" in cell.out
     message = cell.usage_error(f"%ftattach quick --storage {tmp_path}")
@@ -600,7 +604,15 @@ def test_cell_magic_errors_stop_before_anything_runs(cell, shell):
 def test_resume_restarts_errored_trials_with_another_trainable(cell):
     cell("%ftrun train_broken -p space --name broken --wait --no-widget -q")
     assert "broken ERRORED: 2 trials, 1 terminated, 1 errored" in cell.out
-    cell("%ftresume broken --trainable train_quick --restart-errored --wait --no-widget -o fixed")
+    message = cell.usage_error("%ftresume broken --trainable train_quick --restart-errored")
+    # A function of another name is refused, in the magic's words.
+    assert message.endswith(
+        "was run by 'train_broken', not 'train_quick': resuming its trials with other code would "
+        "mix two programs in one experiment. Fix: --trainable train_broken (define it first), or "
+        "--allow-different-trainable if train_quick is the same training under another name (a "
+        "fixed version, say)"), message
+    cell("%ftresume broken --trainable train_quick --restart-errored --allow-different-trainable "
+         "--wait --no-widget -o fixed")
     assert "broken FINISHED: 2 trials, 2 terminated, 0 errored" in cell.out
     trials = cell.ns["fixed"].state().trials
     assert [t.status for t in trials] == ["TERMINATED", "TERMINATED"]
@@ -611,8 +623,8 @@ def test_resume_restarts_errored_trials_with_another_trainable(cell):
 def test_resume_keeps_the_stop_criterion(cell):
     cell("%ftrun train_broken -p space --name stopped_at_2 --stop training_iteration=2 --wait "
          "--no-widget -q")
-    cell("%ftresume stopped_at_2 --trainable train_quick --restart-errored --wait --no-widget "
-         "-o h")
+    cell("%ftresume stopped_at_2 --trainable train_quick --restart-errored "
+         "--allow-different-trainable --wait --no-widget -o h")
     assert [t.iteration for t in cell.ns["h"].state().trials] == [2, 2]
 
 
@@ -686,3 +698,90 @@ def test_ctrl_c_stops_the_waiting_not_the_experiment(cell, tmp_path):
     assert handle.is_live() and handle.status() == "RUNNING"
     gate.write_text("done")
     wait_for(lambda: handle.status() == "FINISHED", timeout=60, what="the experiment to end")
+
+
+def test_resume_without_the_space_names_the_variable_to_define(cell, tmp_path):
+    """Trials whose configs hold objects (not saved with the experiment) need the space again:
+    the magics say which notebook name to define, not the Python API's param_space=."""
+    gate = tmp_path / "gate"
+    cell.ns["space_with_objects"] = {"x": ftnb.grid_search([1, 2]), "gate": str(gate),
+                                     "lock": ftnb.put(bytearray(b"an object"))}
+    cell("%ftrun train_gated -p space_with_objects --name needs_space --concurrency 2 "
+         "--no-widget -q -o h")
+    handle = cell.ns["h"]
+    wait_for(lambda: all(t.iteration >= 1 for t in handle.state().trials), timeout=60,
+             what="both trials to report")
+    cell("%ftstop needs_space")
+    saved = cell.ns.pop("space_with_objects")
+    try:
+        message = cell.usage_error("%ftresume needs_space")
+        assert message.startswith("%ftresume needs_space needs its search space again: its "
+                                  "trials hold objects that are not saved with the experiment "
+                                  "(lock ("), message
+        assert message.endswith("Fix: run the cell that defines 'space_with_objects' (the "
+                                "search space it was started with, space_with_objects), or "
+                                "pass another: --param-space NAME"), message
+        assert "param_space=" not in message
+        message = cell.usage_error("%ftrun train_gated --name needs_space")
+        assert message.startswith("%ftrun: resuming experiment 'needs_space' needs its search "
+                                  "space again"), message
+        assert "'space_with_objects'" in message
+        assert handle.status() == "INTERRUPTED"  # nothing was started
+    finally:
+        cell.ns["space_with_objects"] = saved
+    gate.write_text("done")
+    cell("%ftresume needs_space --wait --no-widget")
+    assert "ftnb: needs_space FINISHED: 2 trials, 2 terminated, 0 errored" in cell.out
+
+
+def test_a_name_under_two_storages_says_which_one_it_acts_on(finished, cell, shell, tmp_path):
+    magics = shell.magics_manager.registry["FtnbMagics"]
+    other = str(tmp_path / "other")
+    try:
+        cell(f"%ftrun train_quick -p space --name quick --storage {other} --wait --no-widget -q")
+        assert magics.used_storages[0][0] == other
+        cell("%ftattach quick --no-widget -o which")
+        assert cell.ns["which"].path == finished.path  # the default storage first
+        assert cell.out.strip() == (
+            f"ftnb: note: 'quick' is the one under {shell.store} (the default storage); "
+            f"another is under {other} (--storage {other}).")
+        cell(f"%ftattach quick --storage {other} --no-widget -o which")
+        assert cell.ns["which"].path == os.path.join(other, "quick") and cell.out == ""
+    finally:
+        magics.used_storages.clear()
+
+
+def test_counts_are_singular_or_plural():
+    from ftnb.state import ExperimentState, FailureRecord, TrialRecord
+    from ftnb.view import ExperimentView, plural
+
+    assert [plural(n, "trial") for n in (0, 1, 2)] == ["0 trials", "1 trial", "2 trials"]
+    assert plural(1, "retry", "retries") == "1 retry" and plural(3, "retry", "retries") == (
+        "3 retries")
+    failure = FailureRecord(attempt=1, time=0.0, iteration=1, kind="preemption", counted=False)
+    counted = FailureRecord(attempt=2, time=0.0, iteration=1, kind="exception")
+    state = ExperimentState(name="e", trainable="t", status="FINISHED", trials=[
+        TrialRecord("a", "a", {}, status="TERMINATED", failures=[failure, counted])])
+    summary = ExperimentView.from_state(state).summary()
+    assert "| 1 failure, 1 preemption |" in summary, summary
+
+
+def test_a_trial_that_failed_once_says_once(tmp_path):
+    def fails(config):
+        raise ValueError("boom")
+
+    ftnb.run(fails, name="once", storage_path=str(tmp_path),
+             run_config=ftnb.RunConfig(verbose=0))
+    [trial] = ftnb.attach(str(tmp_path / "once")).state().trials
+    assert trial.error["reason"] == (
+        "it failed 1 time, more than FailureConfig(max_failures=0) allows")
+
+
+def test_ftrun_of_an_existing_experiment_with_another_function_says_the_magics_fix(cell):
+    cell("%ftrun train_broken -p space --name broken_again --wait --no-widget -q")
+    message = cell.usage_error("%ftrun train_quick -p space --name broken_again")
+    assert message.endswith("was run by 'train_broken', not 'train_quick': resuming its trials "
+                            "with other code would mix two programs in one experiment. Fix: "
+                            "%ftrun train_broken (define it first), or "
+                            "--allow-different-trainable if train_quick is the same training "
+                            "under another name (a fixed version, say)"), message

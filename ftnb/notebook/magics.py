@@ -3,7 +3,8 @@
     %load_ext ftnb
     %ftrun train --param-space space --name sweep1 --max-failures 3 -o h   (also as %%ftrun)
     %ftattach sweep1              the live widget of any experiment, from any kernel
-    %ftls                         the experiments under the storage path (as ``ftnb ls``)
+    %ftls                         the experiments under the storage path (as ``ftnb ls``) and
+                                  under the storages this kernel used
     %ftstop sweep1 [--trial ID]   stop an experiment (resumable) or one trial
     %ftresume sweep1              resume an interrupted experiment with the notebook's objects
 
@@ -59,6 +60,7 @@ from ..run_options import (
     space_from,
     storage_option,
 )
+from ..view import plural
 
 __all__ = [
     "FtnbMagics",
@@ -463,9 +465,12 @@ class ResumeCommand:
         return _given(self.args.widget, self.defaults.widget)
 
     def resolve(self, namespace: Mapping[str, Any], origin: Optional[Mapping[str, Any]] = None,
-                stored_trainable: Optional[str] = None) -> tuple[Callable, Optional[Mapping]]:
+                stored_trainable: Optional[str] = None,
+                needed: Sequence[tuple[str, str]] = ()) -> tuple[Callable, Optional[Mapping]]:
         """``(trainable, param_space)`` for ``handle.resume``; the space is None when neither
-        ``--param-space`` nor a defined variable of the original name gives one."""
+        ``--param-space`` nor a defined variable of the original name gives one. ``needed``:
+        the objects (key, type) that the trials to resume need from the space, which is then
+        required (the error names the variable to define)."""
         origin = origin or {}
         target = self.args.target
         name = self.args.trainable
@@ -492,6 +497,8 @@ class ResumeCommand:
             # space with objects that is missing gets restore's own message naming them.
             if isinstance(original, str) and original.split(".")[0] in namespace:
                 space = _space_from(namespace, original)
+            elif needed:
+                raise MagicInputError(_space_needed(f"%ftresume {target}", original, needed))
         return trainable, space
 
 
@@ -611,6 +618,13 @@ class FtnbMagics(Magics):
             raise TraitError(f"FtnbMagics.verbose={proposal['value']}: use 0, 1 or 2")
         return proposal["value"]
 
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        #: The storage paths other than the default that experiments were launched in or
+        #: attached from in this kernel, the last one first, each with the filesystem it was
+        #: reached with: ``%ftls``, ``%ftattach NAME`` and the others look there too.
+        self.used_storages: list[tuple[str, Any]] = []
+
     def defaults(self) -> MagicDefaults:
         """The configuration as the command builders take it."""
         return MagicDefaults(self.storage_path or None, self.max_failures, self.concurrency,
@@ -632,7 +646,11 @@ class FtnbMagics(Magics):
                 raise UsageError("%%ftrun: the cell failed (above), so nothing was launched")
         with _as_usage_errors():
             plan = command.resolve(self.shell.user_ns)
-            handle = ftnb.launch(plan.trainable, **plan.kwargs)
+            if plan.kwargs["param_space"] is None and plan.kwargs["name"]:
+                _check_space_not_needed(plan)
+            with _in_magic_words("%ftrun"):
+                handle = ftnb.launch(plan.trainable, **plan.kwargs)
+        self._remember(handle)
         return self._show(handle, plan.output, plan.widget, plan.metric, plan.wait)
 
     # -- %ftattach ------------------------------------------------------------------------------
@@ -650,14 +668,27 @@ class FtnbMagics(Magics):
     @line_magic
     def ftls(self, line: str) -> None:
         from .. import cli
+        from ..storage import default_storage_path
 
         with _as_usage_errors():
             args = FTLS.parse(line)
-        # The very listing of `ftnb ls`, errors included (one line each).
-        try:
-            cli.list_experiments(args.storage_path or self.storage_path)
-        except cli.CliError as exc:
-            raise UsageError(_usage_line(exc)) from None
+        if args.storage_path or not self.used_storages:
+            # The very listing of `ftnb ls`, errors included (one line each).
+            try:
+                cli.list_experiments(args.storage_path or self.storage_path)
+            except cli.CliError as exc:
+                raise UsageError(_usage_line(exc)) from None
+            return
+        # The default storage, then those this kernel used: one listing each, under its path.
+        default = self.storage_path or default_storage_path()
+        places = [(default, "the default storage")]
+        places += [(path, "used in this kernel") for path, _ in self.used_storages]
+        for index, (where, why) in enumerate(places):
+            print(("\n" if index else "") + f"Under {where} ({why}):", flush=True)
+            try:
+                cli.list_experiments(where)
+            except cli.CliError as exc:
+                print(_usage_line(exc))
 
     # -- %ftstop --------------------------------------------------------------------------------
     @FTSTOP.help_for
@@ -678,38 +709,121 @@ class FtnbMagics(Magics):
         with _as_usage_errors():
             command = ResumeCommand.parse(line, self.defaults())
             handle = self._attach(command.args)
-            origin, stored = _origin_of(handle)
-            trainable, space = command.resolve(self.shell.user_ns, origin, stored)
-            handle = handle.resume(trainable, param_space=space,
-                                   restart_errored=command.args.restart_errored, wait=False)
+            origin, stored, needed = _origin_of(handle)
+            trainable, space = command.resolve(self.shell.user_ns, origin, stored, needed)
+            with _in_magic_words("%ftresume"):
+                handle = handle.resume(
+                    trainable, param_space=space, restart_errored=command.args.restart_errored,
+                    allow_different_trainable=command.args.allow_different_trainable,
+                    wait=False)
         a = command.args
         return self._show(handle, a.output, command.widget, a.metric, a.wait)
 
     # -- shared ---------------------------------------------------------------------------------
     def _attach(self, args: argparse.Namespace) -> Any:
+        """The experiment ``args.target`` names: a folder, a name under ``--storage``, or a
+        name under the default storage, else under the storages this kernel used (the last
+        one first)."""
         import ftnb
+        from ..handle import ExperimentNotFoundError, names_a_folder
 
         filesystem = None
         if args.filesystem:
             filesystem = lookup(self.shell.user_ns, args.filesystem, "--filesystem")
-        return ftnb.attach(args.target, storage_path=args.storage_path or self.storage_path,
-                           storage_filesystem=filesystem)
+        if args.storage_path or not self.used_storages or names_a_folder(args.target):
+            handle = ftnb.attach(args.target, storage_path=args.storage_path or self.storage_path,
+                                 storage_filesystem=filesystem)
+            self._remember(handle)
+            return handle
+        try:
+            handle = ftnb.attach(args.target, storage_path=self.storage_path,
+                                 storage_filesystem=filesystem)
+        except ExperimentNotFoundError:
+            return self._attach_used(args.target)
+        self._say_if_also_elsewhere(handle)
+        return handle
+
+    def _attach_used(self, name: str) -> Any:
+        """Experiment ``name`` under the storages this kernel used, or an error that says where
+        it was looked for."""
+        import ftnb
+        from ..handle import ExperimentNotFoundError
+        from ..storage import default_storage_path
+
+        for path, filesystem in self.used_storages:
+            try:
+                handle = ftnb.attach(name, storage_path=path, storage_filesystem=filesystem)
+            except ExperimentNotFoundError:
+                continue
+            self._remember(handle)
+            return handle
+        default = self.storage_path or default_storage_path()
+        used = ", ".join(path for path, _ in self.used_storages)
+        raise ExperimentNotFoundError(
+            f"No ftnb experiment named {name!r} under {default} (the default storage) nor under "
+            f"{used} (used in this kernel). Fix: check the name (`%ftls` lists them all), or "
+            "give its storage: --storage PATH"
+        )
+
+    def _say_if_also_elsewhere(self, handle: Any) -> None:
+        """A name found under the default storage may also be under a storage this kernel used:
+        say which one the magic acts on, and how to reach the other."""
+        from ..storage import ExperimentPaths, Storage
+
+        for path, filesystem in self.used_storages:
+            with contextlib.suppress(Exception):  # unreachable: it cannot be confused either
+                if ExperimentPaths.of(Storage(path, filesystem), handle.name).has_state():
+                    print(f"ftnb: note: {handle.name!r} is the one under {handle.paths.parent_uri}"
+                          f" (the default storage); another is under {path} (--storage {path}).",
+                          flush=True)
+                    return
+
+    def _remember(self, handle: Any) -> None:
+        from ..monitor import same_storage_path
+        from ..storage import default_storage_path
+
+        path = handle.paths.parent_uri
+        if same_storage_path(path, self.storage_path or default_storage_path()):
+            return
+        used = [(p, fs) for p, fs in self.used_storages if not same_storage_path(p, path)]
+        self.used_storages[:] = [(path, handle._filesystem()), *used]
 
     def _show(self, handle: Any, output: Optional[str], widget: bool, metric: Optional[str],
               wait: bool = False) -> Any:
+        """Show one thing: the widget (or its text, outside a notebook), else the handle as
+        the cell's result; ``-o`` stores the handle instead of showing it."""
         if output:
             self.shell.user_ns[output] = handle
-        if widget:
-            handle.display(metric=metric)
+        update_text = handle._display(metric=metric) if widget else None
         if wait:
             try:
                 results = handle.wait()
             except KeyboardInterrupt:
                 pass  # wait() said that the experiment goes on, and how to stop it
             else:
-                print(f"ftnb: {handle.name} {results.status}: {len(results)} trials, "
+                if update_text is not None:
+                    update_text()  # the widget's plain-text copy was the experiment at launch
+                print(f"ftnb: {handle.name} {results.status}: {plural(len(results), 'trial')}, "
                       f"{results.num_terminated} terminated, {results.num_errors} errored")
-        return handle
+        return None if widget or output else handle
+
+
+@contextlib.contextmanager
+def _in_magic_words(prog: str) -> Iterator[None]:
+    """Errors whose fix the Python API words as an argument, with the magic's option instead."""
+    from ..restore import DifferentTrainableError
+
+    try:
+        yield
+    except DifferentTrainableError as exc:
+        recorded = exc.recorded.rsplit(".", 1)[-1]
+        same = f"%ftrun {recorded}" if prog == "%ftrun" else f"--trainable {recorded}"
+        raise MagicInputError(
+            f"{prog}: {exc.path} was run by {exc.recorded!r}, not {exc.given!r}: resuming its "
+            f"trials with other code would mix two programs in one experiment. Fix: {same} "
+            f"(define it first), or --allow-different-trainable if {exc.given} is the same "
+            "training under another name (a fixed version, say)"
+        ) from None
 
 
 def _stop_experiment(handle: Any, wait: bool, timeout: float) -> None:
@@ -750,13 +864,49 @@ def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
         print(f"ftnb: asked trial {trial_id} of {handle.name} to stop")
 
 
-def _origin_of(handle: Any) -> tuple[dict, Optional[str]]:
-    """The names ``%ftrun`` recorded (``settings["origin"]``) and the trainable's own name."""
+def _origin_of(handle: Any) -> tuple[dict, Optional[str], list[tuple[str, str]]]:
+    """The names ``%ftrun`` recorded (``settings["origin"]``), the trainable's own name, and
+    the objects (key, type) that the trials to resume need from the search space."""
     from ..state import ExperimentState
 
     state = ExperimentState.load(handle.paths)
     origin = state.settings.get("origin")
-    return (dict(origin) if isinstance(origin, Mapping) else {}), state.trainable
+    origin = dict(origin) if isinstance(origin, Mapping) else {}
+    return origin, state.trainable, handle._objects_needed()
+
+
+def _check_space_not_needed(plan: LaunchPlan) -> None:
+    """``%ftrun`` of an existing experiment without ``--param-space``: if resuming it needs
+    objects of its space, say so in the magic's words (not ``Tuner.restore``'s)."""
+    from ..handle import ExperimentHandle
+    from ..storage import ExperimentPaths, Storage, default_storage_path
+
+    kw = plan.kwargs
+    storage = Storage(kw["storage_path"] or default_storage_path(),
+                      kw["run_config"].storage_filesystem)
+    handle = ExperimentHandle(ExperimentPaths.of(storage, kw["name"]))
+    try:
+        if not handle.paths.has_state() or handle.is_live():
+            return  # a new experiment, or a running one (attached to)
+        origin, _, needed = _origin_of(handle)
+    except Exception:
+        return  # launch says what is wrong with it
+    if needed:
+        raise MagicInputError(_space_needed(f"%ftrun: resuming experiment {kw['name']!r}",
+                                            origin.get("param_space"), needed))
+
+
+def _space_needed(what: str, name: Any, needed: Sequence[tuple[str, str]]) -> str:
+    """The line that says a resume needs the search space, and which name to define."""
+    keys = ", ".join(f"{key} ({kind})" for key, kind in needed)
+    if isinstance(name, str) and _DOTTED.match(name):
+        fix = (f"run the cell that defines {name.split('.')[0]!r} (the search space it was "
+               f"started with, {name}), or pass another: --param-space NAME")
+    else:
+        fix = ("define the search space it was started with, those objects re-created, and "
+               "pass it: --param-space NAME")
+    return (f"{what} needs its search space again: its trials hold objects that are not saved "
+            f"with the experiment ({keys}). Fix: {fix}")
 
 
 def load_ipython_extension(ipython: Any) -> None:
