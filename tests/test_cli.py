@@ -408,6 +408,27 @@ def test_fsspec_urls_work_like_local_paths(store, capsys) -> None:
         fs.rm(base, recursive=True)
 
 
+def test_names_and_rm_work_on_fsspec_urls(store, capsys) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    base = "/ftnb-cli-rm-test"
+    try:
+        fs.put(str(store / "alpha"), f"{base}/store/alpha", recursive=True)
+        fs.put(str(store / "beta"), f"{base}/store/beta", recursive=True)
+        assert main(["status", "alpha", "--storage", f"memory://{base}/store"]) == 0
+        assert capsys.readouterr().out.startswith("Experiment alpha: FINISHED")
+        # Removed through ftnb's storage (as on s3://): the experiment, and nothing else.
+        assert main(["rm", "alpha", "--storage", f"memory://{base}/store", "--yes"]) == 0
+        assert capsys.readouterr().out.strip() == (
+            f"ftnb: removed experiment 'alpha' (memory://{base}/store/alpha)")
+        assert not fs.exists(f"{base}/store/alpha") and fs.exists(f"{base}/store/beta")
+        assert main(["ls", f"memory://{base}/store"]) == 0
+        assert list(_ls_rows(capsys.readouterr().out)) == ["beta"]
+    finally:
+        fs.rm(base, recursive=True)
+
+
 def test_unknown_url_protocol_is_a_one_line_error(capsys) -> None:
     assert main(["ls", "nosuchproto://bucket/x"]) == 2
     _assert_one_line_error(capsys.readouterr().err, "nosuchproto://bucket/x")

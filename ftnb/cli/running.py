@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                              param_space=args.param_space, space_forms=SPACE_FORMS,
                              defaults=RunDefaults.from_environment(), origin=origin)
     if args.detach:
-        return _detached(built.trainable, built.kwargs, args.json)
+        return _detached(built.trainable, built.kwargs, args.json, "ftnb run")
     return _foreground(built.trainable, built.kwargs, args.json)
 
 
@@ -160,7 +160,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     trainable_ref = args.trainable or (recorded.get("trainable") if from_cli else None)
     if not trainable_ref:
-        how = ("%ftrun in a notebook" if recorded else "a Python script (Tuner or ftnb.run)")
+        how = ("%ftrun or ftnb.launch" if recorded else "a Python script (Tuner or ftnb.run)")
         raise CliError(
             f"ftnb resume {args.target}: it was started by {how}, so the command does not know "
             f"where its trainable ({state.trainable}) is. Fix: --trainable FILE.py:"
@@ -179,8 +179,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
             print(f"ftnb: note: the search space it was started with ({space_text}) cannot be "
                   f"loaded ({exc}); resuming with the values stored with it", file=sys.stderr)
     filesystem = names.value(args.filesystem, "--filesystem") if args.filesystem else None
-    origin = dict(recorded, via="cli", trainable=absolute_reference(trainable_ref),
-                  source=_source(args), cwd=os.getcwd())
+    # Its origin from now on: what this command resumed it with.
+    origin = {"via": "cli", "trainable": absolute_reference(trainable_ref),
+              "source": _source(args), "cwd": os.getcwd()}
     if space_text and space is not None:
         origin["param_space"] = _recorded_space(space_text)
     verbose = args.verbose if args.verbose is not None else RunDefaults.from_environment().verbose
@@ -191,7 +192,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         allow_different_trainable=args.allow_different_trainable,
     )
     if args.detach:
-        return _detached(trainable, kwargs, args.json)
+        return _detached(trainable, kwargs, args.json, "ftnb resume")
     return _foreground(trainable, kwargs, args.json, resume_only=True)
 
 
@@ -303,10 +304,10 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
 
 
-def _detached(trainable: Any, kwargs: dict, as_json: bool) -> int:
+def _detached(trainable: Any, kwargs: dict, as_json: bool, verb: str) -> int:
     import ftnb
 
-    with _user_errors("ftnb run --detach"):
+    with _user_errors(f"{verb} --detach"):
         handle = ftnb.launch(trainable, quiet=as_json, **kwargs)
     if as_json:
         from ..view import ExperimentView
