@@ -288,6 +288,12 @@ def test_ftrun_shows_one_thing_and_the_handle_tells_when_its_status_was_read(tmp
     assert len(widgets) == 1, kernel.cell
     kernel.run(f"%ftattach one --storage {store} -o h")
     assert _of_kind(kernel.cell, "execute_result") == []
+    # The magic's value is the handle all the same, and shows as usual in a later cell.
+    kernel.run(f"h2 = %ftattach one --storage {store}")
+    assert _of_kind(kernel.cell, "execute_result") == []
+    kernel.run("h2")
+    [result] = _of_kind(kernel.cell, "execute_result")
+    assert result["data"]["text/plain"].startswith("ExperimentHandle('one', "), kernel.cell
     kernel.run(f"%ftattach one --storage {store} --no-widget -o h")
     assert _of_kind(kernel.cell, "execute_result") == [] and _of_kind(kernel.cell,
                                                                        "display_data") == []

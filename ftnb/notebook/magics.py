@@ -791,7 +791,8 @@ class FtnbMagics(Magics):
     def _show(self, handle: Any, output: Optional[str], widget: bool, metric: Optional[str],
               wait: bool = False) -> Any:
         """Show one thing: the widget (or its text, outside a notebook), else the handle as
-        the cell's result; ``-o`` stores the handle instead of showing it."""
+        the cell's result; ``-o`` stores the handle instead of showing it. The handle is
+        returned either way (``h = %ftrun ...``)."""
         if output:
             self.shell.user_ns[output] = handle
         update_text = handle._display(metric=metric) if widget else None
@@ -805,7 +806,25 @@ class FtnbMagics(Magics):
                     update_text()  # the widget's plain-text copy was the experiment at launch
                 print(f"ftnb: {handle.name} {results.status}: {plural(len(results), 'trial')}, "
                       f"{results.num_terminated} terminated, {results.num_errors} errored")
-        return None if widget or output else handle
+        if widget or output:
+            self._shown_already(handle)
+        return handle
+
+    def _shown_already(self, handle: Any) -> None:
+        """The widget (or ``-o``) is the one thing this cell shows: the handle is still the
+        magic's value (``h = %ftrun ...`` works) but shows nothing as this cell's result. Only
+        for this cell: once it has run, the handle displays as usual again."""
+        handle._ipython_display_ = _nothing  # IPython's display hook honours it (no Out[])
+
+        def forget(*_: Any) -> None:
+            handle.__dict__.pop("_ipython_display_", None)
+            self.shell.events.unregister("post_run_cell", forget)
+
+        self.shell.events.register("post_run_cell", forget)
+
+
+def _nothing() -> None:
+    """Displays nothing (see :meth:`FtnbMagics._shown_already`)."""
 
 
 @contextlib.contextmanager
