@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .wording import number, plural
+
 __all__ = [
     "Allocation",
     "ResourcePool",
@@ -70,15 +72,6 @@ _DEV_GPU_RE = re.compile(r"nvidia[0-9]+")
 _NVML_LIB = "libnvidia-ml.so.1"
 
 
-def _fmt_num(value: float) -> str:
-    """Render 2.0 as ``2`` and 0.5 as ``0.5`` so messages echo what users typically type."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return repr(value)
-
-
-def _plural(count: float, noun: str) -> str:
-    return f"{_fmt_num(count)} {noun}{'' if count == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------- requests
@@ -182,7 +175,7 @@ class TrialResources:
         return {"cpu": self.cpu, "gpu": self.gpu}
 
     def _short_repr(self) -> str:
-        return f"{{'cpu': {_fmt_num(self.cpu)}, 'gpu': {_fmt_num(self.gpu)}}}"
+        return f"{{'cpu': {number(self.cpu)}, 'gpu': {number(self.gpu)}}}"
 
 
 # -------------------------------------------------------------------------- detection
@@ -445,7 +438,7 @@ class ResourcePool:
 
     def __repr__(self) -> str:
         return (
-            f"ResourcePool(cpus={_fmt_num(self._cpus)}, gpu_ids={list(self._gpu_ids)!r}, "
+            f"ResourcePool(cpus={number(self._cpus)}, gpu_ids={list(self._gpu_ids)!r}, "
             f"running={len(self._live)})"
         )
 
@@ -524,24 +517,24 @@ def check_fits(req: TrialResources, pool: ResourcePool) -> None:
         return
     n_gpus = len(pool.gpu_ids)
     if n_gpus:
-        gpus = f"{_plural(n_gpus, 'GPU')} (ids: {', '.join(pool.gpu_ids)})"
+        gpus = f"{plural(n_gpus, 'GPU')} (ids: {', '.join(pool.gpu_ids)})"
     else:
         gpus = "no GPU"
     fixes: list[str] = []
     if req.cpu > pool.cpus + _EPS:
         fixes.append(
-            f"ask for at most {_plural(pool.cpus, 'CPU')} per trial, or set FTNB_NUM_CPUS "
+            f"ask for at most {plural(pool.cpus, 'CPU')} per trial, or set FTNB_NUM_CPUS "
             "if CPUs are not detected"
         )
     if math.ceil(req.gpu) > n_gpus:
         if n_gpus:
-            ask = f"ask for at most {_plural(n_gpus, 'GPU')} per trial"
+            ask = f"ask for at most {plural(n_gpus, 'GPU')} per trial"
         else:
             ask = "ask for gpu=0"
         fixes.append(f"{ask}, or set FTNB_NUM_GPUS / CUDA_VISIBLE_DEVICES if GPUs are not detected")
     raise ValueError(
         f"{_ARG}={req._short_repr()} can never be satisfied on this machine: it has "
-        f"{_plural(pool.cpus, 'CPU')} and {gpus}. Fix: {'; and '.join(fixes)}."
+        f"{plural(pool.cpus, 'CPU')} and {gpus}. Fix: {'; and '.join(fixes)}."
     )
 
 

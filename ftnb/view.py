@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .state import ExperimentState, TrialRecord
+from .wording import plural
 
 __all__ = [
     "ExperimentView",
@@ -157,12 +158,6 @@ def run_times(state: ExperimentState, end: float) -> tuple[float, float]:
     running += max(0.0, end - sessions[-1][0])
     wall = max(0.0, end - state.created)
     return min(running, wall), wall
-
-
-def plural(count: int, noun: str, many: Optional[str] = None) -> str:
-    """``1 failure``, ``2 failures`` (``many`` for an irregular plural: ``plural(n, "retry",
-    "retries")``)."""
-    return f"{count} {noun if count == 1 else (many or noun + 's')}"
 
 
 def _last_error(trial: TrialRecord) -> str:

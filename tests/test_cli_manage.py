@@ -93,7 +93,7 @@ def test_rm_refuses_a_live_experiment_and_asks_before_removing_a_finished_one(cl
         finally:
             os.close(leader)
         assert proc.returncode == code, err
-        assert b"Remove experiment 'doomed' (FINISHED, 1 trials)" in err
+        assert b"Remove experiment 'doomed' (FINISHED, 1 trial)" in err
         assert os.path.isdir(folder) is kept
     assert out.decode().strip() == f"ftnb: removed experiment 'doomed' ({folder})"
     one_line_error(cli("status", "doomed").stderr, "no experiment named 'doomed'")

@@ -508,6 +508,9 @@ def test_attach_by_name_and_by_path(finished, cell, tmp_path):
     assert "ExperimentHandle" not in cell.out and cell.shell.user_ns["_"] is not handle
     cell("%ftattach quick --no-widget -o again")
     assert cell.out == "" and cell.ns["again"].path == finished.path
+    # ...and it is the magic's value all the same, in the middle of a cell too.
+    cell("h = %ftattach quick --no-widget -o again\nh.name")
+    assert cell.ns["h"] is cell.ns["again"] and cell.out.strip() == "Out[0]: 'quick'"
     # Neither a view nor -o: the handle is the cell's result.
     cell(f"%ftattach {finished.path} --no-widget")
     assert "Experiment quick" not in cell.out and "ExperimentHandle('quick'" in cell.out

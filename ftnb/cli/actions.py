@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..wording import plural
 from ..run_options import CommandSpec, amount, opt
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
@@ -141,7 +142,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
                            "cannot ask. Fix: --yes removes it without asking")
         try:
             state = handle.state()
-            what = f"{handle.status()}, {len(state.trials)} trials"
+            what = f"{handle.status()}, {plural(len(state.trials), 'trial')}"
         except Exception as exc:  # an unreadable experiment can still be removed
             what = f"unreadable: {type(exc).__name__}"
         sys.stderr.write(f"Remove experiment {handle.name!r} ({what}) at {handle.path}, with all "

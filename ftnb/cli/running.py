@@ -24,6 +24,7 @@ import signal
 import sys
 from typing import Any, Iterator, Optional
 
+from ..wording import plural
 from ..run_options import (
     CommandSpec,
     FrontEnd,
@@ -293,7 +294,7 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
                                    supervisor_log=handle.supervisor_log))
     else:
         counts = state.counts()
-        print(f"ftnb: experiment {handle.name!r} {status}: {len(state.trials)} trials, "
+        print(f"ftnb: experiment {handle.name!r} {status}: {plural(len(state.trials), 'trial')}, "
               f"{counts.get('TERMINATED', 0)} terminated, {counts.get('ERRORED', 0)} errored "
               f"({handle.path})", flush=True)
         for trial in state.trials:

@@ -35,6 +35,7 @@ import difflib
 import keyword
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
@@ -812,19 +813,19 @@ class FtnbMagics(Magics):
 
     def _shown_already(self, handle: Any) -> None:
         """The widget (or ``-o``) is the one thing this cell shows: the handle is still the
-        magic's value (``h = %ftrun ...`` works) but shows nothing as this cell's result. Only
-        for this cell: once it has run, the handle displays as usual again."""
-        handle._ipython_display_ = _nothing  # IPython's display hook honours it (no Out[])
+        magic's value (``h = %ftrun ...`` works) but is not displayed again as the cell's
+        result. Only this cell's display hook is wrapped: IPython puts its own back when the
+        cell ends."""
+        if not self.shell.display_trap.is_active:
+            return  # not inside a cell: nothing displays the value
+        previous = sys.displayhook
 
-        def forget(*_: Any) -> None:
-            handle.__dict__.pop("_ipython_display_", None)
-            self.shell.events.unregister("post_run_cell", forget)
+        def displayhook(value: Any) -> None:
+            if value is not handle:
+                previous(value)
 
-        self.shell.events.register("post_run_cell", forget)
+        sys.displayhook = displayhook
 
-
-def _nothing() -> None:
-    """Displays nothing (see :meth:`FtnbMagics._shown_already`)."""
 
 
 @contextlib.contextmanager
