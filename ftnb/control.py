@@ -79,7 +79,7 @@ class ControlInbox:
         self.paths = paths
         self.epoch = epoch
         self.interval_s = interval_s if interval_s is not None else (
-            0.2 if paths.storage.is_local else 2.0)
+            paths.storage.poll_interval_s)
         self._next = 0.0
 
     def _names(self) -> list[str]:

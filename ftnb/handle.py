@@ -440,8 +440,7 @@ class ExperimentHandle:
                 space if isinstance(space, Mapping) else None)
 
     def _filesystem(self) -> Any:
-        storage = self.paths.storage
-        return None if storage.is_local else storage.fs
+        return self.paths.storage.user_filesystem
 
     def _trial(self, trial_id: str) -> Any:
         state = self.state()

@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional
 
 __all__ = [
     "ExperimentPaths",
+    "StagedFile",
     "Storage",
     "StorageUnavailableError",
     "TrialPaths",
@@ -60,6 +61,11 @@ _RETRY_MAX_S = 30.0
 # Errors that waiting cannot cure: the path is wrong, or access is denied.
 _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
               IsADirectoryError, ValueError, TypeError)
+
+
+#: How often readers poll a local disk and an object store (see Storage.poll_interval_s).
+LOCAL_POLL_S = 0.2
+REMOTE_POLL_S = 2.0
 
 
 class StorageUnavailableError(OSError):
@@ -179,6 +185,33 @@ class Storage:
         if self.is_local:
             return path
         return self.fs.unstrip_protocol(path)
+
+    def parent(self, path: str) -> str:
+        """The folder holding ``path``."""
+        if self.is_local:
+            return os.path.dirname(path.rstrip(os.sep)) or os.sep
+        return posixpath.dirname(path.rstrip("/"))
+
+    # -- how to use it -------------------------------------------------------------------------
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a reader (a widget, ``ftnb watch``, a driver's control inbox) should look
+        for changes: a local disk answers in microseconds, an object store request costs a
+        round trip (and money)."""
+        return LOCAL_POLL_S if self.is_local else REMOTE_POLL_S
+
+    @property
+    def user_filesystem(self) -> Any:
+        """The fsspec filesystem to hand to a user's call (``storage_filesystem=``): None for
+        the local disk, which needs none."""
+        return None if self.is_local else self.fs
+
+    def staged_file(self, path: str, staging_dir: Optional[str] = None) -> "StagedFile":
+        """A file that a process appends to through the OS (a log, a trial's stdout) and that
+        ends up at ``path``: the file itself on a local disk, else a local file in
+        ``staging_dir`` (default: a new temporary folder) copied to ``path`` by
+        :meth:`StagedFile.publish`."""
+        return StagedFile(self, path, staging_dir)
 
     # -- reads ---------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -380,6 +413,33 @@ def _protocols(fs: Any) -> set[str]:
 
 def _is_object_store(fs: Any) -> bool:
     return bool(_protocols(fs) & _OBJECT_STORE_PROTOCOLS)
+
+
+class StagedFile:
+    """See :meth:`Storage.staged_file`. ``local_path`` is where to write; ``publish()`` puts
+    what was written at the storage path (nothing to do on a local disk); ``staged`` says
+    whether there is a copy to publish."""
+
+    def __init__(self, storage: Storage, path: str, staging_dir: Optional[str] = None) -> None:
+        self.storage = storage
+        self.path = path
+        self.staged = not storage.is_local
+        if self.staged:
+            import tempfile
+
+            folder = staging_dir or tempfile.mkdtemp(prefix="ftnb-staged-")
+            os.makedirs(folder, exist_ok=True)
+            self.local_path = os.path.join(folder, posixpath.basename(path.rstrip("/")))
+        else:
+            self.local_path = path
+
+    def publish(self) -> None:
+        """Copy the local file to the storage path (when staged and written to)."""
+        if self.staged and os.path.exists(self.local_path):
+            self.storage.upload_file(self.local_path, self.path)
+
+    def __repr__(self) -> str:
+        return f"StagedFile({self.storage.uri(self.path)!r}, local={self.local_path!r})"
 
 
 def is_local_fs(fs: Any) -> bool:

@@ -434,7 +434,7 @@ class Tuner:
                 else:
                     # Trials elsewhere check the lease before every write (at most every
                     # second on object stores): give them the time to see it is gone.
-                    time.sleep(0.5 if paths.storage.is_local else 2.0)
+                    time.sleep(max(0.5, paths.storage.poll_interval_s))
             # Re-read now that we own it: the state may have moved since restore() read it.
             state = load_state(paths)
             _remove_leftover_temps(paths, state)

@@ -169,7 +169,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         sources = _supervisor_source(handle)
     trials_known = {t.trial_id for t in state.trials}
-    interval = 0.25 if handle.paths.storage.is_local else 2.0
+    interval = handle.paths.storage.poll_interval_s
     while True:
         live = handle.is_live() if args.follow else False
         for src in sources:
@@ -262,7 +262,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                        "Fix: --interval 1")
     paths = find_experiment(args.target, args.storage_path)
     monitor = ExperimentMonitor(paths, metric=args.metric)
-    interval = args.interval if paths.storage.is_local else max(args.interval, 2.0)
+    interval = max(args.interval, paths.storage.poll_interval_s)
     screen = _Screen() if (sys.stdout.isatty() and not args.json) else None
     shown_generation = None
     last_print = 0.0

@@ -294,7 +294,7 @@ def _find_at(where: str) -> ExperimentPaths:
             f"{len(experiments)} {plural} ({some}). Fix: `ftnb ls {where}` lists them; "
             f"`ftnb status {storage.join(where, experiments[0])}` shows one"
         )
-    parent = os.path.dirname(root) if storage.is_local else root.rstrip("/").rsplit("/", 1)[0]
+    parent = storage.parent(root)
     if parent and parent != root and _has_state(storage, parent):
         shown = where.rstrip("/").rsplit("/", 1)[0] if "/" in where.rstrip("/") else "."
         raise CliError(
