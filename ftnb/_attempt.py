@@ -1,14 +1,17 @@
-"""The body of a trial process, shared by every executor that runs attempts in processes.
+"""The body of an attempt: what runs in a rank, whichever executor runs it.
 
-It decodes the attempt's payload, runs the trainable under a :class:`~ftnb.session.TrialSession`,
-and tells the controller how the attempt ended through ``conn``:
+:func:`run_attempt` builds the attempt's :class:`~ftnb.session.TrialSession` from its
+:class:`~ftnb.executors.base.AttemptSpec`, runs the trainable, and tells the executor what
+happens through an :class:`AttemptChannel`:
 
-* ``("started", {"pid"})`` first,
-* ``("result", row)`` after every persisted report,
-* ``("error", {...})`` when the trainable raised, exited non-zero, or misused the API,
-* ``("done", {"outcome"})`` when it ended on its own terms (finished, stopped, preempted).
+* a :class:`~ftnb.executors.base.ResultEvent` after every persisted report,
+* an :class:`~ftnb.executors.base.ErrorEvent` when the trainable raised, exited non-zero, or
+  misused the API,
+* a :class:`~ftnb.executors.base.DoneEvent` when it ended on its own terms (finished, stopped,
+  preempted, fenced).
 
-The process's exit code and signal are reported by the executor, which sees them from outside.
+The started and exit events are the executor's: it sees the processes from outside.
+:func:`install_preemption_handler` is for executors whose ranks are processes of their own.
 """
 
 from __future__ import annotations
@@ -17,96 +20,111 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from .executors.base import EXIT_PREEMPTED
+from .executors.base import (
+    EXIT_PREEMPTED,
+    AttemptEvent,
+    AttemptSpec,
+    DoneEvent,
+    ErrorEvent,
+    PreemptedEvent,
+    ResultEvent,
+)
+
+if TYPE_CHECKING:
+    from .session import TrialSession
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 
 
-def run_attempt(payload: bytes, conn: Any) -> int:
-    import cloudpickle
+class AttemptChannel(Protocol):
+    """How an attempt talks to its executor."""
 
+    def send(self, event: AttemptEvent) -> None:
+        """Hand ``event`` to the executor (in order)."""
+
+    def stop_requested(self) -> bool:
+        """Whether the executor asked the attempt to stop; called at every report, so cheap."""
+
+
+class WriteGuard(Protocol):
+    """A fence check: ``check(force)`` raises :class:`ftnb.lease.FencedError` when the attempt
+    must write nothing more."""
+
+    def check(self, force: bool = False) -> None: ...
+
+
+def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
+                this_thread_only: bool = False, guard: Optional[WriteGuard] = None,
+                on_session: Optional[Callable[["TrialSession"], None]] = None,
+                passthrough: tuple[type[BaseException], ...] = ()) -> int:
+    """Run the attempt ``spec`` as rank ``rank``; returns the exit code the rank should end with.
+
+    ``this_thread_only``: the trainable's ``ftnb.report`` & co. find the session in this thread
+    only (an executor running several attempts in threads of one process). ``guard``: a check
+    made before every write besides the lease's (an executor's own fence). ``on_session`` is
+    called with the session before the trainable runs. ``passthrough``: exceptions that are
+    the executor's own business (its kill), raised on instead of reported.
+    """
     from . import session as session_mod
     from .objects import ObjectUnavailableError, resolve_refs
     from .results import ResultLog
     from .storage import ExperimentPaths
 
-    def send(kind: str, data: Any) -> None:
-        conn.send((kind, data))
+    def send_result(kind: str, row: Any) -> None:
+        # The session's one message: a persisted report.
+        channel.send(ResultEvent(spec.trial_id, spec.attempt, row, rank))
 
-    last_poll = [0.0]
-
-    def poll_stop() -> bool:
-        # Connection.poll builds a selector per call: look at most every 20 ms, not per report.
-        now = time.monotonic()
-        if now - last_poll[0] < 0.02:
-            return False
-        last_poll[0] = now
-        try:
-            while conn.poll(0):
-                kind, _ = conn.recv()
-                if kind == "stop":
-                    return True
-        except (EOFError, OSError):
-            # The controller is gone; the fork server's exit will kill us, but stop anyway.
-            return True
-        return False
-
-    send("started", {"pid": os.getpid()})
-    try:
-        spec = cloudpickle.loads(payload)
-    except BaseException as exc:  # the trainable could not be unpickled (a missing module...)
-        _send_exception(send, exc, "exception")
-        return EXIT_ERROR
-
-    storage = spec["storage"]
-    experiment = ExperimentPaths(storage, spec["experiment_dir"])
-    paths = experiment.trial(spec["trial_dir_name"])
-    log = ResultLog(paths, existing=spec.get("rows"))
-    fence = None
-    if spec.get("fence"):
+    storage = spec.storage
+    experiment = ExperimentPaths(storage, spec.experiment_dir)
+    paths = experiment.trial(spec.trial_dir_name)
+    log = ResultLog(paths, existing=list(spec.rows))
+    fences: list[Any] = []
+    if spec.fence is not None:
         from .lease import Fence
 
-        fence = Fence(experiment, spec["fence"])
+        fences.append(Fence(experiment, spec.fence.as_lease_spec()))
+    if guard is not None:
+        fences.append(guard)
     context = session_mod.TrialContext(
-        trial_id=spec["trial_id"],
-        trial_name=spec["trial_id"],
-        experiment_name=spec["experiment_name"],
+        trial_id=spec.trial_id,
+        trial_name=spec.trial_id,
+        experiment_name=spec.experiment_name,
         experiment_path=experiment.uri,
         trial_dir=storage.uri(paths.dir),
-        attempt=spec["attempt"],
+        attempt=spec.attempt,
     )
     session = session_mod.TrialSession(
         context=context,
         storage=storage,
         paths=paths,
         log=log,
-        send=send,
-        poll_stop=poll_stop,
-        start_iteration=spec["start_iteration"],
-        time_offset=spec["time_offset"],
-        next_checkpoint_index=spec["next_checkpoint_index"],
-        restore_checkpoint=spec["restore_checkpoint"],
-        stop=spec["stop"],
-        checkpoint_score_attribute=spec["checkpoint_score_attribute"],
-        metric=spec.get("metric"),
-        fence=fence,
+        send=send_result,
+        poll_stop=channel.stop_requested,
+        start_iteration=spec.start_iteration,
+        time_offset=spec.time_offset_s,
+        next_checkpoint_index=spec.next_checkpoint_index,
+        restore_checkpoint=spec.restore_checkpoint,
+        stop=spec.stop,
+        checkpoint_score_attribute=spec.checkpoint_score_attribute,
+        metric=spec.metric,
+        fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
     )
-    session_mod._set_session(session)
-    _install_preemption_handler(session, spec["preemption_grace_period_s"], send)
+    session_mod._set_session(session, this_thread_only=this_thread_only)
+    if on_session is not None:
+        on_session(session)
 
-    trainable = spec["trainable"]
+    ids = (spec.trial_id, spec.attempt)
     try:
-        config = resolve_refs(spec["config"])
+        config = resolve_refs(spec.config)
     except ObjectUnavailableError as exc:  # the driver that put it is gone: retrying cannot help
-        _send_exception(send, exc, "usage")
+        report_exception(channel, ids, exc, "usage", rank=rank)
         return EXIT_ERROR
     try:
-        returned = trainable(config)
+        returned = spec.trainable(config)
         if isinstance(returned, dict) and returned:
             session.report(returned)  # Ray's function API: a returned dict is the final result
         outcome = "finished"
@@ -115,7 +133,7 @@ def run_attempt(payload: bytes, conn: Any) -> int:
         if isinstance(end, session_mod._Fenced):
             print(f"ftnb: {end}", file=sys.stderr, flush=True)
     except session_mod.UsageError as exc:
-        _send_exception(send, exc, "usage")
+        report_exception(channel, ids, exc, "usage", rank=rank)
         return EXIT_ERROR
     except SystemExit as exc:
         code = exc.code
@@ -123,17 +141,33 @@ def run_attempt(payload: bytes, conn: Any) -> int:
             outcome = "finished"
         else:
             numeric = code if isinstance(code, int) else 1
-            send("error", {"kind": "exit", "exit_code": numeric, "message": f"sys.exit({code!r})",
-                           "iteration": session.iteration})
+            channel.send(ErrorEvent(*ids, failure_kind="exit", exit_code=numeric,
+                                    message=f"sys.exit({code!r})", iteration=session.iteration,
+                                    rank=rank))
             return numeric
+    except passthrough:
+        raise
     except BaseException as exc:
-        _send_exception(send, exc, "oom" if _is_out_of_memory(exc) else "exception",
-                        session.iteration)
+        report_exception(channel, ids, exc, "oom" if _is_out_of_memory(exc) else "exception",
+                         session.iteration, rank=rank)
         return EXIT_ERROR
     finally:
         log.close()
-    send("done", {"outcome": outcome, "iteration": session.iteration})
+        if this_thread_only:
+            session_mod._set_session(None, this_thread_only=True)
+    channel.send(DoneEvent(*ids, outcome=outcome, iteration=session.iteration))
     return EXIT_OK
+
+
+class _AllFences:
+    """Several write guards as one: each must pass."""
+
+    def __init__(self, fences: list[Any]) -> None:
+        self.fences = fences
+
+    def check(self, force: bool = False) -> None:
+        for fence in self.fences:
+            fence.check(force)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -143,7 +177,10 @@ def _is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def _send_exception(send: Any, exc: BaseException, kind: str, iteration: int = 0) -> None:
+def report_exception(channel: AttemptChannel, ids: tuple[str, int], exc: BaseException,
+                     failure_kind: str, iteration: int = 0, *, rank: int = 0) -> None:
+    """Print ``exc``'s traceback to stderr (where users look first) and send it as an
+    :class:`~ftnb.executors.base.ErrorEvent` of attempt ``ids`` (trial id, attempt number)."""
     frames = exc.__traceback__
     # The first frame is ftnb calling the trainable: start the traceback at the user's code.
     if (
@@ -153,29 +190,24 @@ def _send_exception(send: Any, exc: BaseException, kind: str, iteration: int = 0
     ):
         frames = frames.tb_next
     tb = "".join(traceback.format_exception(type(exc), exc, frames))
-    # The traceback also goes to the trial's stderr, where users look first.
     print(tb, file=sys.stderr, flush=True)
-    send(
-        "error",
-        {
-            "kind": kind,
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": tb,
-            "iteration": iteration,
-        },
-    )
+    channel.send(ErrorEvent(*ids, failure_kind=failure_kind, type=type(exc).__name__,
+                            message=str(exc), traceback=tb, iteration=iteration, rank=rank))
 
 
-def _install_preemption_handler(session: Any, grace_s: float, send: Any) -> None:
-    """SIGTERM means the slot is going away: ask for a checkpoint, then leave in time."""
+def install_preemption_handler(session: Any, grace_s: float, channel: AttemptChannel,
+                               rank: int = 0) -> None:
+    """SIGTERM means the slot is going away: ask for a checkpoint, then leave in time (this
+    process exits with :data:`~ftnb.executors.base.EXIT_PREEMPTED` after ``grace_s``)."""
 
     def on_sigterm(signum: int, frame: Any) -> None:
         if session.preempted:
             return
         session.preempted = True
+        context = session.context
         try:
-            send("preempted", {"iteration": session.iteration})
+            channel.send(PreemptedEvent(context.trial_id, context.attempt,
+                                        iteration=session.iteration, rank=rank))
         except OSError:
             pass
 

@@ -1,27 +1,39 @@
 """The controller loop: schedule attempts, handle their events, apply the failure policy, and
 persist the experiment state.
 
-The loop is single-threaded and owns the experiment state. Executors only start and stop
-processes and stream events; every decision (retry, preemption, repeated error, fail-fast,
-retention) is made here. UIs are listeners: they are told what happened and never steer.
+The loop is single-threaded and owns the experiment state. It knows nothing of a machine: it
+hands an :class:`~ftnb.executors.base.Executor` typed attempt specifications and reads back typed
+events; the executor owns processes, resources, environments and output files. Every decision
+(retry, preemption, repeated error, fail-fast, retention) comes from :mod:`ftnb.core.policy` and
+is carried out here. UIs are listeners: they are told what happened and never steer.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
 from .config import RunConfig
 from .core import policy
 from .control import STOP_TRIAL, ControlInbox
-from .executors.base import AttemptLaunch, Event, ExitInfo
+from .executors.base import (
+    AttemptEvent,
+    AttemptFence,
+    AttemptSpec,
+    DoneEvent,
+    ErrorEvent,
+    EventKind,
+    Executor,
+    ExitEvent,
+    OutputEvent,
+    ResultEvent,
+    StartedEvent,
+)
 from .lease import Lease, LeaseLostError
-from .resources import Allocation, ResourcePool, TrialResources
+from .resources import TrialResources
 from .results import ResultLog
 from .state import (
     AttemptRecord,
@@ -98,15 +110,11 @@ class NullListener:
 class _Live:
     """What the controller tracks about a running attempt, beyond the persisted record."""
 
-    allocation: Allocation
-    stdout_path: Optional[str]
-    stderr_path: Optional[str]
-    staged_output: bool
-    error: Optional[dict] = None
+    attempt: int
+    error: Optional[ErrorEvent] = None
     outcome: Optional[str] = None
     preempted: bool = False
     stop_requested_at: Optional[float] = None
-    offsets: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
 
 
 class Controller:
@@ -122,8 +130,7 @@ class Controller:
         run_config: RunConfig,
         max_concurrent: Optional[int],
         resources: TrialResources,
-        pool: ResourcePool,
-        executor: Any,
+        executor: Executor,
         listeners: list[Any],
         lease: Optional[Lease] = None,
         resume_hint: Optional[str] = None,
@@ -139,7 +146,7 @@ class Controller:
         self.checkpoint_config = run_config.checkpoint_config
         self.max_concurrent = max_concurrent or sys.maxsize
         self.resources = resources
-        self.pool = pool
+        self.num_workers = 1  # ranks per attempt (the data-parallel trainer will set it)
         self.executor = executor
         self.listeners = listeners
         self.lease = lease
@@ -149,10 +156,17 @@ class Controller:
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
         self._last_save = 0.0
-        self._staging = None if self.storage.is_local else tempfile.mkdtemp(prefix="ftnb-out-")
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> ExperimentState:
+        """Run the experiment until every trial is done or it is stopped; the executor is shut
+        down when this returns or raises."""
+        try:
+            return self._run()
+        finally:
+            self.executor.shutdown()
+
+    def _run(self) -> ExperimentState:
         self.state.begin_driver_session()
         self._emit("on_experiment_start", self.state)
         try:
@@ -167,7 +181,6 @@ class Controller:
                 self._take_control_requests()
                 if self.lease is not None and self.lease.lost:
                     raise LeaseLostError(self.lease.lost)
-                self._forward_output()
                 self._emit("on_tick", self.state)
                 if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
                     self._save()
@@ -228,16 +241,12 @@ class Controller:
         for trial in self._pending():
             if len(self.live) >= self.max_concurrent:
                 return
-            allocation = self.pool.try_acquire(self.resources)
-            if allocation is None:
+            if not self.executor.has_room(self.resources, self.num_workers):
                 return
-            self._start_attempt(trial, allocation)
+            self._start_attempt(trial)
 
     # -- starting an attempt -------------------------------------------------------------------
-    def _start_attempt(self, trial: TrialRecord, allocation: Allocation) -> None:
-        import cloudpickle
-
-        trial_paths = self.paths.trial(trial.dir_name)
+    def _start_attempt(self, trial: TrialRecord) -> None:
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
         rows = self._rows_up_to(trial, start_iteration)
@@ -253,60 +262,37 @@ class Controller:
         trial.last_result = rows[-1] if rows else None
         self._persist_trial(trial)
 
-        staged = not self.storage.is_local
-        if staged:
-            out_dir = os.path.join(self._staging, trial.dir_name)
-            os.makedirs(out_dir, exist_ok=True)
-            stdout_path = os.path.join(out_dir, "stdout")
-            stderr_path = os.path.join(out_dir, "stderr")
-        else:
-            stdout_path, stderr_path = trial_paths.stdout, trial_paths.stderr
-        spec = {
-            "trainable": self.trainable,
-            "config": self.configs[trial.trial_id],
-            "storage": self.storage,
-            "experiment_dir": self.paths.dir,
-            "experiment_name": self.state.name,
-            "trial_id": trial.trial_id,
-            "trial_dir_name": trial.dir_name,
-            "attempt": attempt.number,
-            "start_iteration": start_iteration,
-            "time_offset": latest.get("time_total_s", 0.0) if latest else 0.0,
-            "next_checkpoint_index": trial.next_checkpoint_index,
-            "restore_checkpoint": latest["dir_name"] if latest else None,
-            "stop": self.run_config.stop,
-            "checkpoint_score_attribute": self.checkpoint_config.checkpoint_score_attribute,
-            "metric": self.state.settings.get("metric"),
-            "preemption_grace_period_s": self.failure_config.preemption_grace_period_s,
-            "rows": rows,
-            "fence": self.lease.fence_spec() if self.lease is not None else None,
-        }
-        env = dict(os.environ)
-        env.update(allocation.env())
-        if "OMP_NUM_THREADS" in os.environ:
-            env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-        env["FTNB_TRIAL_ID"] = trial.trial_id
+        fence = None
         if self.lease is not None:
-            env["FTNB_LEASE_TOKEN"] = self.lease.token
-        launch = AttemptLaunch(
+            fence = AttemptFence(**self.lease.fence_spec(), epoch=self.lease.info.epoch)
+        spec = AttemptSpec(
             trial_id=trial.trial_id,
             attempt=attempt.number,
-            payload=cloudpickle.dumps(spec),
-            env=env,
-            stdout_path=stdout_path,
-            stderr_path=stderr_path,
-            sys_path=list(sys.path),
-            cwd=os.getcwd(),
+            trainable=self.trainable,
+            config=self.configs[trial.trial_id],
+            storage=self.storage,
+            experiment_dir=self.paths.dir,
+            experiment_name=self.state.name,
+            trial_dir_name=trial.dir_name,
+            resources=self.resources,
+            num_workers=self.num_workers,
+            restore_checkpoint=latest["dir_name"] if latest else None,
+            start_iteration=start_iteration,
+            time_offset_s=latest.get("time_total_s", 0.0) if latest else 0.0,
+            next_checkpoint_index=trial.next_checkpoint_index,
+            rows=rows,
+            stop=self.run_config.stop,
+            checkpoint_score_attribute=self.checkpoint_config.checkpoint_score_attribute,
+            metric=self.state.settings.get("metric"),
+            preemption_grace_period_s=self.failure_config.preemption_grace_period_s,
+            fence=fence,
         )
-        live = _Live(allocation, stdout_path, stderr_path, staged)
-        # The files are appended to across attempts: forward only what this attempt writes.
-        for stream, path in (("stdout", stdout_path), ("stderr", stderr_path)):
-            try:
-                live.offsets[stream] = os.path.getsize(path)
-            except OSError:
-                pass
-        self.live[trial.trial_id] = live
-        self.executor.start(launch)
+        self.live[trial.trial_id] = _Live(attempt.number)
+        try:
+            self.executor.start(spec)
+        except BaseException:
+            self.live.pop(trial.trial_id, None)
+            raise
         # Saved by the throttle: a full save per start would make an experiment quadratic in its
         # trial count, and restore reconciles RUNNING trials from their result files anyway.
         self._dirty = True
@@ -418,23 +404,34 @@ class Controller:
             trial.attempts[-1].outcome = "interrupted"
 
     # -- events --------------------------------------------------------------------------------
-    def _handle(self, event: Event) -> None:
-        trial = self.state.trial(event.trial_id)
-        live = self.live.get(event.trial_id)
-        if live is None:
+    def _handle(self, event: AttemptEvent) -> None:
+        if isinstance(event, OutputEvent):
+            if self.run_config.verbose >= 1:
+                self._emit("on_output", event.trial_id, event.stream, event.text)
             return
-        if event.kind == "started":
-            trial.attempts[-1].pid = event.data.get("pid")
-        elif event.kind == "result":
-            self._on_result(trial, event.data)
-        elif event.kind == "error":
-            live.error = event.data
-        elif event.kind == "preempted":
+        live = self.live.get(event.trial_id)
+        if live is None or live.attempt != event.attempt:
+            return  # an attempt this controller no longer waits for
+        trial = self.state.trial(event.trial_id)
+        kind = event.kind
+        if kind is EventKind.RESULT:
+            assert isinstance(event, ResultEvent)
+            self._on_result(trial, event.row)
+        elif kind is EventKind.STARTED:
+            assert isinstance(event, StartedEvent)
+            trial.attempts[-1].pid = event.pids[0] if event.pids else None
+        elif kind is EventKind.ERROR:
+            assert isinstance(event, ErrorEvent)
+            if live.error is None:  # in a group, the first failing rank's error is the cause
+                live.error = event
+        elif kind is EventKind.PREEMPTED:
             live.preempted = True
-        elif event.kind == "done":
-            live.outcome = event.data.get("outcome")
-        elif event.kind == "exit":
-            self._on_exit(trial, live, event.data)
+        elif kind is EventKind.DONE:
+            assert isinstance(event, DoneEvent)
+            live.outcome = event.outcome
+        elif kind is EventKind.EXIT:
+            assert isinstance(event, ExitEvent)
+            self._on_exit(trial, live, event)
 
     def _on_result(self, trial: TrialRecord, row: dict) -> None:
         trial.iteration = row.get("training_iteration", trial.iteration)
@@ -470,19 +467,18 @@ class Controller:
         names = {e["dir_name"] for e in doomed}
         trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
 
-    def _on_exit(self, trial: TrialRecord, live: _Live, info: ExitInfo) -> None:
+    def _on_exit(self, trial: TrialRecord, live: _Live, exit_event: ExitEvent) -> None:
         self.live.pop(trial.trial_id, None)
-        self.pool.release(live.allocation)
-        self._forward_output_of(trial.trial_id, live)
-        if live.staged_output:
-            self._upload_output(trial, live)
         attempt = trial.attempts[-1]
         attempt.ended = time.time()
         attempt.end_iteration = trial.iteration
         end = policy.AttemptEnd(
-            outcome=live.outcome, error=live.error, preempted=live.preempted,
-            exit_code=info.exit_code, oom_killed=info.oom_killed,
+            outcome=live.outcome,
+            error=live.error.as_failure() if live.error is not None else None,
+            preempted=live.preempted,
+            exit_code=exit_event.exit_code, oom_killed=exit_event.oom_killed,
             stop_requested=live.stop_requested_at is not None,
+            node_lost=exit_event.node_lost, node=exit_event.node,
         )
         ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
                                      now=time.time())
@@ -496,13 +492,6 @@ class Controller:
             self._complete(trial, TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED)
         else:
             self._complete(trial, TrialStatus.TERMINATED)
-        sig = end.signal_number
-        if sig is not None:
-            # A killed trial could not delete what it ftnb.put(): free that memory now, not at
-            # the next put on this machine (its retry may need it).
-            from .objects import sweep_orphans
-
-            sweep_orphans()
         self._persist_trial(trial)
         self._dirty = True
 
@@ -585,41 +574,6 @@ class Controller:
             except Exception:
                 pass
         self.live.clear()
-
-    # -- output --------------------------------------------------------------------------------
-    def _forward_output(self) -> None:
-        if self.run_config.verbose < 1:
-            return
-        for trial_id, live in self.live.items():
-            self._forward_output_of(trial_id, live)
-
-    def _forward_output_of(self, trial_id: str, live: _Live) -> None:
-        if self.run_config.verbose < 1:
-            return
-        for stream, path in (("stdout", live.stdout_path), ("stderr", live.stderr_path)):
-            if not path:
-                continue
-            try:
-                with open(path, "rb") as f:
-                    f.seek(live.offsets[stream])
-                    data = f.read()
-            except OSError:
-                continue
-            # Only whole lines: a half-written line is forwarded when it is complete.
-            end = data.rfind(b"\n") + 1
-            if end:
-                live.offsets[stream] += end
-                self._emit("on_output", trial_id, stream, data[:end].decode("utf-8", "replace"))
-
-    def _upload_output(self, trial: TrialRecord, live: _Live) -> None:
-        trial_paths = self.paths.trial(trial.dir_name)
-        for local, remote in ((live.stdout_path, trial_paths.stdout),
-                              (live.stderr_path, trial_paths.stderr)):
-            if local and os.path.exists(local):
-                try:
-                    self.storage.upload_file(local, remote)
-                except Exception as exc:  # output is a convenience; never fail a trial for it
-                    print(f"ftnb: could not upload {local} to {remote}: {exc}", file=sys.stderr)
 
     # -- persistence and listeners -------------------------------------------------------------
     def _guard(self) -> None:

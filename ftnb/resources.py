@@ -446,6 +446,16 @@ class ResourcePool:
         """Whether ``req`` fits on this pool when nothing else is running."""
         return req.cpu <= self._cpus + _EPS and math.ceil(req.gpu) <= len(self._gpu_ids)
 
+    def fits_now(self, req: TrialResources) -> bool:
+        """Whether :meth:`try_acquire` would grant ``req`` now (it allocates nothing).
+
+        Raises:
+            ValueError: ``req`` can never fit on this pool (see :func:`check_fits`).
+        """
+        check_fits(req, self)
+        with self._lock:
+            return req.cpu <= self._free_cpu + _EPS and self._pick_gpus(req.gpu) is not None
+
     def try_acquire(self, req: TrialResources) -> Allocation | None:
         """Allocate ``req`` now, or return None if it does not fit until others release.
 

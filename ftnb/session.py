@@ -8,6 +8,7 @@ on storage whatever dies afterwards, and the controller is only told about it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
@@ -293,16 +294,20 @@ def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:
 
 
 _session: Optional[TrialSession] = None
+# The session of an attempt run in a thread of a process that runs several (the in-process
+# executor): it wins over the process-wide one in that thread.
+_thread = threading.local()
 
 
 def _current(fn: str) -> TrialSession:
-    if _session is None:
+    session = getattr(_thread, "session", None) or _session
+    if session is None:
         raise RuntimeError(
             f"ftnb.{fn}() was called outside a trial. It only works inside a trainable run by "
             "ftnb.Tuner(...).fit(), ftnb.run(...) or %ftrun. Fix: call your function through "
             "Tuner(train_fn, param_space=...).fit() instead of calling it directly."
         )
-    return _session
+    return session
 
 
 def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None) -> None:
@@ -332,6 +337,9 @@ def get_context() -> TrialContext:
     return _current("get_context").context
 
 
-def _set_session(session: Optional[TrialSession]) -> None:
+def _set_session(session: Optional[TrialSession], this_thread_only: bool = False) -> None:
     global _session
-    _session = session
+    if this_thread_only:
+        _thread.session = session
+    else:
+        _session = session

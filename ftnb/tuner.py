@@ -152,13 +152,12 @@ class Tuner:
         import cloudpickle
 
         from .objects import bind_objects
-        from .resources import ResourcePool, check_fits
         from .search import generate_variants
         from .storage import check_outage_settings
 
         rc, tc = self.run_config, self.tune_config
-        pool = ResourcePool.from_machine()
-        check_fits(self.resources, pool)
+        executor = self._executor()
+        executor.check_fits(self.resources)
         space, _ = bind_objects(self.param_space)
         variants = generate_variants(space, tc.num_samples, tc.seed)
         _check_picklable(self.trainable, "trainable", cloudpickle)
@@ -170,7 +169,7 @@ class Tuner:
         name = rc.name or _default_name(self.trainable, storage)
         paths = ExperimentPaths.of(storage, name)
         _refuse_existing(paths)
-        return _NewPlan(pool, space, variants, storage, name, paths)
+        return _NewPlan(executor, space, variants, storage, name, paths)
 
     def _fit_new(self) -> ResultGrid:
         from .lease import Lease
@@ -198,7 +197,7 @@ class Tuner:
                 say_interrupted(exc, state.name, hint,
                                 "no trial had started (restore lays out the rest)")
                 raise
-            return self._run(paths, state, configs, plan.pool, lease, hint,
+            return self._run(paths, state, configs, plan.executor, lease, hint,
                              _with_originals(configs, self.param_space, space))
         finally:
             lease.release()
@@ -213,14 +212,21 @@ class Tuner:
             return default_resume_line(paths, state)
         return _resume_hint(paths, self.trainable, with_space)
 
-    def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict, pool: Any,
-             lease: Any, hint: str, result_configs: dict,
+    def _executor(self) -> Any:
+        """The executor trials run on: local processes, obtained by name from the registry,
+        handing their output over when it is shown (``verbose >= 1``)."""
+        from .executors import create_executor
+
+        return create_executor("local", output_events=self.run_config.verbose >= 1)
+
+    def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict,
+             executor: Any, lease: Any, hint: str, result_configs: dict,
              prepare: Optional[Callable[[Any], None]] = None) -> ResultGrid:
-        """Run the controller; the results show ``result_configs`` (the caller's own objects
-        where the trials were given refs to copies)."""
+        """Run the controller on ``executor`` (which it shuts down when it ends); the results
+        show ``result_configs`` (the caller's own objects where the trials were given refs to
+        copies)."""
         from .control import ControlInbox
         from .controller import Controller
-        from .executors.local import LocalProcessExecutor
         from .reporting import TerminalReporter
 
         rc, tc = self.run_config, self.tune_config
@@ -235,8 +241,7 @@ class Tuner:
             run_config=rc,
             max_concurrent=tc.max_concurrent_trials,
             resources=self.resources,
-            pool=pool,
-            executor=LocalProcessExecutor(),
+            executor=executor,
             listeners=listeners,
             lease=lease,
             resume_hint=hint,
@@ -416,11 +421,10 @@ class Tuner:
         import cloudpickle
 
         from .lease import Lease, host_id, reap_processes
-        from .resources import ResourcePool, check_fits
         from .restore import load_state
 
-        pool = ResourcePool.from_machine()
-        check_fits(self.resources, pool)
+        executor = self._executor()
+        executor.check_fits(self.resources)
         _check_picklable(self.trainable, "trainable", cloudpickle)
         paths = plan.paths
         lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
@@ -451,15 +455,15 @@ class Tuner:
                     state.settings["origin"] = self.origin
                 controller._save()
 
-            return self._run(paths, state, plan.configs, pool, lease, hint, plan.result_configs,
+            return self._run(paths, state, plan.configs, executor, lease, hint, plan.result_configs,
                              prepare=prepare)
         finally:
             lease.release()
 
 class _NewPlan:
-    def __init__(self, pool: Any, space: dict, variants: list, storage: Storage, name: str,
+    def __init__(self, executor: Any, space: dict, variants: list, storage: Storage, name: str,
                  paths: ExperimentPaths) -> None:
-        self.pool, self.space, self.variants = pool, space, variants
+        self.executor, self.space, self.variants = executor, space, variants
         self.storage, self.name, self.paths = storage, name, paths
 
 

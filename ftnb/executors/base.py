@@ -1,80 +1,427 @@
-"""The executor contract: start an attempt, stream its events, stop it.
+"""The executor contract: what the controller hands an executor, and what it gets back.
 
-Executors are thin: they never decide whether to retry, what counts as a failure, or what the
-trial's status is. That policy lives in the controller. An executor is used from one thread.
+The controller decides (which trial runs next, what a failure means, what the trial's status
+is); an executor runs. It is handed an :class:`AttemptSpec`, runs that attempt somewhere (local
+processes, threads of this process, later a cluster) and reports what happens as typed events
+(:class:`EventKind`, one frozen dataclass per kind). Everything that touches a machine is the
+executor's: processes, signals, GPUs and CPUs, environment variables, output files, ``sys.path``
+and the working directory. The controller never imports any of it.
+
+Rules every executor follows (``tests/test_executor_contract.py`` checks them on each):
+
+Threading
+    An executor is driven from one thread, the controller's: ``has_room``, ``start``, ``poll``,
+    ``request_stop``, ``kill``, ``running`` and ``shutdown`` are never called concurrently. An
+    executor may use threads of its own inside; events reach the controller only through
+    :meth:`Executor.poll`, in the controller's thread.
+
+Resources
+    The executor owns the resources of its machines: it says what it has (``capacity``), whether
+    an attempt of some size fits now (``has_room``) or ever (``check_fits``), allocates them in
+    ``start`` and releases them before it hands over the attempt's exit event. The controller
+    keeps only ``max_concurrent_trials`` and the order in which trials start.
+
+Ordering
+    For one attempt (``trial_id``, ``attempt``), events arrive in the order the attempt produced
+    them. :class:`StartedEvent` comes first (when the attempt got as far as running);
+    :class:`ExitEvent` comes last, exactly once, for every attempt that ``start`` accepted,
+    however it ended (even one killed before it ran a line). Nothing of that attempt arrives
+    after its exit event. Events of different attempts may interleave in any order.
+
+Ownership
+    The spec belongs to the caller and is not changed by the executor; how it travels (pickled
+    to a process, copied into a thread) is the executor's business, but the trainable always
+    travels by value, so functions defined in a notebook or ``__main__`` work. Processes,
+    threads, allocations and staged output files belong to the executor until the attempt's exit
+    event is handed over, and are released by then. ``shutdown`` ends every attempt and releases
+    everything; the controller calls it when it ends, normally or not.
+
+Persistence
+    An attempt persists its own results and checkpoints (from wherever it runs) before it sends
+    the result event: a result event is news of something already on storage. Every write is
+    fenced (:attr:`AttemptSpec.fence`): an attempt of a driver that lost the experiment writes
+    nothing more.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+    runtime_checkable,
+)
 
-__all__ = ["EXIT_PREEMPTED", "AttemptLaunch", "Event", "Executor", "ExitInfo"]
+from ..resources import TrialResources
+
+if TYPE_CHECKING:
+    from ..storage import Storage
+
+__all__ = [
+    "EXIT_PREEMPTED",
+    "AttemptEvent",
+    "AttemptFence",
+    "AttemptSpec",
+    "Capacity",
+    "DoneEvent",
+    "ErrorEvent",
+    "EventKind",
+    "Executor",
+    "ExitEvent",
+    "GroupNotSupportedError",
+    "NoRoomError",
+    "OutputEvent",
+    "PreemptedEvent",
+    "RankExit",
+    "ResultEvent",
+    "StartedEvent",
+]
 
 #: The exit code of an attempt that was preempted (SIGTERM, 128 + 15) and ended itself, whether
 #: or not it checkpointed in its grace period: still a preemption, not a failure.
 EXIT_PREEMPTED = 143
 
 
-@dataclass
-class AttemptLaunch:
-    """Everything one attempt needs. ``payload`` is cloudpickled (the trainable travels by value
-    so functions defined in a notebook or ``__main__`` work)."""
-
-    trial_id: str
-    attempt: int
-    payload: bytes
-    env: dict[str, str] = field(default_factory=dict)
-    stdout_path: Optional[str] = None
-    stderr_path: Optional[str] = None
-    # The caller's import path and working directory: modules and relative paths that work in
-    # the notebook or script work in its trials too.
-    sys_path: list[str] = field(default_factory=list)
-    cwd: Optional[str] = None
+# ---- what the controller hands over ------------------------------------------------------------
 
 
-@dataclass
-class ExitInfo:
-    """How an attempt's process ended."""
+@dataclass(frozen=True)
+class AttemptFence:
+    """What an attempt checks before every write: that the driver whose lease ``token`` (of
+    ``epoch``) started it still owns the experiment (see :class:`ftnb.lease.Fence`).
+    ``host_id`` is the driver's machine; ``ttl_s`` its lease's time to live."""
 
-    exit_code: Optional[int]  # None if unknown; negative: killed by that signal
-    oom_killed: bool = False
+    token: str
+    host_id: str
+    ttl_s: float
+    epoch: Optional[int] = None
 
-    @property
-    def signal_number(self) -> Optional[int]:
-        if self.exit_code is not None and self.exit_code < 0:
-            return -self.exit_code
-        return None
+    def as_lease_spec(self) -> dict:
+        """The dict :class:`ftnb.lease.Fence` reads."""
+        return {"token": self.token, "host_id": self.host_id, "ttl_s": self.ttl_s}
 
 
-@dataclass
-class Event:
-    """One thing an attempt reported: ``kind`` is result | error | preempted | done | exit.
+def _one_cpu() -> TrialResources:
+    return TrialResources()
 
-    Every attempt ends with exactly one ``exit`` event, after all of its other events.
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """Everything one attempt of one trial needs, whoever runs it.
+
+    Identity: ``trial_id`` and ``attempt`` (1 for the trial's first). What to run: ``trainable``
+    called with ``config`` (which may hold ``ftnb.put`` refs, resolved where the attempt runs).
+    Where it writes: ``storage``, the experiment folder ``experiment_dir`` (named
+    ``experiment_name``) and the trial's folder ``trial_dir_name`` in it. What it needs:
+    ``resources`` for each of its ``num_workers`` ranks (a group that starts, fails and stops as
+    one unit; 1 for an ordinary trial). Where it resumes: ``restore_checkpoint`` (a checkpoint
+    folder name in the trial's folder, or None for a fresh start), ``start_iteration`` and
+    ``time_offset_s`` (what that checkpoint's report said), ``next_checkpoint_index`` (the number
+    of its next checkpoint folder) and ``rows`` (the trial's result rows up to that checkpoint,
+    already trimmed on storage). How it behaves: ``stop`` (RunConfig.stop: a dict of thresholds
+    or a callable), ``checkpoint_score_attribute``, ``metric`` (TuneConfig.metric, checked
+    against the first report), ``preemption_grace_period_s`` (how long it may take to checkpoint
+    after a SIGTERM). ``fence``: the lease it belongs to (None: unfenced, for tests).
     """
 
     trial_id: str
     attempt: int
-    kind: str
-    data: Any = None
+    trainable: Callable[[dict], Any]
+    config: Mapping[str, Any]
+    storage: "Storage"
+    experiment_dir: str
+    experiment_name: str
+    trial_dir_name: str
+    resources: TrialResources = field(default_factory=_one_cpu)
+    num_workers: int = 1
+    restore_checkpoint: Optional[str] = None
+    start_iteration: int = 0
+    time_offset_s: float = 0.0
+    next_checkpoint_index: int = 0
+    rows: Sequence[dict] = ()
+    stop: Union[Mapping[str, float], Callable[[str, dict], bool], None] = None
+    checkpoint_score_attribute: Optional[str] = None
+    metric: Optional[str] = None
+    preemption_grace_period_s: float = 30.0
+    fence: Optional[AttemptFence] = None
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """The resources an executor has: ``cpus`` (may be fractional) and the ids of its GPUs."""
+
+    cpus: float
+    gpu_ids: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        """How many GPUs."""
+        return len(self.gpu_ids)
+
+
+class NoRoomError(RuntimeError):
+    """:meth:`Executor.start` was called while the executor had no room for the attempt (ask
+    :meth:`Executor.has_room` first)."""
+
+
+class GroupNotSupportedError(ValueError):
+    """The executor cannot run an attempt of that many workers."""
+
+
+def group_refused(executor: str, num_workers: Any) -> GroupNotSupportedError:
+    """The one-line error of an executor that runs single-worker attempts only."""
+    return GroupNotSupportedError(
+        f"num_workers={num_workers!r}: the {executor!r} executor runs an attempt as one worker "
+        "(num_workers=1) for now; groups of ranks come with the data-parallel trainer. "
+        "Fix: use num_workers=1."
+    )
+
+
+# ---- what comes back ---------------------------------------------------------------------------
+
+
+class EventKind(str, enum.Enum):
+    """The kinds of event an attempt produces, in the order they may come (see the module
+    docstring for the ordering rules)."""
+
+    #: The attempt runs (its processes are up): always first, at most once.
+    STARTED = "started"
+    #: A report was persisted (its row is on storage): one per acknowledged report.
+    RESULT = "result"
+    #: The trainable raised, called ``sys.exit`` with a non-zero code, or misused ftnb's API.
+    ERROR = "error"
+    #: The attempt was told its slot is going away (SIGTERM) and is checkpointing to leave.
+    PREEMPTED = "preempted"
+    #: The attempt ended on its own terms (finished, stopped at a request, preempted, fenced).
+    DONE = "done"
+    #: Lines the attempt wrote to its stdout or stderr (only whole lines are handed over).
+    OUTPUT = "output"
+    #: How the attempt's workers ended: always the attempt's last event, exactly once.
+    EXIT = "exit"
+
+
+@dataclass(frozen=True)
+class AttemptEvent:
+    """What every event carries: the trial and the attempt it belongs to."""
+
+    kind: ClassVar[EventKind]
+    trial_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StartedEvent(AttemptEvent):
+    """The attempt runs. ``pids``: the OS processes of its ranks, in rank order (empty when it
+    runs in no process of its own, as with the in-process executor)."""
+
+    kind: ClassVar[EventKind] = EventKind.STARTED
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResultEvent(AttemptEvent):
+    """One acknowledged report: ``row`` (with ftnb's keys: training_iteration, attempt, ...) is
+    already persisted, by ``rank``."""
+
+    kind: ClassVar[EventKind] = EventKind.RESULT
+    row: dict = field(default_factory=dict)
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class ErrorEvent(AttemptEvent):
+    """Rank ``rank`` failed in a way it could tell: ``failure_kind`` is ``exception``, ``oom``
+    (MemoryError or a framework's OutOfMemoryError), ``usage`` (ftnb's API misused: never
+    retried) or ``exit`` (``sys.exit`` with a non-zero code, in ``exit_code``); ``type``,
+    ``message`` and ``traceback`` describe it, ``iteration`` is where it happened."""
+
+    kind: ClassVar[EventKind] = EventKind.ERROR
+    failure_kind: str = "exception"
+    type: Optional[str] = None
+    message: str = ""
+    traceback: Optional[str] = None
+    iteration: int = 0
+    exit_code: Optional[int] = None
+    rank: int = 0
+
+    def as_failure(self) -> dict:
+        """The error as the failure policy reads it (``ftnb.core.policy.AttemptEnd.error``)."""
+        data: dict = {"kind": self.failure_kind, "type": self.type, "message": self.message,
+                      "traceback": self.traceback, "iteration": self.iteration}
+        if self.exit_code is not None:
+            data["exit_code"] = self.exit_code
+        return data
+
+
+@dataclass(frozen=True)
+class PreemptedEvent(AttemptEvent):
+    """Rank ``rank`` got SIGTERM at ``iteration``: it checkpoints at its next report and leaves
+    (or is ended after its grace period). Not a failure of the trial's."""
+
+    kind: ClassVar[EventKind] = EventKind.PREEMPTED
+    iteration: int = 0
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class DoneEvent(AttemptEvent):
+    """The attempt ended on its own terms: ``outcome`` is ``finished`` (returned, or met its
+    stop criterion), ``stopped`` (at a stop request), ``preempted`` (checkpointed after a
+    SIGTERM) or ``fenced`` (its driver lost the experiment); ``iteration`` is its last."""
+
+    kind: ClassVar[EventKind] = EventKind.DONE
+    outcome: str = "finished"
+    iteration: int = 0
+
+
+@dataclass(frozen=True)
+class OutputEvent(AttemptEvent):
+    """``text`` (one or more whole lines) that rank ``rank`` wrote to ``stream`` (``stdout`` or
+    ``stderr``). An executor hands output over only when asked to (``output_events``); a last
+    line without its newline is kept in the trial's output file but not handed over."""
+
+    kind: ClassVar[EventKind] = EventKind.OUTPUT
+    stream: str = "stdout"
+    text: str = ""
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """How one rank's process ended: ``exit_code`` (negative: killed by that signal; None:
+    unknown, as when its node was lost) and whether the kernel's OOM killer did it."""
+
+    rank: int
+    exit_code: Optional[int]
+    oom_killed: bool = False
+
+    @property
+    def signal_number(self) -> Optional[int]:
+        """The signal that killed it, if one did."""
+        if self.exit_code is not None and self.exit_code < 0:
+            return -self.exit_code
+        return None
+
+    @property
+    def failed(self) -> bool:
+        """Anything but a clean exit (code 0)."""
+        return self.exit_code != 0
+
+
+@dataclass(frozen=True)
+class ExitEvent(AttemptEvent):
+    """How the attempt ended, from outside: one :class:`RankExit` per rank in ``ranks``;
+    ``first_failing_rank`` is the rank whose failure came first (the cause; the others were
+    ended with it), None when every rank exited cleanly. ``node_lost``: the machine running it
+    is gone (``node`` names it), whatever its exit looked like. Always the attempt's last event.
+    """
+
+    kind: ClassVar[EventKind] = EventKind.EXIT
+    ranks: tuple[RankExit, ...] = ()
+    first_failing_rank: Optional[int] = None
+    node_lost: bool = False
+    node: Optional[str] = None
+
+    @property
+    def cause(self) -> Optional[RankExit]:
+        """The first failing rank's exit, else rank 0's (None when no rank is known)."""
+        for rank_exit in self.ranks:
+            if rank_exit.rank == self.first_failing_rank:
+                return rank_exit
+        return self.ranks[0] if self.ranks else None
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The exit code of :attr:`cause`."""
+        cause = self.cause
+        return cause.exit_code if cause is not None else None
+
+    @property
+    def oom_killed(self) -> bool:
+        """Whether :attr:`cause` was killed by the kernel's OOM killer."""
+        cause = self.cause
+        return bool(cause and cause.oom_killed)
+
+    @property
+    def signal_number(self) -> Optional[int]:
+        """The signal that killed :attr:`cause`, if one did."""
+        cause = self.cause
+        return cause.signal_number if cause is not None else None
+
+    @classmethod
+    def of_one(cls, trial_id: str, attempt: int, exit_code: Optional[int],
+               oom_killed: bool = False) -> "ExitEvent":
+        """The exit of a single-worker attempt."""
+        rank = RankExit(0, exit_code, oom_killed)
+        return cls(trial_id, attempt, (rank,), 0 if rank.failed else None)
+
+
+# ---- the executor ------------------------------------------------------------------------------
+
+
+@runtime_checkable
 class Executor(Protocol):
-    def start(self, launch: AttemptLaunch) -> None:
-        """Start the attempt; its events arrive through :meth:`poll`."""
+    """Runs attempts and reports their events (see the module docstring for the rules).
 
-    def poll(self, timeout: float) -> list[Event]:
-        """Events that arrived, waiting up to ``timeout`` seconds for the first one."""
+    Executors are chosen by name (:func:`ftnb.executors.create_executor`). A lifecycle::
+
+        if executor.has_room(spec.resources, spec.num_workers):
+            executor.start(spec)
+        for event in executor.poll(0.1):  # until the attempt's ExitEvent
+            ...
+        executor.shutdown()
+    """
+
+    #: The name it is registered under ("local", "inprocess", ...).
+    name: str
+
+    def capacity(self) -> Capacity:
+        """The resources this executor has, all of them (used or not)."""
+        ...
+
+    def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
+        """Raise ``ValueError`` (with the fix) if an attempt of ``num_workers`` ranks, each
+        asking for ``resources``, can never run here, even with nothing else running."""
+        ...
+
+    def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
+        """Whether such an attempt could start now. Raises like :meth:`check_fits`."""
+        ...
+
+    def start(self, spec: AttemptSpec) -> None:
+        """Allocate the attempt's resources and start it; its events arrive through
+        :meth:`poll`. Raises :class:`NoRoomError` when it has no room now,
+        ``ValueError`` (:class:`GroupNotSupportedError` for a group it cannot run) when it never
+        could, and ``ValueError`` when the trial already has a running attempt here."""
+        ...
+
+    def poll(self, timeout: float) -> list[AttemptEvent]:
+        """The events that arrived, waiting up to ``timeout`` seconds for the first one."""
+        ...
 
     def request_stop(self, trial_id: str) -> None:
-        """Ask the attempt to end at its next report (it keeps its checkpoints)."""
+        """Ask the trial's attempt to end at its next report (it keeps its checkpoints and ends
+        with a ``stopped`` :class:`DoneEvent`). Nothing happens if it is not running."""
+        ...
 
     def kill(self, trial_id: str) -> None:
-        """End the attempt now (SIGKILL to its whole process group)."""
+        """End the trial's attempt now, every rank and whatever they started; its exit event
+        (a SIGKILL) follows through :meth:`poll`, and it writes nothing more."""
+        ...
 
     def running(self) -> list[str]:
-        """Trial ids with a live attempt."""
+        """The trial ids with an attempt whose exit event has not been handed over yet."""
+        ...
 
     def shutdown(self) -> None:
-        """Kill every attempt and release resources."""
+        """Kill every attempt, wait for them to end, release every resource; events not yet
+        polled are dropped. The executor starts nothing afterwards. Safe to call twice."""
+        ...

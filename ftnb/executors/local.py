@@ -9,6 +9,14 @@ the controller only, which then stops the trials itself.
 Trial processes die with their controller: each asks the kernel for SIGKILL when its parent (the
 fork server) exits, and the fork server exits when the controller's process does. So a SIGKILLed
 driver leaves no ghost trial writing into the experiment directory.
+
+Everything of the machine is here, none of it in the controller: the CPU/GPU pool and each
+attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial's environment
+(this process's, plus ``FTNB_TRIAL_ID`` and the lease token), its ``sys.path`` and working
+directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
+staged locally and published when the attempt ends on object stores) and the tailing of them into
+output events, and the sweep of ``ftnb.put`` files that a killed attempt could not remove.
+An attempt is one process: a group of ranks (``num_workers > 1``) is refused at start.
 """
 
 from __future__ import annotations
@@ -16,21 +24,35 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
 
-from .base import AttemptLaunch, Event, ExitInfo
+from ..resources import Allocation, ResourcePool, TrialResources, check_fits
+from .base import (
+    AttemptEvent,
+    AttemptSpec,
+    Capacity,
+    ExitEvent,
+    NoRoomError,
+    OutputEvent,
+    group_refused,
+)
+from .trial_process import ProcessLaunch, attempt_main
+
+if TYPE_CHECKING:
+    from ..storage import StagedFile
 
 __all__ = ["LocalProcessExecutor"]
 
 # Imported once in the fork server so that every attempt starts with them in memory.
 _ALWAYS_PRELOAD = [
-    "ftnb", "ftnb.executors.local", "ftnb.session", "ftnb.objects", "ftnb.lease", "cloudpickle",
-    "fsspec",
+    "ftnb", "ftnb.executors.local", "ftnb._attempt", "ftnb.session", "ftnb.objects", "ftnb.lease",
+    "cloudpickle", "fsspec",
 ]
 # Imported in the fork server too when the caller has already imported them: a notebook that
 # trains with torch will have trials that need torch, and importing it once saves seconds a trial.
@@ -99,27 +121,128 @@ def _oom_kill_count() -> int:
     return total
 
 
+class _OutputTail:
+    """Whole lines appended to a file since the attempt started (the files are appended to
+    across attempts: only what this attempt writes is handed over)."""
+
+    def __init__(self, stream: str, path: str) -> None:
+        self.stream = stream
+        self.path = path
+        try:
+            self.offset = os.path.getsize(path)
+        except OSError:
+            self.offset = 0
+
+    def read(self) -> Optional[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return None
+        # Only whole lines: a half-written line is handed over when it is complete.
+        end = data.rfind(b"\n") + 1
+        if not end:
+            return None
+        self.offset += end
+        return data[:end].decode("utf-8", "replace")
+
+
 @dataclass
 class _Running:
-    launch: AttemptLaunch
+    launch: ProcessLaunch
     process: Any
     conn: Any
     oom_before: int
-    started: float
+    allocation: Allocation
+    outputs: list["StagedFile"]
+    tails: list[_OutputTail] = field(default_factory=list)
     conn_open: bool = True
 
 
 class LocalProcessExecutor:
-    """Runs each attempt in its own local process (see the module docstring)."""
+    """Runs each attempt in its own process on this machine (see the module docstring).
 
-    def __init__(self) -> None:
+    ``pool``: the CPUs and GPUs to hand out (default: what this machine has, see
+    :mod:`ftnb.resources`). ``output_events``: tail the trials' stdout and stderr into
+    :class:`~ftnb.executors.base.OutputEvent` (they are written to the trial's files either way).
+    """
+
+    name = "local"
+
+    def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
+        self._pool = pool if pool is not None else ResourcePool.from_machine()
+        self._output_events = output_events
         self._running: dict[str, _Running] = {}
+        # Per trial folder: where its output is staged on an object store, kept across its
+        # attempts (each appends), removed at shutdown.
+        self._staging: dict[tuple[str, str], str] = {}
+        self._closed = False
 
-    def start(self, launch: AttemptLaunch) -> None:
+    # -- resources -------------------------------------------------------------------------------
+    def capacity(self) -> Capacity:
+        return Capacity(self._pool.cpus, self._pool.gpu_ids)
+
+    def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
+        if num_workers != 1:
+            raise group_refused(self.name, num_workers)
+        check_fits(resources, self._pool)
+
+    def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
+        self.check_fits(resources, num_workers)
+        return self._pool.fits_now(resources)
+
+    # -- starting --------------------------------------------------------------------------------
+    def start(self, spec: AttemptSpec) -> None:
+        import cloudpickle
+
+        if self._closed:
+            raise RuntimeError("this executor was shut down: it starts nothing more")
+        self.check_fits(spec.resources, spec.num_workers)
+        if spec.trial_id in self._running:
+            raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
+        payload = cloudpickle.dumps(spec)
+        allocation = self._pool.try_acquire(spec.resources)
+        if allocation is None:
+            raise NoRoomError(
+                f"no room for trial {spec.trial_id!r} ({spec.resources.as_dict()}) now: "
+                f"{self._pool!r}"
+            )
+        try:
+            self._spawn(spec, payload, allocation)
+        except BaseException:
+            self._pool.release(allocation)
+            raise
+
+    def _spawn(self, spec: AttemptSpec, payload: bytes, allocation: Allocation) -> None:
+        from ..storage import ExperimentPaths
+
+        trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
+        key = (spec.experiment_dir, spec.trial_dir_name)
+        stdout = spec.storage.staged_file(trial_paths.stdout, self._staging.get(key))
+        if stdout.staged:
+            self._staging[key] = os.path.dirname(stdout.local_path)
+        stderr = spec.storage.staged_file(trial_paths.stderr, self._staging.get(key))
+        token = spec.fence.token if spec.fence is not None else None
+        launch = ProcessLaunch(
+            trial_id=spec.trial_id,
+            attempt=spec.attempt,
+            payload=payload,
+            env=_trial_environment(spec, allocation),
+            stdout_path=stdout.local_path,
+            stderr_path=stderr.local_path,
+            sys_path=list(sys.path),
+            cwd=os.getcwd(),
+            lease_token=token,
+        )
+        tails = []
+        if self._output_events:
+            tails = [_OutputTail("stdout", stdout.local_path),
+                     _OutputTail("stderr", stderr.local_path)]
         ctx = _fork_server_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         process = ctx.Process(
-            target=_attempt_main,
+            target=attempt_main,
             args=(launch, child_conn),
             name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}",
             daemon=False,
@@ -128,13 +251,14 @@ class LocalProcessExecutor:
         process.start()
         child_conn.close()
         self._running[launch.trial_id] = _Running(
-            launch, process, parent_conn, oom_before, time.time()
+            launch, process, parent_conn, oom_before, allocation, [stdout, stderr], tails
         )
 
     def running(self) -> list[str]:
         return list(self._running)
 
-    def poll(self, timeout: float) -> list[Event]:
+    # -- events ----------------------------------------------------------------------------------
+    def poll(self, timeout: float) -> list[AttemptEvent]:
         if not self._running:
             time.sleep(min(timeout, 0.05))
             return []
@@ -144,7 +268,7 @@ class LocalProcessExecutor:
                 waitables[run.conn] = run
             waitables[run.process.sentinel] = run
         ready = multiprocessing.connection.wait(list(waitables), timeout)
-        events: list[Event] = []
+        events: list[AttemptEvent] = []
         exited: list[_Running] = []
         for obj in ready:
             run = waitables[obj]
@@ -152,28 +276,39 @@ class LocalProcessExecutor:
                 events.extend(self._drain(run))
             elif run not in exited:
                 exited.append(run)
+        for run in self._running.values():
+            if run not in exited:
+                events.extend(self._output(run))
         for run in exited:
-            # Everything the attempt sent before it died is still in the socket: read it first,
-            # so the exit event is always the attempt's last.
+            # Everything the attempt sent or wrote before it died is still in the socket and
+            # its files: hand it over first, so the exit event is always the attempt's last.
             events.extend(self._drain(run))
+            events.extend(self._output(run))
             events.append(self._finish(run))
         return events
 
-    def _drain(self, run: _Running) -> list[Event]:
+    def _drain(self, run: _Running) -> list[AttemptEvent]:
         events = []
-        launch = run.launch
         while run.conn_open:
             try:
                 if not run.conn.poll(0):
                     break
-                kind, data = run.conn.recv()
+                events.append(run.conn.recv())
             except (EOFError, OSError):
                 run.conn_open = False
                 break
-            events.append(Event(launch.trial_id, launch.attempt, kind, data))
         return events
 
-    def _finish(self, run: _Running) -> Event:
+    def _output(self, run: _Running) -> list[AttemptEvent]:
+        events: list[AttemptEvent] = []
+        for tail in run.tails:
+            text = tail.read()
+            if text:
+                events.append(OutputEvent(run.launch.trial_id, run.launch.attempt,
+                                          stream=tail.stream, text=text))
+        return events
+
+    def _finish(self, run: _Running) -> AttemptEvent:
         run.process.join(5)
         code = run.process.exitcode
         _kill_group(run.process.pid)  # whatever the trainable started dies with it
@@ -183,8 +318,22 @@ class LocalProcessExecutor:
         except OSError:
             pass
         self._running.pop(run.launch.trial_id, None)
-        return Event(run.launch.trial_id, run.launch.attempt, "exit", ExitInfo(code, oom))
+        self._pool.release(run.allocation)
+        for output in run.outputs:
+            try:
+                output.publish()
+            except Exception as exc:  # output is a convenience; never fail a trial for it
+                print(f"ftnb: could not upload {output.local_path} to {output.path}: {exc}",
+                      file=sys.stderr)
+        if code is not None and code < 0:
+            # A killed trial could not delete what it ftnb.put(): free that memory now, not at
+            # the next put on this machine (its retry may need it).
+            from ..objects import sweep_orphans
 
+            sweep_orphans()
+        return ExitEvent.of_one(run.launch.trial_id, run.launch.attempt, code, oom)
+
+    # -- stopping --------------------------------------------------------------------------------
     def request_stop(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
         if run is None or not run.conn_open:
@@ -200,11 +349,27 @@ class LocalProcessExecutor:
             _kill_group(run.process.pid)
 
     def shutdown(self) -> None:
+        self._closed = True
         for trial_id in list(self._running):
             self.kill(trial_id)
         deadline = time.time() + 10
         while self._running and time.time() < deadline:
             self.poll(0.1)
+        for folder in self._staging.values():
+            shutil.rmtree(folder, ignore_errors=True)
+        self._staging.clear()
+
+
+def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, str]:
+    """This process's environment, with the attempt's share of the machine and its identity."""
+    env = dict(os.environ)
+    env.update(allocation.env())
+    if "OMP_NUM_THREADS" in os.environ:  # the user's own setting wins over the pool's default
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    env["FTNB_TRIAL_ID"] = spec.trial_id
+    if spec.fence is not None:
+        env["FTNB_LEASE_TOKEN"] = spec.fence.token
+    return env
 
 
 def _kill_group(pid: Optional[int]) -> None:
@@ -215,81 +380,3 @@ def _kill_group(pid: Optional[int]) -> None:
             kill()
         except (ProcessLookupError, PermissionError):
             continue
-
-
-# ---- inside the trial process ------------------------------------------------------------------
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent (the fork server) exits."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        parent = os.getppid()
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass  # not Linux: the controller's shutdown kills attempts instead
-
-
-def _name_process(token: Optional[str]) -> None:
-    """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
-    ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
-    experiment over can find and kill a dead driver's trials (:func:`ftnb.lease.reap_processes`)."""
-    if not token:
-        return
-    from ..lease import process_name
-
-    try:
-        with open("/proc/self/comm", "w") as f:
-            f.write(process_name(token))
-    except OSError:
-        pass
-
-
-def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> None:
-    for fd, path in ((1, stdout_path), (2, stderr_path)):
-        if path:
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(target, fd)
-            os.close(target)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=True)
-        except (AttributeError, ValueError):
-            pass
-
-
-def _attempt_main(launch: AttemptLaunch, conn: Any) -> None:
-    """Entry point of a trial process: run one attempt and report how it ended."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-    _die_with_parent()
-    _name_process(launch.env.get("FTNB_LEASE_TOKEN"))
-    # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _redirect_output(launch.stdout_path, launch.stderr_path)
-    import faulthandler
-
-    faulthandler.enable()  # a segfault leaves a Python traceback in the trial's stderr
-    os.environ.clear()
-    os.environ.update(launch.env)
-    if launch.sys_path:
-        sys.path[:] = launch.sys_path
-    if launch.cwd:
-        try:
-            os.chdir(launch.cwd)
-        except OSError:
-            pass
-    from .._attempt import run_attempt
-
-    code = run_attempt(launch.payload, conn)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -1,0 +1,158 @@
+"""The trial process's side of the local executor (:mod:`ftnb.executors.local`): what a forked
+trial process does before, around and after the attempt body (:mod:`ftnb._attempt`).
+
+It becomes the leader of its own process group, dies with the fork server, takes its driver's
+lease name (so a driver taking the experiment over can find it), ignores Ctrl+C (the controller
+stops it), writes its output to the trial's files, takes the environment, import path and
+working directory it was given, and talks to its executor through a pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .base import AttemptEvent, AttemptSpec, StartedEvent
+
+__all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
+
+
+@dataclass
+class ProcessLaunch:
+    """What travels to the trial process: the spec, cloudpickled (the trainable by value), and
+    the machine's side of the attempt."""
+
+    trial_id: str
+    attempt: int
+    payload: bytes
+    env: dict[str, str]
+    stdout_path: Optional[str]
+    stderr_path: Optional[str]
+    # The caller's import path and working directory: modules and relative paths that work in
+    # the notebook or script work in its trials too.
+    sys_path: list[str]
+    cwd: Optional[str]
+    lease_token: Optional[str] = None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the fork server) exits."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass  # not Linux: the controller's shutdown kills attempts instead
+
+
+def _name_process(token: Optional[str]) -> None:
+    """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
+    ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
+    experiment over can find and kill a dead driver's trials (:func:`ftnb.lease.reap_processes`)."""
+    if not token:
+        return
+    from ..lease import process_name
+
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(process_name(token))
+    except OSError:
+        pass
+
+
+def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> None:
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        if path:
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+
+
+class PipeChannel:
+    """The trial process's end of the pipe to its executor (see ftnb._attempt.AttemptChannel)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._last_poll = 0.0
+
+    def send(self, event: AttemptEvent) -> None:
+        self.conn.send(event)
+
+    def stop_requested(self) -> bool:
+        # Connection.poll builds a selector per call: look at most every 20 ms, not per report.
+        now = time.monotonic()
+        if now - self._last_poll < 0.02:
+            return False
+        self._last_poll = now
+        try:
+            while self.conn.poll(0):
+                kind, _ = self.conn.recv()
+                if kind == "stop":
+                    return True
+        except (EOFError, OSError):
+            # The controller is gone; the fork server's exit will kill us, but stop anyway.
+            return True
+        return False
+
+
+def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
+    """Entry point of a trial process: run one attempt and report how it ended."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    _die_with_parent()
+    _name_process(launch.lease_token)
+    # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _redirect_output(launch.stdout_path, launch.stderr_path)
+    import faulthandler
+
+    faulthandler.enable()  # a segfault leaves a Python traceback in the trial's stderr
+    os.environ.clear()
+    os.environ.update(launch.env)
+    if launch.sys_path:
+        sys.path[:] = launch.sys_path
+    if launch.cwd:
+        try:
+            os.chdir(launch.cwd)
+        except OSError:
+            pass
+    code = _run_launch(launch, PipeChannel(conn))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run_launch(launch: ProcessLaunch, channel: PipeChannel) -> int:
+    import cloudpickle
+
+    from .._attempt import EXIT_ERROR, install_preemption_handler, report_exception, run_attempt
+
+    channel.send(StartedEvent(launch.trial_id, launch.attempt, pids=(os.getpid(),)))
+    try:
+        spec: AttemptSpec = cloudpickle.loads(launch.payload)
+    except BaseException as exc:  # the trainable could not be unpickled (a missing module...)
+        report_exception(channel, (launch.trial_id, launch.attempt), exc, "exception")
+        return EXIT_ERROR
+    grace = spec.preemption_grace_period_s
+    return run_attempt(
+        spec, channel,
+        on_session=lambda session: install_preemption_handler(session, grace, channel),
+    )

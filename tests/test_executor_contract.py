@@ -1,0 +1,393 @@
+"""The executor contract (ftnb/executors/base.py), one suite run over every executor.
+
+Each test gets a fresh executor of each registered kind ("local": real processes killed with
+real signals; "inprocess": threads of this process) with a pool of two CPUs, and an experiment
+folder in tmp_path. A new executor is done when this suite passes on it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+import ftnb
+from ftnb.executors import available_executors, create_executor, executor_class
+from ftnb.executors.base import (
+    AttemptSpec,
+    Capacity,
+    DoneEvent,
+    ErrorEvent,
+    EventKind,
+    Executor,
+    ExitEvent,
+    GroupNotSupportedError,
+    NoRoomError,
+    OutputEvent,
+    ResultEvent,
+    StartedEvent,
+)
+from ftnb.resources import ResourcePool, TrialResources
+from ftnb.storage import ExperimentPaths, Storage
+from procs import pid_alive, wait_for
+
+EXECUTORS = ["local", "inprocess"]
+
+
+# ---- trainables (module level: they travel to processes by reference) -------------------------
+def reports_three(config):
+    print("hello from", config["who"])
+    print("to stderr", file=sys.stderr)
+    for i in range(3):
+        ftnb.report({"score": i * config["step"]})
+    print("bye")
+    print("no newline yet", end="")
+
+
+def raises_after_one(config):
+    ftnb.report({"score": 1})
+    raise ValueError("boom")
+
+
+def reports_until_stopped(config):
+    """Reports every 20 ms, counting its loops in a file (written before each report), for
+    ever: only a stop request or a kill ends it."""
+    loops = 0
+    while True:
+        loops += 1
+        with open(config["loops"], "w") as f:
+            f.write(str(loops))
+        ftnb.report({"loops": loops})
+        time.sleep(0.02)
+
+
+def ignores_kills(config):
+    """Swallows everything, the kill's exception and the fence included, and goes on reporting
+    for ``after`` loops past the first swallowed exception."""
+    left = None
+    while left is None or left > 0:
+        try:
+            if left is not None:
+                left -= 1
+            ftnb.report({"loops": 1})
+            time.sleep(0.02)
+        except BaseException:
+            if left is None:
+                left = config["after"]
+    with open(config["done"], "w") as f:
+        f.write("done")
+
+
+def exits_with(config):
+    sys.exit(config["code"])
+
+
+# ---- fixtures and helpers ----------------------------------------------------------------------
+@pytest.fixture(params=EXECUTORS)
+def kind(request):
+    return request.param
+
+
+@pytest.fixture
+def executor(kind):
+    made = create_executor(kind, pool=ResourcePool(2, []), output_events=True)
+    yield made
+    made.shutdown()
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    return ExperimentPaths.of(Storage(str(tmp_path / "runs")), "exp")
+
+
+def make_spec(experiment, trainable, config, trial_id="t0", attempt=1, **kw) -> AttemptSpec:
+    experiment.storage.makedirs(experiment.trial(trial_id).dir)
+    return AttemptSpec(
+        trial_id=trial_id, attempt=attempt, trainable=trainable, config=config,
+        storage=experiment.storage, experiment_dir=experiment.dir, experiment_name="exp",
+        trial_dir_name=trial_id, **kw,
+    )
+
+
+def until(executor, stop, timeout=60.0, what="the condition") -> list:
+    """Poll ``executor`` until ``stop(events so far)`` holds; the events."""
+    events: list = []
+    deadline = time.monotonic() + timeout
+    while not stop(events):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; got {events}"
+        events.extend(executor.poll(0.1))
+    return events
+
+
+def until_exit(executor, trial_id="t0", timeout=60.0) -> list:
+    return until(executor, lambda evs: any(isinstance(e, ExitEvent) and e.trial_id == trial_id
+                                           for e in evs),
+                 timeout, f"the exit of {trial_id}")
+
+
+def of(events, trial_id="t0"):
+    return [e for e in events if e.trial_id == trial_id]
+
+
+def rows_of(experiment, trial_id="t0") -> list[dict]:
+    return experiment.trial(trial_id).read_results()
+
+
+# ---- the suite ---------------------------------------------------------------------------------
+def test_it_is_an_executor_and_says_what_it_has(executor, kind):
+    assert isinstance(executor, Executor) and executor.name == kind
+    assert executor.capacity() == Capacity(2.0, ())
+    assert executor.running() == []
+    assert executor.has_room(TrialResources(cpu=2))
+
+
+def test_an_attempt_runs_to_its_end_in_order(executor, experiment):
+    spec = make_spec(experiment, reports_three, {"who": "t0", "step": 2})
+    executor.start(spec)
+    assert executor.running() == ["t0"]
+    events = until_exit(executor)
+    assert all(e.trial_id == "t0" and e.attempt == 1 for e in events)
+    lifecycle = [e for e in events if not isinstance(e, OutputEvent)]
+    assert [e.kind for e in lifecycle] == [EventKind.STARTED] + [EventKind.RESULT] * 3 + [
+        EventKind.DONE, EventKind.EXIT]
+    assert isinstance(events[-1], ExitEvent)  # last, output included
+    results = [e for e in lifecycle if isinstance(e, ResultEvent)]
+    assert [(r.row["training_iteration"], r.row["score"], r.rank) for r in results] == [
+        (1, 0, 0), (2, 2, 0), (3, 4, 0)]
+    # a result event is news of a row already on storage
+    assert [r["score"] for r in rows_of(experiment)] == [0, 2, 4]
+    done, end = lifecycle[-2], lifecycle[-1]
+    assert isinstance(done, DoneEvent) and (done.outcome, done.iteration) == ("finished", 3)
+    assert (end.exit_code, end.first_failing_rank, end.node_lost) == (0, None, False)
+    assert [(r.rank, r.exit_code) for r in end.ranks] == [(0, 0)]
+    started = lifecycle[0]
+    assert isinstance(started, StartedEvent)
+    # released by the time its exit is handed over; nothing of it comes afterwards
+    assert executor.running() == []
+    assert executor.has_room(TrialResources(cpu=2))
+    assert of(executor.poll(0.3)) == []
+
+
+def test_output_is_handed_over_in_whole_lines_before_the_exit(executor, experiment):
+    executor.start(make_spec(experiment, reports_three, {"who": "t0", "step": 1}))
+    events = until_exit(executor)
+    exit_at = next(i for i, e in enumerate(events) if isinstance(e, ExitEvent))
+    out = [e for e in events if isinstance(e, OutputEvent)]
+    assert out and all(events.index(e) < exit_at for e in out)
+    text = {s: "".join(e.text for e in out if e.stream == s) for s in ("stdout", "stderr")}
+    assert text == {"stdout": "hello from t0\nbye\n", "stderr": "to stderr\n"}  # no partial line
+
+
+def test_no_output_events_unless_asked(kind, experiment):
+    executor = create_executor(kind, pool=ResourcePool(1, []), output_events=False)
+    try:
+        executor.start(make_spec(experiment, reports_three, {"who": "t0", "step": 1}))
+        events = until_exit(executor)
+    finally:
+        executor.shutdown()
+    assert not [e for e in events if isinstance(e, OutputEvent)]
+    assert [e.kind for e in events][-2:] == [EventKind.DONE, EventKind.EXIT]
+
+
+def test_a_raised_error_is_reported_by_its_rank(executor, experiment):
+    executor.start(make_spec(experiment, raises_after_one, {}))
+    events = [e for e in until_exit(executor) if not isinstance(e, OutputEvent)]
+    assert [e.kind for e in events] == [EventKind.STARTED, EventKind.RESULT, EventKind.ERROR,
+                                        EventKind.EXIT]
+    error, end = events[2], events[3]
+    assert isinstance(error, ErrorEvent)
+    assert (error.failure_kind, error.type, error.message, error.iteration, error.rank) == (
+        "exception", "ValueError", "boom", 1, 0)
+    assert "raise ValueError" in error.traceback
+    assert error.as_failure()["kind"] == "exception"
+    assert (end.exit_code, end.first_failing_rank) == (1, 0)
+
+
+def test_sys_exit_is_an_error_with_its_code(executor, experiment):
+    executor.start(make_spec(experiment, exits_with, {"code": 3}))
+    events = [e for e in until_exit(executor) if not isinstance(e, OutputEvent)]
+    error, end = events[-2], events[-1]
+    assert isinstance(error, ErrorEvent)
+    assert (error.failure_kind, error.exit_code) == ("exit", 3)
+    assert (end.exit_code, end.first_failing_rank) == (3, 0)
+
+
+def test_request_stop_ends_it_at_its_next_report(executor, experiment, tmp_path):
+    loops = str(tmp_path / "loops")
+    executor.start(make_spec(experiment, reports_until_stopped, {"loops": loops}))
+    until(executor, lambda evs: any(isinstance(e, ResultEvent) for e in evs), what="a result")
+    executor.request_stop("t0")
+    events = [e for e in until_exit(executor) if not isinstance(e, OutputEvent)]
+    done, end = events[-2], events[-1]
+    assert isinstance(done, DoneEvent) and done.outcome == "stopped"
+    assert (end.exit_code, end.first_failing_rank) == (0, None)
+    executor.request_stop("t0")  # not running any more: nothing happens
+
+
+def test_kill_ends_it_with_a_sigkill_and_nothing_after(executor, experiment, tmp_path):
+    loops = str(tmp_path / "loops")
+    executor.start(make_spec(experiment, reports_until_stopped, {"loops": loops}))
+    first = until(executor, lambda evs: any(isinstance(e, ResultEvent) for e in evs),
+                  what="a result")
+    pids = next(e.pids for e in first if isinstance(e, StartedEvent))
+    executor.kill("t0")
+    events = until_exit(executor)
+    end = events[-1]
+    assert isinstance(end, ExitEvent) and end.signal_number == signal.SIGKILL
+    assert end.first_failing_rank == 0 and [r.signal_number for r in end.ranks] == [9]
+    assert [e for e in events if isinstance(e, ExitEvent)] == [end]
+    assert executor.running() == [] and executor.has_room(TrialResources(cpu=2))
+    for pid in pids:  # a process of its own, if it had one, is gone
+        assert not pid_alive(pid)
+    assert of(executor.poll(0.3)) == []
+
+
+def test_resources_are_refused_when_full(executor, experiment, tmp_path):
+    big = TrialResources(cpu=2)
+    executor.start(make_spec(experiment, reports_until_stopped, {"loops": str(tmp_path / "a")},
+                             resources=big))
+    assert not executor.has_room(TrialResources(cpu=1))
+    assert executor.has_room(TrialResources(cpu=0))
+    with pytest.raises(NoRoomError, match="no room for trial 't1'"):
+        executor.start(make_spec(experiment, reports_until_stopped,
+                                 {"loops": str(tmp_path / "b")}, trial_id="t1"))
+    with pytest.raises(ValueError, match="already has a running attempt"):
+        executor.start(make_spec(experiment, reports_until_stopped,
+                                 {"loops": str(tmp_path / "c")}, attempt=2))
+    with pytest.raises(ValueError, match="can never be satisfied"):
+        executor.has_room(TrialResources(cpu=3))
+    executor.kill("t0")
+    until_exit(executor)
+    assert executor.has_room(big)
+    assert executor.running() == []
+
+
+def test_a_group_it_cannot_run_is_refused_before_anything_starts(executor, experiment):
+    spec = make_spec(experiment, reports_three, {"who": "t0", "step": 1}, num_workers=2)
+    with pytest.raises(GroupNotSupportedError) as info:
+        executor.start(spec)
+    message = str(info.value)
+    assert message.startswith(f"num_workers=2: the {executor.name!r} executor runs an attempt")
+    assert "Fix: use num_workers=1." in message and "\n" not in message
+    with pytest.raises(GroupNotSupportedError):
+        executor.check_fits(TrialResources(), num_workers=2)
+    assert executor.running() == [] and executor.has_room(TrialResources(cpu=2))
+    assert executor.poll(0.1) == []
+
+
+def test_shutdown_ends_everything(executor, experiment, tmp_path):
+    for trial_id in ("t0", "t1"):
+        executor.start(make_spec(experiment, reports_until_stopped,
+                                 {"loops": str(tmp_path / trial_id)}, trial_id=trial_id))
+    events = until(executor, lambda evs: {e.trial_id for e in evs
+                                          if isinstance(e, ResultEvent)} == {"t0", "t1"},
+                   what="both to report")
+    pids = [p for e in events if isinstance(e, StartedEvent) for p in e.pids]
+    executor.shutdown()
+    assert executor.running() == []
+    for pid in pids:
+        assert not pid_alive(pid)
+    wait_for(lambda: not [t for t in threading.enumerate()
+                          if t.name.startswith("ftnb-attempt-")], timeout=30,
+             what="the attempts' threads to end")
+    with pytest.raises(RuntimeError, match="shut down"):
+        executor.start(make_spec(experiment, reports_three, {"who": "t2", "step": 1},
+                                 trial_id="t2"))
+    executor.shutdown()  # twice is fine
+
+
+def test_a_killed_attempt_writes_nothing_more(executor, experiment, tmp_path):
+    """Even one that swallows the kill (a thread cannot be killed outright): every report it
+    makes afterwards is fenced before it writes, and no event of it is handed over."""
+    done = str(tmp_path / "done")
+    executor.start(make_spec(experiment, ignores_kills, {"done": done, "after": 5}))
+    until(executor, lambda evs: any(isinstance(e, ResultEvent) for e in evs), what="a result")
+    executor.kill("t0")
+    until_exit(executor)
+    rows = len(rows_of(experiment))
+    if executor.name == "local":
+        return  # SIGKILL: nothing of it runs any more
+    # the thread goes on for 5 more loops, each report of them fenced
+    wait_for(lambda: os.path.exists(done), timeout=30,
+             what="the attempt to loop on past its kill")
+    assert len(rows_of(experiment)) == rows
+    assert of(executor.poll(0.1)) == []
+
+
+# ---- the controller on every executor ----------------------------------------------------------
+def flaky_with_checkpoints(config):
+    import tempfile
+
+    checkpoint = ftnb.get_checkpoint()
+    start = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            with open(os.path.join(folder, "i")) as f:
+                start = int(f.read()) + 1
+    for i in range(start, 4):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "i"), "w") as f:
+                f.write(str(i))
+            ftnb.report({"i": i}, checkpoint=ftnb.Checkpoint.from_directory(folder))
+        if i == 1 and ftnb.get_context().attempt == 1:
+            raise RuntimeError("flaky")
+
+
+def test_the_controller_runs_on_it(kind, tmp_path, monkeypatch):
+    """A retry from a checkpoint, end to end, on the executor (the in-process one makes such
+    controller tests fast)."""
+    made = []
+
+    def executor_of(tuner):
+        made.append(create_executor(kind, pool=ResourcePool(2, []), output_events=False))
+        return made[-1]
+
+    monkeypatch.setattr(ftnb.Tuner, "_executor", executor_of)
+    grid = ftnb.Tuner(
+        flaky_with_checkpoints, param_space={"x": ftnb.grid_search([1, 2])},
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="e", verbose=0,
+                                  failure_config=ftnb.FailureConfig(max_failures=1)),
+    ).fit()
+    assert len(made) == 1 and made[0].running() == []
+    assert grid.num_errors == 0 and grid.num_terminated == 2
+    for result in grid:
+        assert [r["i"] for r in result.metrics_dataframe.to_dict("records")] == [0, 1, 2, 3]
+    state = json.loads((tmp_path / "e" / "experiment_state.json").read_text())
+    for trial in state["trials"]:
+        assert [a["outcome"] for a in trial["attempts"]] == ["failed", "finished"]
+        assert [f["type"] for f in trial["failures"]] == ["RuntimeError"]
+    with pytest.raises(RuntimeError, match="shut down"):  # the controller shut it down
+        made[0].start(make_spec(ExperimentPaths.of(Storage(str(tmp_path)), "e"),
+                                reports_three, {}))
+
+
+# ---- the registry ------------------------------------------------------------------------------
+def test_every_executor_is_registered():
+    assert set(EXECUTORS) <= set(available_executors())
+    assert "ray" in available_executors()  # reserved
+    for name in EXECUTORS:
+        assert executor_class(name).name == name
+
+
+def test_an_unknown_executor_names_the_known_ones():
+    with pytest.raises(ValueError) as info:
+        create_executor("locale")
+    assert str(info.value) == ("executor='locale' is not an executor ftnb knows (did you mean "
+                               "'local'?). Fix: use one of 'local', 'inprocess', 'ray'.")
+
+
+def test_ray_says_how_to_install_it_or_that_it_is_not_there_yet(monkeypatch):
+    if importlib.util.find_spec("ray") is None:
+        with pytest.raises(ImportError, match=r"Fix: pip install 'ftnb\[ray\]'"):
+            create_executor("ray")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "ray" else real(name, *a))
+    with pytest.raises(NotImplementedError, match="not available yet"):
+        create_executor("ray")
