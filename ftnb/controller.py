@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 from .config import RunConfig
@@ -111,7 +111,7 @@ class _Live:
     """What the controller tracks about a running attempt, beyond the persisted record."""
 
     attempt: int
-    error: Optional[ErrorEvent] = None
+    errors: dict[int, ErrorEvent] = field(default_factory=dict)  # by rank, first each
     outcome: Optional[str] = None
     preempted: bool = False
     stop_requested_at: Optional[float] = None
@@ -422,8 +422,7 @@ class Controller:
             trial.attempts[-1].pid = event.pids[0] if event.pids else None
         elif kind is EventKind.ERROR:
             assert isinstance(event, ErrorEvent)
-            if live.error is None:  # in a group, the first failing rank's error is the cause
-                live.error = event
+            live.errors.setdefault(event.rank, event)
         elif kind is EventKind.PREEMPTED:
             live.preempted = True
         elif kind is EventKind.DONE:
@@ -472,9 +471,12 @@ class Controller:
         attempt = trial.attempts[-1]
         attempt.ended = time.time()
         attempt.end_iteration = trial.iteration
+        # In a group, the cause is the error of the rank that failed first.
+        error = live.errors.get(exit_event.first_failing_rank) or next(
+            iter(live.errors.values()), None)
         end = policy.AttemptEnd(
             outcome=live.outcome,
-            error=live.error.as_failure() if live.error is not None else None,
+            error=error.as_failure() if error is not None else None,
             preempted=live.preempted,
             exit_code=exit_event.exit_code, oom_killed=exit_event.oom_killed,
             stop_requested=live.stop_requested_at is not None,
