@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from . import read_model
 from .config import RunConfig, TuneConfig
 from .state import ExperimentState, TrialStatus
 from .storage import ExperimentPaths, Storage, default_storage_path
@@ -137,10 +138,7 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
             "ftnb.attach('sweep1') or ftnb.attach('s3://bucket/exps/sweep1')."
         )
     root = storage_path or default_storage_path()
-    if names_a_folder(text):
-        paths = ExperimentPaths.at(os.path.expanduser(text), storage_filesystem)
-    else:
-        paths = ExperimentPaths.of(Storage(root, storage_filesystem), text)
+    paths = read_model.experiment_paths(text, root, storage_filesystem)
     if not paths.has_state():
         where = "in that folder" if paths.name != text else f"named {text!r} under {root}"
         raise ExperimentNotFoundError(
@@ -148,12 +146,6 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
             f"(or `ftnb ls {root}`) lists the experiments under a storage path."
         )
     return ExperimentHandle(paths)
-
-
-def names_a_folder(text: str) -> bool:
-    """Whether :func:`attach` takes ``text`` as an experiment's folder (a path or a URL), not
-    as a name under a storage path."""
-    return "://" in text or os.sep in text or text.startswith((".", "~"))
 
 
 def _storage(rc: RunConfig) -> Storage:
@@ -175,7 +167,7 @@ def _finished_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
     if not paths.has_state():
         return None
     try:
-        state = ExperimentState.load(paths).merge_trial_records(paths)
+        state = read_model.read_state(paths)
     except Exception:
         return None  # restore will say what is wrong with it
     if state.trials and all(t.status == TrialStatus.TERMINATED for t in state.trials):
@@ -212,30 +204,24 @@ class ExperimentHandle:
 
     def state(self) -> ExperimentState:
         """The experiment's state as its files have it (trial records merged)."""
-        return ExperimentState.load(self.paths).merge_trial_records(self.paths)
+        return read_model.read_state(self.paths)
 
     def is_live(self) -> bool:
         """Whether a driver (a supervisor, or a script's ``fit()``) owns it and is alive."""
-        owner = self._owner()
-        return owner is not None
+        return read_model.read_driver(self.paths).alive
 
     def status(self) -> str:
         """RUNNING, FINISHED, ERRORED or INTERRUPTED. A state that says RUNNING whose driver is
         gone (killed, its machine lost) is INTERRUPTED: resume it (:meth:`resume`)."""
-        status = ExperimentState.load(self.paths).status
-        if status == "RUNNING" and not self.is_live():
-            return "INTERRUPTED"
-        return status
+        return read_model.read_status(self.paths)
 
     @property
     def resume_line(self) -> str:
         """The one line that resumes this experiment. For one launched with ``%ftrun`` or
         ``ftnb.launch``: ``%ftresume NAME`` where the magics are loaded, else the Python line
         ``ftnb.attach(PATH).resume(train, param_space=space)`` (the recorded names); for one
-        run by ``Tuner.fit()``, the ``Tuner.restore`` call."""
-        from .monitor import default_resume_line
-
-        return default_resume_line(self.paths, ExperimentState.load(self.paths))
+        run by ``Tuner.fit()``, the ``Tuner.restore`` call (:func:`ftnb.read_model.resume_line`)."""
+        return read_model.resume_line(self.paths, ExperimentState.load(self.paths))
 
     @property
     def resume_code(self) -> str:
@@ -244,17 +230,13 @@ class ExperimentHandle:
 
     @property
     def supervisor_log(self) -> Optional[str]:
-        """The supervisor's log file, when a supervisor ran this experiment."""
-        return self._supervisor_record().get("log")
+        """The supervisor's log file, when a supervisor ran this experiment
+        (:func:`ftnb.read_model.supervisor_log`)."""
+        return read_model.supervisor_log(self.paths)
 
     def _supervisor_record(self) -> dict:
         """``supervisor.json`` (empty when no supervisor ran this experiment)."""
-        import json
-
-        try:
-            return json.loads(self.paths.storage.read_text(self.paths.supervisor))
-        except (OSError, ValueError):
-            return {}
+        return read_model.supervisor_record(self.paths)
 
     def _owner(self) -> Any:
         from .lease import live_lease
@@ -280,9 +262,7 @@ class ExperimentHandle:
                     )
                 time.sleep(_POLL_S)
         except KeyboardInterrupt:
-            from .monitor import ftnb_magics_loaded
-
-            magic = f" or %ftstop {self.path}" if ftnb_magics_loaded() else ""
+            magic = f" or %ftstop {self.path}" if read_model.ftnb_magics_loaded() else ""
             print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
                   f"(stop it with handle.stop(){magic}).", file=sys.stderr)
             raise
@@ -319,7 +299,7 @@ class ExperimentHandle:
         """A new incremental reader of the experiment (:class:`ftnb.monitor.ExperimentMonitor`)."""
         from .monitor import ExperimentMonitor
 
-        return ExperimentMonitor(self.paths, resume_line=self.resume_line)
+        return ExperimentMonitor(self.paths)
 
     # -- controls ------------------------------------------------------------------------------
     def stop(self, wait: bool = True, timeout: float = 60.0) -> None:
@@ -496,7 +476,7 @@ class ExperimentHandle:
         """The view as a text table: the widget's rows, and how to resume it if it stopped."""
         from .monitor import text_view
 
-        return text_view(self.monitor().poll())
+        return text_view(read_model.read_snapshot(self.paths))
 
     def __repr__(self) -> str:
         """The name, the status read now, and the path. A status that can still change says

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 from .storage import ExperimentPaths
@@ -238,14 +238,11 @@ class ExperimentState:
         raise KeyError(trial_id)
 
     def without_driver(self) -> "ExperimentState":
-        """A copy as a RUNNING experiment whose driver is gone reads: INTERRUPTED, and so are
-        the trials it was running (their attempts died with the driver; resuming the experiment
-        continues them from their checkpoints). The stored state is not changed."""
-        trials = [
-            replace(t, status=INTERRUPTED) if t.status == TrialStatus.RUNNING else t
-            for t in self.trials
-        ]
-        return replace(self, status=INTERRUPTED, trials=trials)
+        """A copy as a RUNNING experiment whose driver is gone reads (INTERRUPTED, the trials it
+        ran too): :func:`ftnb.read_model.without_driver`, where every reader gets it."""
+        from .read_model import without_driver
+
+        return without_driver(self)
 
     def begin_driver_session(self) -> None:
         """Record that a driver starts running the experiment now (see ``driver_sessions``);
@@ -334,21 +331,13 @@ class ExperimentState:
         self._last_bytes = data
 
     def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":
-        """Replace each trial's record by its own ``trial.json`` where that is newer.
-
-        The controller writes a trial's record at every transition (attempt started, failed,
-        finished) but saves the whole state at most once a second: after a driver died, the
-        trial records are the latest word. Returns self.
+        """Replace each trial's record by its own ``trial.json`` where that is newer (the
+        controller writes it at every transition, the whole state at most once a second):
+        :func:`ftnb.read_model.merge_trial_records`, where every reader gets it. Returns self.
         """
-        for i, trial in enumerate(self.trials):
-            try:
-                data = json.loads(paths.storage.read_bytes(paths.trial(trial.dir_name).record))
-                record = TrialRecord.from_json(data)
-            except (FileNotFoundError, ValueError, TypeError, KeyError):
-                continue
-            if record.seq > trial.seq and record.trial_id == trial.trial_id:
-                self.trials[i] = record
-        return self
+        from .read_model import merge_trial_records
+
+        return merge_trial_records(self, paths)
 
     @classmethod
     def load(cls, paths: ExperimentPaths) -> "ExperimentState":

@@ -72,7 +72,7 @@ def _handle(args: argparse.Namespace) -> Any:
 # -- ftnb stop ------------------------------------------------------------------------------------
 def cmd_stop(args: argparse.Namespace) -> int:
     """``ftnb stop NAME_OR_PATH [--trial ID]``."""
-    from .listing import resume_hint
+    from ..read_model import ResumeContext, resume_line
 
     handle = _handle(args)
     out = sys.stderr if args.json else sys.stdout
@@ -86,7 +86,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
             raise CliError(one_line(str(exc)).removeprefix("ftnb: "), EXIT_ERRORED) from None
     status = handle.status()
     state = handle.state()
-    resume = resume_hint(handle.paths, state) if status == "INTERRUPTED" else None
+    resume = (resume_line(handle.paths, state, ResumeContext.TERMINAL)
+              if status == "INTERRUPTED" else None)
     if args.json:
         print_json({"name": handle.name, "path": handle.path, "trial_id": None,
                     "was_running": was_live, "stopped": was_live and not handle.is_live(),
@@ -131,7 +132,7 @@ def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
 # -- ftnb rm --------------------------------------------------------------------------------------
 def cmd_rm(args: argparse.Namespace) -> int:
     """``ftnb rm NAME_OR_PATH [--yes]``."""
-    from ..lease import _acquisition_lock, live_lease
+    from ..lease import live_lease
 
     handle = _handle(args)
     paths = handle.paths
@@ -154,7 +155,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             return EXIT_ERRORED
     # Under the owner lock: a driver that starts now waits for the removal, then finds no
     # experiment, instead of losing its folder while it runs.
-    with _acquisition_lock(paths):
+    with paths.storage.exclusive_lock(paths.lease_lock):
         _refuse_live(handle, live_lease(paths))
         paths.storage.remove(paths.dir, recursive=True)
     if args.json:

@@ -16,8 +16,9 @@ import time
 from typing import Any, Optional
 
 from ..run_options import CommandSpec, opt
+from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
-from .output import experiment_json, print_json
+from .output import print_json
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 
@@ -105,24 +106,12 @@ class _Tail:
         return lines
 
     def _chunk(self) -> bytes:
-        if self.storage.is_local:
-            try:
-                with open(self.path, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if size < self.offset:
-                        self.offset, self.pending = 0, b""
-                    f.seek(self.offset)
-                    data = f.read()
-            except (FileNotFoundError, IsADirectoryError):
-                return b""
-        else:
-            try:
-                whole = self.storage.read_bytes(self.path)
-            except FileNotFoundError:
-                return b""
-            if len(whole) < self.offset:
-                self.offset, self.pending = 0, b""
-            data = whole[self.offset:]
+        try:
+            start, data = self.storage.read_from(self.path, self.offset)
+        except (FileNotFoundError, IsADirectoryError):
+            return b""
+        if start != self.offset:  # it shrank: a new file, read from its start
+            self.offset, self.pending = start, b""
         self.offset += len(data)
         return data
 
@@ -205,9 +194,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def _supervisor_source(handle: Any) -> list[_Source]:
     """The supervisor's log, or (no supervisor ran it) every trial's output, labelled."""
     from ..lease import host_id
+    from ..read_model import supervisor_record
 
     storage = handle.paths.storage
-    record = handle._supervisor_record()
+    record = supervisor_record(handle.paths)
     if record or storage.exists(handle.paths.supervisor_log):
         if storage.exists(handle.paths.supervisor_log):
             tail = _Tail(storage, handle.paths.supervisor_log)
@@ -254,6 +244,7 @@ def _trial_status(handle: Any, trial_id: str) -> Optional[str]:
 def cmd_watch(args: argparse.Namespace) -> int:
     """``ftnb watch NAME_OR_PATH``: the live table until the experiment ends."""
     from ..monitor import ExperimentMonitor
+    from ..read_model import ResumeContext
     from .listing import find_experiment
     from .running import exit_code_of
 
@@ -261,7 +252,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise CliError(f"ftnb watch: --interval {args.interval} must be a number of seconds > 0. "
                        "Fix: --interval 1")
     paths = find_experiment(args.target, args.storage_path)
-    monitor = ExperimentMonitor(paths, metric=args.metric)
+    monitor = ExperimentMonitor(paths, metric=args.metric, resume_context=ResumeContext.TERMINAL)
     interval = max(args.interval, paths.storage.poll_interval_s)
     screen = _Screen() if (sys.stdout.isatty() and not args.json) else None
     shown_generation = None
@@ -292,12 +283,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def snapshot_json(snap: Any) -> dict:
-    """A monitor's snapshot as ``ftnb status --json`` writes an experiment."""
-    driver = {"alive": not snap.driver_gone and bool(snap.driver), "gone": snap.driver_gone,
-              "line": snap.driver or None}
-    data = experiment_json(snap.view, snap.state, driver=driver,
-                           resume_line=snap.resume_line if snap.status == "INTERRUPTED" else None,
-                           supervisor_log=snap.supervisor_log)
+    """A snapshot as ``ftnb status --json`` writes an experiment, with its progress line."""
+    data = snap.experiment_json()
     data["progress"] = progress_line(snap.view, snap.state)
     return data
 
@@ -321,13 +308,9 @@ def progress_line(view: Any, state: Any, width: int = 24) -> str:
         if counts.get(status):
             parts.append(f"{counts[status]} {word}")
     if view.total_failures or view.total_preemptions:
-        parts.append(f"{_count(view.total_failures, 'failure')}, "
-                     f"{_count(view.total_preemptions, 'preemption')}")
+        parts.append(f"{plural(view.total_failures, 'failure')}, "
+                     f"{plural(view.total_preemptions, 'preemption')}")
     return f"[{'#' * filled}{'.' * (width - filled)}] {done:4.0%}  " + ", ".join(parts)
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _iteration_limit(state: Any) -> Optional[int]:

@@ -1,7 +1,8 @@
 """``ftnb ls`` and ``ftnb status``, and how every verb finds the experiment it is given.
 
 Both verbs only read (ARCHITECTURE.md, principle 7): they are safe against a running experiment,
-from any machine that sees its storage.
+from any machine that sees its storage. What they show comes from :mod:`ftnb.read_model` (what
+is at a path, the status as read, the trials, the resume line); this module words it.
 """
 
 from __future__ import annotations
@@ -11,21 +12,17 @@ import dataclasses
 import difflib
 import os
 import sys
-from typing import Any, Optional
+from typing import Optional
 
+from .. import read_model
+from ..read_model import Found, Location, ResumeContext
 from ..state import ExperimentState, StateFormatError
-from ..storage import (
-    STATE_BACKUP_FILE,
-    STATE_FILE,
-    ExperimentPaths,
-    Storage,
-    default_storage_path,
-)
+from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path
 from .exits import EXIT_OK, CliError, describe, one_line
-from .output import columns, experiment_json, local_time, print_json
+from .output import columns, local_time, print_json
 
 __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_experiments",
-           "open_storage", "resume_hint"]
+           "open_storage"]
 
 DEFAULT_MAX_ROWS = 50
 _STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERRORED")
@@ -64,27 +61,24 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
     """Print the experiments under the storage path ``given`` (default: the default storage)
     as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
     where, shown = _storage_shown(given)
-    storage = open_storage(where)
-    root = storage.root
-    if not _exists(storage, root):
+    location = _locate(open_storage(where))
+    if location.found is Found.MISSING:
         raise CliError(f"storage path {shown} does not exist")
-    if not _isdir(storage, root):
+    if location.found in (Found.FILE, Found.STATE_FILE):
         raise CliError(f"storage path {where} is a file, not a folder")
 
     listed: list[_Listed] = []
-    if _has_state(storage, root):
+    if location.experiment is not None:
         # The path is itself an experiment: show it rather than "nothing here".
         print(
             f"note: {where} is itself an experiment folder; `ftnb status {where}` shows its "
             "trials",
             file=sys.stderr,
         )
-        listed.append(_list_one(ExperimentPaths(storage, root)))
-    else:
-        for name in _visible(storage.listdir(root)):
-            exp_dir = storage.join(root, name)
-            if _has_state(storage, exp_dir):
-                listed.append(_list_one(ExperimentPaths(storage, exp_dir)))
+        listed.append(_list_one(location.experiment))
+    elif location.found is Found.STORAGE:
+        for name in location.names:
+            listed.append(_list_one(ExperimentPaths.of(location.storage, name, location.path)))
 
     readable = sorted((e for e in listed if e.error is None), key=lambda e: (e.updated, e.name))
     broken = sorted((e for e in listed if e.error is not None), key=lambda e: e.name)
@@ -107,27 +101,12 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
 def _list_one(paths: ExperimentPaths) -> _Listed:
     name = paths.name
     try:
-        state = ExperimentState.load(paths)
+        summary = read_model.summarize(paths)
     except StateFormatError as exc:
         return _Listed(name, paths.uri, "UNREADABLE", error=_short_reason(str(exc), paths))
     except Exception as exc:  # permission denied, a backend error: still list the others
         return _Listed(name, paths.uri, "UNREADABLE", error=describe(exc))
-    if state.status == "RUNNING":
-        from ..lease import live_lease
-
-        if live_lease(paths) is None:
-            state = state.without_driver()
-    counts = state.counts()
-    return _Listed(
-        name=name,
-        path=paths.uri,
-        status=state.status,
-        trials=len(state.trials),
-        counts=counts,
-        failures=sum(t.num_failures for t in state.trials),
-        preemptions=sum(t.num_preemptions for t in state.trials),
-        updated=state.updated,
-    )
+    return _Listed(**dataclasses.asdict(summary))
 
 
 def _short_reason(message: str, paths: ExperimentPaths) -> str:
@@ -160,34 +139,22 @@ def _render_ls(listed: list[_Listed]) -> str:
 # -- ftnb status -------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``."""
-    from ..lease import read_lease
-    from ..view import ExperimentView, render_table
+    from ..view import render_table
 
     paths = find_experiment(args.target, args.storage_path)
     try:
-        state = ExperimentState.load(paths).merge_trial_records(paths)
+        snap = read_model.read_snapshot(paths, metric=args.metric,
+                                        resume_context=ResumeContext.TERMINAL)
     except StateFormatError as exc:
         raise CliError(one_line(str(exc))) from None
     except OSError as exc:
         raise CliError(f"cannot read {paths.uri}: {describe(exc)}") from None
+    state, view = snap.state, snap.view
     fallback = _fallback_note(paths, state)
     if fallback:
         print(f"warning: {fallback}", file=sys.stderr)
-    lease = read_lease(paths)
-    alive, why = lease.liveness() if lease is not None else (False, "")
-    if state.status == "RUNNING" and not alive:
-        state = state.without_driver()
-
-    view = ExperimentView.from_state(state, path=paths.uri, metric=args.metric)
-    owner = _owner_line(paths, state, lease, alive, why)
-    resume = resume_hint(paths, state) if state.status == "INTERRUPTED" else None
     if args.json:
-        driver = None
-        if lease is not None:
-            driver = {"pid": lease.pid, "host": lease.host, "alive": alive, "why": why,
-                      "line": owner}
-        print_json(experiment_json(view, state, driver=driver, resume_line=resume,
-                                   supervisor_log=_supervisor_log(paths)))
+        print_json(snap.experiment_json())
         return EXIT_OK
 
     max_rows = len(view.rows) if args.all else DEFAULT_MAX_ROWS
@@ -195,10 +162,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(view.rows) > max_rows:
         print("(--all shows every trial)")
     print(f"Updated {local_time(state.updated)}  {paths.uri}")
+    owner = _owner_line(snap)
     if owner:
         print(owner)
-    if resume and (not owner or "Resume with" not in owner):
-        print(f"Resume it with: {resume}")
+    if snap.status == "INTERRUPTED" and (not owner or "Resume with" not in owner):
+        print(f"Resume it with: {snap.resume_line}")
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):
         reported = sorted({k for t in state.trials for k in (t.last_result or {})})
         known = ", ".join(reported) if reported else "none yet"
@@ -209,33 +177,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def resume_hint(paths: ExperimentPaths, state: ExperimentState) -> str:
-    """The line that resumes an interrupted experiment, as a terminal user can use it."""
-    from ..monitor import default_resume_line
-
-    if state.settings.get("origin"):
-        return default_resume_line(paths, state)
-    return (f"ftnb.Tuner.restore({paths.uri!r}, <trainable>).fit(), or run the same "
-            "ftnb.run(...) again")
-
-
-def _owner_line(paths: ExperimentPaths, state: ExperimentState, lease: Any, alive: bool,
-                why: str) -> Optional[str]:
-    """Who drives the experiment (``lease``, and its ``liveness()``), and how to resume it if
-    that driver is gone."""
-    if lease is None or state.status in ("FINISHED", "ERRORED") and lease.released:
+def _owner_line(snap: read_model.ExperimentSnapshot) -> Optional[str]:
+    """Who drives the experiment, and how to resume it if that driver is gone; None for a
+    stopped experiment whose driver let go (or died after saving it)."""
+    driver, status = snap.driver_status, snap.status
+    lease = driver.lease
+    if lease is None or status in ("FINISHED", "ERRORED") and lease.released:
         return None
-    if alive:
-        return f"Driver: {lease.describe()}, alive ({why})"
-    if state.status in ("FINISHED", "ERRORED"):
+    if driver.alive:
+        return f"Driver: {lease.describe()}, alive ({driver.why})"
+    if status in ("FINISHED", "ERRORED"):
         return None
-    return f"Driver: {lease.describe()}, gone ({why}). Resume with {resume_hint(paths, state)}"
-
-
-def _supervisor_log(paths: ExperimentPaths) -> Optional[str]:
-    from ..handle import ExperimentHandle
-
-    return ExperimentHandle(paths).supervisor_log
+    return f"Driver: {lease.describe()}, gone ({driver.why}). Resume with {snap.resume_line}"
 
 
 # -- finding an experiment ---------------------------------------------------------------------
@@ -244,24 +197,22 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
     URL), or a name under ``storage_path`` (default ``$FTNB_STORAGE_PATH``, else
     ``~/ftnb_results``). A bare name that is not there but is a folder here is that folder (as
     ``ftnb status`` always took it). A :class:`CliError` says what is there instead."""
-    from ..handle import names_a_folder
-
-    if names_a_folder(target):
+    if read_model.names_a_folder(target):
         return _find_at(target)
     where, shown = _storage_shown(storage_path)
     shown = shown.replace("; pass a STORAGE path to look elsewhere", "")
     storage = open_storage(where)
     candidate = ExperimentPaths.of(storage, target)
-    if _has_state(storage, candidate.dir):
+    if read_model.is_experiment(storage, candidate.dir):
         return candidate
     if storage_path is None and os.path.exists(target):
         return _find_at(target)
-    if not _exists(storage, storage.root):
+    location = _locate(storage)
+    if location.found is Found.MISSING:
         raise CliError(f"no experiment named {target!r}: the storage path {shown} does not "
                        "exist. Fix: give the storage (--storage PATH) or the experiment's folder")
-    names = [n for n in _visible(storage.listdir(storage.root))
-             if _has_state(storage, storage.join(storage.root, n))]
-    close = difflib.get_close_matches(target, names, n=1)
+    close = difflib.get_close_matches(target, location.names if location.found is Found.STORAGE
+                                      else [], n=1)
     guess = f" Did you mean {close[0]!r}?" if close else ""
     raise CliError(f"no experiment named {target!r} under {shown}.{guess} Fix: `ftnb ls "
                    f"{where}` lists them; give another storage with --storage PATH, or the "
@@ -270,37 +221,35 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
 
 def _find_at(where: str) -> ExperimentPaths:
     """The experiment whose folder is ``where``, or a CliError that says what is there."""
-    storage = open_storage(where)
-    root = storage.root
-    if not _exists(storage, root):
+    location = _locate(open_storage(where))
+    found = location.found
+    if location.experiment is not None:
+        return location.experiment
+    if found is Found.MISSING:
         raise CliError(f"{where} does not exist")
-    if not _isdir(storage, root):
-        base = root.replace(os.sep, "/").rsplit("/", 1)[-1]
-        if base in (STATE_FILE, STATE_BACKUP_FILE):  # `ftnb status exp/experiment_state.json`
-            return _find_at(where.rstrip("/").rsplit("/", 1)[0] if "/" in where else ".")
+    if found is Found.STATE_FILE:  # `ftnb status exp/experiment_state.json`: its folder
+        return _find_at(where.rstrip("/").rsplit("/", 1)[0] if "/" in where else ".")
+    if found is Found.FILE:
         raise CliError(f"{where} is a file, not an experiment folder")
-    if _has_state(storage, root):
-        return ExperimentPaths(storage, root)
-
-    names = _visible(storage.listdir(root))
-    if not names:
+    if found is Found.EMPTY:
         raise CliError(f"{where} is an empty folder, not an experiment (no {STATE_FILE})")
-    experiments = [n for n in names if _has_state(storage, storage.join(root, n))]
-    if experiments:
+    if found is Found.STORAGE:
+        experiments = location.names
         some = ", ".join(experiments[:3]) + (", ..." if len(experiments) > 3 else "")
         plural = "experiment" if len(experiments) == 1 else "experiments"
+        first = ExperimentPaths.of(location.storage, experiments[0], where)  # as written
         raise CliError(
             f"{where} has no {STATE_FILE}: it is a storage folder holding "
             f"{len(experiments)} {plural} ({some}). Fix: `ftnb ls {where}` lists them; "
-            f"`ftnb status {storage.join(where, experiments[0])}` shows one"
+            f"`ftnb status {first.dir}` shows one"
         )
-    parent = storage.parent(root)
-    if parent and parent != root and _has_state(storage, parent):
+    if found is Found.TRIAL:
         shown = where.rstrip("/").rsplit("/", 1)[0] if "/" in where.rstrip("/") else "."
         raise CliError(
             f"{where} is a trial folder, not an experiment folder. Fix: `ftnb status {shown}` "
             "shows the experiment it belongs to"
         )
+    names = location.names
     some = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
     raise CliError(
         f"{where} is not an experiment folder: it has no {STATE_FILE} "
@@ -329,30 +278,10 @@ def open_storage(where: str) -> Storage:
         raise CliError(f"cannot open {where}: {one_line(str(exc))}") from None
 
 
-def _exists(storage: Storage, path: str) -> bool:
-    # The first touch of the storage: any backend failure here (no credentials, no network,
-    # permission denied) is about the user's path or environment, not a bug.
+def _locate(storage: Storage) -> Location:
+    """What is at the storage's root. Any backend failure (no credentials, no network,
+    permission denied) is about the user's path or environment, not a bug: a CliError."""
     try:
-        return storage.exists(path)
+        return read_model.locate(storage)
     except Exception as exc:
-        raise CliError(f"cannot read {storage.uri(path)}: {describe(exc)}") from None
-
-
-def _isdir(storage: Storage, path: str) -> bool:
-    try:
-        return storage.isdir(path)
-    except Exception as exc:
-        raise CliError(f"cannot read {storage.uri(path)}: {describe(exc)}") from None
-
-
-def _has_state(storage: Storage, folder: str) -> bool:
-    """Whether ``folder`` holds an experiment (its state, or at least the previous generation)."""
-    try:
-        return ExperimentPaths(storage, folder).has_state()
-    except Exception:
-        return False
-
-
-def _visible(names: list[str]) -> list[str]:
-    # Hidden entries are ftnb's own temporaries (write probes, half-written files) or the OS's.
-    return [n for n in names if not n.startswith(".")]
+        raise CliError(f"cannot read {storage.uri(storage.root)}: {describe(exc)}") from None

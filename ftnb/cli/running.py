@@ -279,19 +279,14 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
 
 def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool = False) -> int:
     """Print how the experiment ended (or its JSON) and return the exit code."""
-    from .listing import resume_hint
+    from ..read_model import ResumeContext, read_snapshot
 
-    state = handle.state()
-    status = handle.status()
+    snap = read_snapshot(handle.paths, resume_context=ResumeContext.TERMINAL)
+    state, status = snap.state, snap.status
     if as_json:
-        from ..view import ExperimentView
-        from .output import experiment_json, print_json
+        from .output import print_json
 
-        view = ExperimentView.from_state(state if status != "INTERRUPTED"
-                                         else state.without_driver(), path=handle.path)
-        resume = resume_hint(handle.paths, state) if status == "INTERRUPTED" else None
-        print_json(experiment_json(view, state, driver=None, resume_line=resume,
-                                   supervisor_log=handle.supervisor_log))
+        print_json(snap.experiment_json())
     else:
         counts = state.counts()
         print(f"ftnb: experiment {handle.name!r} {status}: {plural(len(state.trials), 'trial')}, "
@@ -301,7 +296,7 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
             if trial.status == "ERRORED" and trial.failures:
                 print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
         if status == "INTERRUPTED" and not resume_said:
-            print(f"Resume it with: {resume_hint(handle.paths, state)}", flush=True)
+            print(f"Resume it with: {snap.resume_line}", flush=True)
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
 
 
@@ -311,14 +306,12 @@ def _detached(trainable: Any, kwargs: dict, as_json: bool, verb: str) -> int:
     with _user_errors(f"{verb} --detach"):
         handle = ftnb.launch(trainable, quiet=as_json, **kwargs)
     if as_json:
-        from ..view import ExperimentView
-        from .output import experiment_json, print_json
+        from ..read_model import ResumeContext, read_snapshot, supervisor_record
+        from .output import print_json
 
-        state = handle.state()
-        data = experiment_json(ExperimentView.from_state(state, path=handle.path), state,
-                               driver=None, resume_line=None,
-                               supervisor_log=handle.supervisor_log)
-        data["supervisor"] = handle._supervisor_record() or None
+        snap = read_snapshot(handle.paths, resume_context=ResumeContext.TERMINAL)
+        data = snap.experiment_json()
+        data["supervisor"] = supervisor_record(handle.paths) or None
         print_json(data)
     else:
         print(f"ftnb: `ftnb watch {handle.name}` follows it, `ftnb logs {handle.name} "

@@ -726,7 +726,8 @@ class FtnbMagics(Magics):
         name under the default storage, else under the storages this kernel used (the last
         one first)."""
         import ftnb
-        from ..handle import ExperimentNotFoundError, names_a_folder
+        from ..handle import ExperimentNotFoundError
+        from ..read_model import names_a_folder
 
         filesystem = None
         if args.filesystem:
@@ -780,7 +781,7 @@ class FtnbMagics(Magics):
                     return
 
     def _remember(self, handle: Any) -> None:
-        from ..monitor import same_storage_path
+        from ..read_model import same_storage_path
         from ..storage import default_storage_path
 
         path = handle.paths.parent_uri

@@ -1,8 +1,9 @@
 """The live experiment widget: ipywidgets and a plotly chart over an :class:`ExperimentMonitor`.
 
 :class:`ExperimentWidget` is displayed once; from then on only its values change. One
-background updater thread polls the experiment's monitor at most twice a second (every 2.5 s on
-remote storage), and sends only what changed, batched (``hold_sync()``, ``batch_update()``). It
+background updater thread polls the experiment's monitor at most twice a second (on object
+stores, as often as their :attr:`~ftnb.storage.Storage.poll_interval_s` says: every 2 s), and
+sends only what changed, batched (``hold_sync()``, ``batch_update()``). It
 never writes to an ``Output`` widget (``with output:`` from a thread lands in whatever cell runs
 then). It stops by itself once a finished experiment's last state is shown, and on
 :meth:`ExperimentWidget.close`.
@@ -34,8 +35,7 @@ from .plots import TrialChart
 
 __all__ = ["ExperimentWidget", "text_view"]
 
-LOCAL_INTERVAL_S = 0.5  # at most 2 updates a second
-REMOTE_INTERVAL_S = 2.5  # object stores: a listing per poll costs requests
+LOCAL_INTERVAL_S = 0.5  # at most 2 updates a second (slower where the storage says so)
 INTERRUPTED_INTERVAL_S = 5.0  # watch for a resume from elsewhere, cheaply
 DEFAULT_TABLE_ROWS = 50
 MAX_FAILURES_SHOWN = 50
@@ -192,8 +192,8 @@ class ExperimentWidget(widgets.VBox):
             ``stop``, ``stop_trial``, ``resume``, ``name`` and ``path``).
         metric: the metric plotted first (default: the experiment's ``metric``, else the first
             one reported).
-        interval_s: seconds between polls (default 0.5 on a local disk, 2.5 on object stores;
-            never less than 0.5).
+        interval_s: seconds between polls (default: the storage's ``poll_interval_s``, 2 on
+            object stores where a listing per poll costs requests; never less than 0.5).
         start: start the background updater (tests drive :meth:`refresh` themselves).
 
     The first state is read before the constructor returns, so a finished experiment's widget
@@ -204,7 +204,7 @@ class ExperimentWidget(widgets.VBox):
                  interval_s: Optional[float] = None, start: bool = True) -> None:
         self.handle = handle
         self.monitor: ExperimentMonitor = handle.monitor()
-        default = LOCAL_INTERVAL_S if self.monitor.is_local else REMOTE_INTERVAL_S
+        default = self.monitor.storage.poll_interval_s
         self.interval_s = max(LOCAL_INTERVAL_S, interval_s if interval_s is not None else default)
         self.snapshot: Optional[ExperimentSnapshot] = None
         self._metric_choice = metric
@@ -402,10 +402,9 @@ class ExperimentWidget(widgets.VBox):
         _show(self.running_controls, running)
         _show(self.resume_controls, interrupted)
         if interrupted:
-            line = getattr(self.handle, "resume_line", None) or snap.resume_line
             _set(self.resume_box, "value",
                  "Interrupted: nothing runs it now. Resume it with "
-                 f"<code>{html.escape(line)}</code> or the button:")
+                 f"<code>{html.escape(snap.resume_line)}</code> or the button:")
         stoppable = [
             r.trial_id for r in snap.view.rows if r.status in ("RUNNING", "PENDING", "PAUSED")
         ]
