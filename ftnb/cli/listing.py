@@ -14,12 +14,15 @@ import os
 import sys
 from typing import Optional
 
-from .. import read_model
-from ..read_model import Found, Location, ResumeContext
+from typing import TYPE_CHECKING
+
 from ..state import ExperimentState, StateFormatError
 from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path
 from .exits import EXIT_OK, CliError, describe, one_line
 from .output import columns, local_time, print_json
+
+if TYPE_CHECKING:
+    from ..read_model import ExperimentSnapshot, Location
 
 __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_experiments",
            "open_storage"]
@@ -60,6 +63,8 @@ def _storage_shown(given: Optional[str]) -> tuple[str, str]:
 def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
     """Print the experiments under the storage path ``given`` (default: the default storage)
     as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
+    from ..read_model import Found
+
     where, shown = _storage_shown(given)
     location = _locate(open_storage(where))
     if location.found is Found.MISSING:
@@ -99,6 +104,8 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
 
 
 def _list_one(paths: ExperimentPaths) -> _Listed:
+    from .. import read_model
+
     name = paths.name
     try:
         summary = read_model.summarize(paths)
@@ -139,6 +146,8 @@ def _render_ls(listed: list[_Listed]) -> str:
 # -- ftnb status -------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``."""
+    from .. import read_model
+    from ..read_model import ResumeContext
     from ..view import render_table
 
     paths = find_experiment(args.target, args.storage_path)
@@ -177,7 +186,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _owner_line(snap: read_model.ExperimentSnapshot) -> Optional[str]:
+def _owner_line(snap: "ExperimentSnapshot") -> Optional[str]:
     """Who drives the experiment, and how to resume it if that driver is gone; None for a
     stopped experiment whose driver let go (or died after saving it)."""
     driver, status = snap.driver_status, snap.status
@@ -197,6 +206,9 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
     URL), or a name under ``storage_path`` (default ``$FTNB_STORAGE_PATH``, else
     ``~/ftnb_results``). A bare name that is not there but is a folder here is that folder (as
     ``ftnb status`` always took it). A :class:`CliError` says what is there instead."""
+    from .. import read_model
+    from ..read_model import Found
+
     if read_model.names_a_folder(target):
         return _find_at(target)
     where, shown = _storage_shown(storage_path)
@@ -221,6 +233,8 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
 
 def _find_at(where: str) -> ExperimentPaths:
     """The experiment whose folder is ``where``, or a CliError that says what is there."""
+    from ..read_model import Found
+
     location = _locate(open_storage(where))
     found = location.found
     if location.experiment is not None:
@@ -278,9 +292,11 @@ def open_storage(where: str) -> Storage:
         raise CliError(f"cannot open {where}: {one_line(str(exc))}") from None
 
 
-def _locate(storage: Storage) -> Location:
+def _locate(storage: Storage) -> "Location":
     """What is at the storage's root. Any backend failure (no credentials, no network,
     permission denied) is about the user's path or environment, not a bug: a CliError."""
+    from .. import read_model
+
     try:
         return read_model.locate(storage)
     except Exception as exc:

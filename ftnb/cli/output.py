@@ -8,14 +8,14 @@ import sys
 import time
 from typing import Any, Optional
 
-from ..read_model import finite
-
-__all__ = ["columns", "finite", "local_time", "print_json"]
+__all__ = ["columns", "local_time", "print_json"]
 
 
 def print_json(obj: Any, *, indent: Optional[int] = 1) -> None:
     """Print ``obj`` as strict JSON (jq, JavaScript): NaN and infinities become null.
     ``indent=None``: one line (JSON Lines)."""
+    from ..read_model import finite  # imported when used: `ftnb --version` stays fast
+
     text = json.dumps(finite(obj), indent=indent, default=str, allow_nan=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
