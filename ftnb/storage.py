@@ -250,6 +250,34 @@ class Storage:
         names = [posixpath.basename(e.rstrip("/")) for e in entries]
         return sorted(n for n in names if n)
 
+    # -- reads that poll (the read model's readers: ftnb.monitor, `ftnb logs`) -----------------
+    # Added for issue 13, item 5 (one read model); see FileVersions at the end of this module.
+    def file_versions(self, folder: str) -> "FileVersions":
+        """The versions of the files under ``folder`` as they are now (:class:`FileVersions`)."""
+        return FileVersions(self, folder)
+
+    def read_from(self, path: str, offset: int, size: Optional[int] = None) -> tuple[int, bytes]:
+        """``(start, data)``: the bytes of the file ``path`` from ``offset`` to its end, with
+        ``start == offset``; or the whole file with ``start == 0`` when it is now shorter than
+        ``offset`` (it was replaced). ``size``: its size if the caller knows it (from
+        :class:`FileVersions`), which saves an object store a request. FileNotFoundError if
+        it is missing."""
+        if self.is_local:
+            with open(path, "rb") as f:
+                start = offset if offset <= os.fstat(f.fileno()).st_size else 0
+                f.seek(start)
+                return start, f.read()
+        if offset:
+            if size is None:
+                size = self.fs.info(path, **self._deadline())["size"]
+            if offset > size:
+                offset = 0
+            elif offset == size:
+                return offset, b""
+        if not offset:
+            return 0, self.fs.cat_file(path, **self._deadline(size or 0))
+        return offset, self.fs.cat_file(path, start=offset, **self._deadline(size - offset))
+
     # -- writes --------------------------------------------------------------------------------
     def makedirs(self, path: str) -> None:
         if self.is_local:
@@ -728,3 +756,55 @@ class ExperimentPaths:
     @property
     def supervisor_log(self) -> str:
         return self.storage.join(self.dir, "supervisor.log")
+
+
+# =================================================================================================
+# Reads that poll (issue 13, item 5: the read model's readers, ftnb.monitor and `ftnb logs`)
+# -------------------------------------------------------------------------------------------------
+#: A file's version: a tuple whose first item is the file's size (None if unknown), the rest
+#: what tells its versions apart (inode and modification time on a local disk; the ETag,
+#: generation or modification time an object store lists). Equal versions: an unchanged file.
+FileVersion = tuple
+
+
+class FileVersions:
+    """The versions of the files under one folder at one moment, for a reader that polls: it
+    reads a file again only when its version changed. A local disk answers each file with a
+    ``stat``; an object store is listed once, when this is made (one paginated request for the
+    whole folder instead of one per file)."""
+
+    def __init__(self, storage: Storage, folder: str) -> None:
+        self._listed = None if storage.is_local else _listed_versions(storage, folder)
+
+    def get(self, path: str) -> Optional[FileVersion]:
+        """The version of the file ``path`` (under the folder), or None if there is none."""
+        if self._listed is not None:
+            return self._listed.get(path.rstrip("/"))
+        try:  # a poll stats every file of an experiment: no more than the stat itself
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return (st.st_size, st.st_ino, st.st_mtime_ns)
+
+
+def _listed_versions(storage: Storage, folder: str) -> dict[str, FileVersion]:
+    fs = storage.fs
+    try:
+        fs.invalidate_cache(folder)  # a listing cached by fsspec would hide every change
+    except Exception:
+        pass
+    try:
+        found = fs.find(folder, detail=True, **call_deadline(fs))
+    except FileNotFoundError:
+        return {}
+    return {p.rstrip("/"): _listed_version(info) for p, info in found.items()}
+
+
+def _listed_version(info: dict) -> FileVersion:
+    """A listed file's size and whatever version marker its backend lists (ETag on S3, a
+    generation or modification time elsewhere)."""
+    for name in ("ETag", "etag", "md5Hash", "generation", "LastModified", "mtime", "updated",
+                 "last_modified", "created"):
+        if info.get(name) is not None:
+            return (info.get("size"), str(info[name]))
+    return (info.get("size"), None)
