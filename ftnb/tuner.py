@@ -206,11 +206,11 @@ class Tuner:
                      with_space: bool) -> str:
         """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
         experiment the command line started, else the Python line."""
-        if self.origin and self.origin.get("via") == "cli":
-            from .monitor import default_resume_line
+        from .read_model import resume_line, tuner_restore_line
 
-            return default_resume_line(paths, state)
-        return _resume_hint(paths, self.trainable, with_space)
+        if self.origin and self.origin.get("via") == "cli":
+            return resume_line(paths, state)
+        return tuner_restore_line(paths.uri, callable_name(self.trainable), with_space)
 
     def _executor(self) -> Any:
         """The executor trials run on: local processes, obtained by name from the registry,
@@ -609,10 +609,6 @@ def _objects_in(state: ExperimentState) -> list:
 
     return walk_placeholders(state.param_space)
 
-
-def _resume_hint(paths: ExperimentPaths, trainable: Any, with_space: bool) -> str:
-    space = ", param_space=param_space" if with_space else ""
-    return f"ftnb.Tuner.restore({paths.uri!r}, {callable_name(trainable)}{space}).fit()"
 
 
 def _stored_tune_config(settings: dict) -> TuneConfig:
