@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from typing import Any, Iterator, Optional
 
@@ -34,15 +33,13 @@ class Checkpoint:
     """
 
     def __init__(self, path: str | os.PathLike, filesystem: Any = None) -> None:
-        import fsspec.core
+        from .storage import Storage
 
-        path = os.fspath(path)
-        if filesystem is None:
-            filesystem, path = fsspec.core.url_to_fs(os.path.expanduser(path))
-        self.filesystem = filesystem
-        self.path: str = path
-        if self._is_local:
-            self.path = os.path.abspath(path)
+        # The folder's storage answers every local-or-remote question (where to read it, its
+        # URL); ``path`` is the storage's root: absolute on a local disk, without the protocol.
+        self._storage = Storage(os.fspath(path), filesystem)
+        self.filesystem = self._storage.fs
+        self.path: str = self._storage.root
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
@@ -53,7 +50,7 @@ class Checkpoint:
                 f"{type(path).__name__}: {path!r}."
             )
         ckpt = cls(path)
-        if ckpt._is_local and not os.path.isdir(ckpt.path):
+        if ckpt._storage.missing_local_folder(ckpt.path):
             raise ValueError(
                 f"Checkpoint.from_directory(path={os.fspath(path)!r}): no such folder. "
                 "Fix: save your files into a folder first, then pass that folder."
@@ -61,15 +58,9 @@ class Checkpoint:
         return ckpt
 
     @property
-    def _is_local(self) -> bool:
-        from .storage import is_local_fs
-
-        return is_local_fs(self.filesystem)
-
-    @property
     def uri(self) -> str:
         """The checkpoint's location as a path (local) or URL (remote)."""
-        return self.path if self._is_local else self.filesystem.unstrip_protocol(self.path)
+        return self._storage.uri(self.path)
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
@@ -78,29 +69,16 @@ class Checkpoint:
         A local checkpoint is yielded in place, without a copy (do not modify it); a remote one
         is downloaded to a temporary folder that is deleted afterwards.
         """
-        if self._is_local:
-            yield self.path
-            return
-        tmp = tempfile.mkdtemp(prefix="ftnb-checkpoint-")
-        try:
-            self._download(tmp)
-            yield tmp
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with self._storage.local_folder(self.path) as folder:
+            yield folder
 
     def to_directory(self, path: Optional[str | os.PathLike] = None) -> str:
         """Copy the checkpoint's files into the local folder ``path`` (default: a new temporary
         folder) and return that folder's path."""
-        target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="ftnb-checkpoint-")
-        os.makedirs(target, exist_ok=True)
-        if self._is_local:
-            shutil.copytree(self.path, target, dirs_exist_ok=True)
-        else:
-            self._download(target)
+        target = (os.fspath(path) if path is not None
+                  else tempfile.mkdtemp(prefix="ftnb-checkpoint-"))
+        self._storage.copy_folder_to_local(self.path, target)
         return target
-
-    def _download(self, target: str) -> None:
-        self.filesystem.get(self.path.rstrip("/") + "/", target.rstrip("/") + "/", recursive=True)
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.uri!r})"

@@ -30,11 +30,13 @@ __all__ = ["ControlInbox", "ControlRequest", "send_request"]
 STOP_EXPERIMENT = "stop"
 STOP_TRIAL = "stop_trial"
 _ACTIONS = (STOP_EXPERIMENT, STOP_TRIAL)
-_SUFFIX = ".json"
 
 
 @dataclass(frozen=True)
 class ControlRequest:
+    """One request: its ``id`` (sortable by the time it was sent), its ``action``, the trial
+    it is about (``trial_id``, for "stop_trial") and the ``reason`` to record."""
+
     id: str
     action: str
     trial_id: Optional[str] = None
@@ -63,8 +65,8 @@ def send_request(paths: ExperimentPaths, action: str, trial_id: Optional[str] = 
     body = {"action": action, "trial_id": trial_id, "reason": reason, "epoch": epoch,
             "sent": time.time(), "by": {"host": socket.gethostname(), "pid": os.getpid()}}
     paths.storage.makedirs(paths.control)
-    paths.storage.write_atomic(paths.storage.join(paths.control, request.id + _SUFFIX),
-                               json.dumps(body), durable=False)
+    paths.storage.write_atomic(paths.control_request(request.id), json.dumps(body),
+                               durable=False)
     return request
 
 
@@ -82,10 +84,9 @@ class ControlInbox:
             paths.storage.poll_interval_s)
         self._next = 0.0
 
-    def _names(self) -> list[str]:
-        return [n for n in self.paths.storage.listdir(self.paths.control) if n.endswith(_SUFFIX)]
-
     def take(self) -> list[ControlRequest]:
+        """The requests addressed to this driver that arrived since the last call (none when
+        called again within ``interval_s``), oldest first."""
         now = time.monotonic()
         if now < self._next:
             return []
@@ -93,13 +94,13 @@ class ControlInbox:
         storage = self.paths.storage
         requests = []
         try:
-            names = self._names()
+            request_ids = self.paths.control_request_ids()
         except Exception as exc:
             if is_transient(exc):
                 return []  # storage is not answering: look again next time
             raise
-        for name in names:
-            path = storage.join(self.paths.control, name)
+        for request_id in request_ids:
+            path = self.paths.control_request(request_id)
             try:
                 text = storage.read_text(path)
             except Exception as exc:
@@ -115,6 +116,6 @@ class ControlInbox:
                 continue  # for a driver newer than this one (which is about to find out)
             storage.remove(path)
             if action in _ACTIONS and epoch == self.epoch:
-                requests.append(ControlRequest(name[: -len(_SUFFIX)], action, body.get("trial_id"),
+                requests.append(ControlRequest(request_id, action, body.get("trial_id"),
                                                str(body.get("reason") or "stopped by user")))
         return requests

@@ -42,7 +42,7 @@ from .state import (
     TrialRecord,
     TrialStatus,
 )
-from .storage import ExperimentPaths, checkpoint_index
+from .storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
 
 __all__ = ["Controller", "ExperimentListener"]
 
@@ -328,7 +328,7 @@ class Controller:
             known.add(latest["dir_name"])
         for name in self.storage.listdir(trial_paths.dir):
             index = checkpoint_index(name)
-            debris = name.startswith(".tmp-checkpoint_") or (
+            debris = is_temporary_checkpoint(name) or (
                 index is not None and name not in known and index >= trial.next_checkpoint_index
             )
             if debris:
@@ -394,7 +394,7 @@ class Controller:
         self._guard()
         ResultLog(trial_paths, existing=[]).rewrite([])
         for name in self.storage.listdir(trial_paths.dir):
-            if checkpoint_index(name) is not None or name.startswith(".tmp-checkpoint_"):
+            if checkpoint_index(name) is not None or is_temporary_checkpoint(name):
                 self.storage.remove(trial_paths.checkpoint(name), recursive=True)
         trial.checkpoints = []
         trial.latest_checkpoint = None

@@ -25,7 +25,6 @@ The lease is ``owner.json`` in the experiment folder::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -34,7 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from .storage import ExperimentPaths, is_transient
 
@@ -50,8 +49,6 @@ __all__ = [
     "reap_processes",
 ]
 
-LEASE_FILE = "owner.json"
-LOCK_FILE = ".owner.lock"
 DEFAULT_TTL_S = 60.0
 
 
@@ -201,7 +198,7 @@ def refuse_if_owned(paths: ExperimentPaths, what: str) -> Optional[LeaseInfo]:
 def read_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
     """The current lease, or None when there is none (or it is unreadable)."""
     try:
-        data = json.loads(paths.storage.read_bytes(_lease_path(paths)))
+        data = json.loads(paths.storage.read_bytes(paths.lease))
         return LeaseInfo.from_json(data)
     except (FileNotFoundError, ValueError, TypeError):
         return None
@@ -211,27 +208,6 @@ def live_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
     """The lease of the driver that owns the experiment now, or None when no live driver does."""
     current = read_lease(paths)
     return current if current is not None and current.liveness()[0] else None
-
-
-def _lease_path(paths: ExperimentPaths) -> str:
-    return paths.storage.join(paths.dir, LEASE_FILE)
-
-
-@contextlib.contextmanager
-def _acquisition_lock(paths: ExperimentPaths) -> Iterator[None]:
-    """Serialize acquisitions on a local (or NFS) disk; object stores have no such lock."""
-    if not paths.storage.is_local:
-        yield
-        return
-    import fcntl
-
-    os.makedirs(paths.dir, exist_ok=True)
-    fd = os.open(os.path.join(paths.dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 class Lease:
@@ -259,7 +235,9 @@ class Lease:
                 what: str = "run") -> "Lease":
         """Become the experiment's owner, or raise :class:`ExperimentLockedError`."""
         storage = paths.storage
-        with _acquisition_lock(paths):
+        # Acquisitions are serialized where the storage has a lock (a local or NFS disk); on
+        # object stores the winner is whoever's token reads back after a settle delay.
+        with storage.exclusive_lock(paths.lease_lock) as serialized:
             current = read_lease(paths) if takeover else refuse_if_owned(paths, what)
             now = time.time()
             info = LeaseInfo(
@@ -274,8 +252,8 @@ class Lease:
                 ttl_s=_ttl(),
                 command=_command_line(),
             )
-            storage.write_atomic(_lease_path(paths), json.dumps(asdict(info)) + "\n")
-        if not storage.is_local:
+            storage.write_atomic(paths.lease, json.dumps(asdict(info)) + "\n")
+        if not serialized:
             time.sleep(cls.SETTLE_S)
             won = read_lease(paths)
             if won is None or won.token != info.token:
@@ -309,7 +287,7 @@ class Lease:
         read and the write and be overwritten. Object stores have no such lock: there the
         window is one read and one PUT.
         """
-        with _acquisition_lock(self.paths):
+        with self.paths.storage.exclusive_lock(self.paths.lease_lock):
             current = read_lease(self.paths)
             if current is None or current.token != self.token:
                 self._mark_lost(current)
@@ -320,9 +298,7 @@ class Lease:
             return True
 
     def _write(self) -> None:
-        self.paths.storage.write_atomic(
-            _lease_path(self.paths), json.dumps(asdict(self.info)) + "\n"
-        )
+        self.paths.storage.write_atomic(self.paths.lease, json.dumps(asdict(self.info)) + "\n")
 
     def _mark_lost(self, current: Optional[LeaseInfo]) -> None:
         who = current.describe() if current else "someone who removed owner.json"
@@ -374,14 +350,13 @@ class _LeaseWatcher:
         self._last = float("-inf")
 
     def read(self, force: bool = False) -> Optional[LeaseInfo]:
-        if self.paths.storage.is_local:
-            try:
-                st = os.stat(_lease_path(self.paths))
-            except FileNotFoundError:
-                return None
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if key != self._key:
-                self._key, self._info = key, read_lease(self.paths)
+        try:
+            version = self.paths.storage.cheap_version(self.paths.lease)
+        except FileNotFoundError:
+            return None
+        if version is not None:
+            if version != self._key:
+                self._key, self._info = version, read_lease(self.paths)
             return self._info
         now = time.monotonic()
         if force or now - self._last >= self.interval_s:

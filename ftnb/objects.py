@@ -598,13 +598,24 @@ def _write_all(fd: int, data: memoryview) -> None:
         position += os.write(fd, data[position : position + _WRITE_CHUNK])
 
 
+def _object_file_path(folder: str, pid: int, start: int, ref_id: str) -> str:
+    """The file of the object ``ref_id`` owned by the process ``pid`` (started at ``start``) in
+    ``folder``: ``{pid scope tag}-{pid}-{start}-{ref_id}.obj`` (parsed by :data:`_FILE_NAME`)."""
+    return os.path.join(folder, f"{_pid_scope_tag()}-{pid}-{start}-{ref_id}{_SUFFIX}")
+
+
+def _temporary_path(path: str) -> str:
+    """Where the object file ``path`` is written before it is renamed into place."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.tmp")
+
+
 def _write_object_file(
     path: str, header: bytes, pieces: list[memoryview], offsets: list[int]
 ) -> None:
     """Write header + pieces at their offsets into a temporary file, then rename it to
     ``path``: readers see the whole object or no file."""
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.tmp")
+    tmp = _temporary_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     try:
         try:
@@ -658,7 +669,7 @@ def put(obj: Any) -> ObjectRef:
     folder = choose_store_dir(size)
     _ensure_dir(folder)
     ref_id = secrets.token_hex(8)
-    path = os.path.join(folder, f"{_pid_scope_tag()}-{pid}-{start}-{ref_id}{_SUFFIX}")
+    path = _object_file_path(folder, pid, start, ref_id)
     try:
         _write_object_file(path, header, [pickle_view] + buffers, offsets)
     except OSError as exc:
@@ -690,8 +701,7 @@ def adopt(ref: ObjectRef) -> ObjectRef:
         return mine
     host = socket.gethostname()
     pid, start = _this_process()
-    path = os.path.join(os.path.dirname(ref.path),
-                        f"{_pid_scope_tag()}-{pid}-{start}-{ref.id}{_SUFFIX}")
+    path = _object_file_path(os.path.dirname(ref.path), pid, start, ref.id)
     try:
         os.link(ref.path, path)
     except FileNotFoundError:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from .objects import ObjectRef, bind_objects, is_placeholder, walk_placeholders
 from .search import encode_space
 from .state import ExperimentState, StateFormatError, StateVersionError, encode_value
-from .storage import STATE_FILE, ExperimentPaths
+from .storage import ExperimentPaths
 
 __all__ = [
     "DifferentTrainableError",
@@ -71,13 +71,13 @@ def describe_location(paths: ExperimentPaths) -> str:
     if not names:
         return "the folder is empty"
     experiments = [
-        n for n in names if storage.exists(storage.join(paths.dir, n, STATE_FILE))
+        n for n in names if storage.exists(ExperimentPaths.of(storage, n, folder=paths.dir).state)
     ]
     if experiments:
         shown = ", ".join(experiments[:5]) + (" ..." if len(experiments) > 5 else "")
         return (
             f"it is a storage folder that holds experiments ({shown}): pass one of them, e.g. "
-            f"{storage.uri(storage.join(paths.dir, experiments[0]))!r}"
+            f"{ExperimentPaths.of(storage, experiments[0], folder=paths.dir).uri!r}"
         )
     if "tuner.pkl" in names or any(n.startswith("experiment_state-") for n in names):
         return "it looks like a Ray Tune experiment (tuner.pkl), which ftnb cannot restore"

@@ -63,7 +63,7 @@ class Result:
         self.status = trial.status
         self.config = config
         self.metrics: dict = dict(trial.last_result or {})
-        self.path = paths.storage.uri(self._trial_paths.dir)
+        self.path = self._trial_paths.uri
         self.error: Optional[TrialError] = (
             TrialError(trial) if trial.status == TrialStatus.ERRORED else None
         )

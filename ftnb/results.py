@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from typing import Any, Iterable, Optional
 
 from .storage import Storage, TrialPaths, json_line
@@ -23,6 +22,8 @@ __all__ = ["ResultLog", "flatten_row"]
 
 
 def flatten_row(row: dict, prefix: str = "", sep: str = "/") -> dict:
+    """``row`` with its nested dicts spread into ``"outer/inner"`` keys (progress.csv's
+    columns)."""
     out: dict = {}
     for key, value in row.items():
         name = f"{prefix}{key}"
@@ -50,12 +51,11 @@ def _csv_value(value: Any) -> Any:
 
 
 class ResultLog:
-    """Appends acknowledged results to a trial's files.
-
-    On a local disk each row is one ``write()`` to ``result.json`` opened with ``O_APPEND``: when
-    ``append`` returns the row is in the operating system and survives the death of any process;
-    ``sync()`` makes it survive a machine crash too (used when a checkpoint is reported). On an
-    object store each append rewrites the whole object (one PUT), which is atomic and durable.
+    """Appends acknowledged results to a trial's files, through :class:`ftnb.storage.LineLog`:
+    on a local disk each row is one ``write()`` to ``result.json`` (in the operating system
+    when ``append`` returns, so it survives the death of any process; ``sync()`` makes it
+    survive a machine crash too, used when a checkpoint is reported); on an object store each
+    append replaces the whole object (one PUT), which is atomic and durable.
     """
 
     def __init__(self, paths: TrialPaths, existing: Optional[list[dict]] = None) -> None:
@@ -65,49 +65,35 @@ class ResultLog:
         self.header: list[str] = []
         for row in self.rows:
             self._extend_header(flatten_row(row))
-        self._fd: Optional[int] = None
-        self._csv_fd: Optional[int] = None
-        self._csv_lines: list[str] = []
+        self._results = self.storage.line_log(paths.results, self._results_text)
+        self._progress = self.storage.line_log(paths.progress, self._progress_text)
 
     def _extend_header(self, flat: dict) -> bool:
         new = [k for k in flat if k not in self.header]
         self.header.extend(new)
         return bool(new)
 
-    def _open_local(self) -> None:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._fd = os.open(self.paths.results, flags, 0o644)
-        self._csv_fd = os.open(self.paths.progress, flags, 0o644)
+    def _results_text(self) -> bytes:
+        return b"".join(map(json_line, self.rows))
+
+    def _progress_text(self) -> bytes:
+        return _csv_text(self.header, (flatten_row(r) for r in self.rows), True).encode("utf-8")
 
     def append(self, row: dict) -> None:
-        line = json_line(row)
         flat = flatten_row(row)
+        # The result line first: it is the record of truth, progress.csv only mirrors it. Each
+        # file gets its line before ``rows`` has the row: what a LineLog's ``contents()`` reads.
+        self._results.append(json_line(row))
         widened = self._extend_header(flat)
+        if not widened:
+            self._progress.append(_csv_text(self.header, [flat], False).encode("utf-8"))
         self.rows.append(row)
-        if not self.storage.is_local:
-            self.storage.write_atomic(self.paths.results, b"".join(map(json_line, self.rows)))
-            self._write_csv_whole()
-            return
-        if self._fd is None:
-            self._open_local()
-        # The result line first: it is the record of truth, progress.csv only mirrors it.
-        os.write(self._fd, line)
         if widened:
-            self._write_csv_whole()
-        else:
-            os.write(self._csv_fd, _csv_text(self.header, [flat], False).encode("utf-8"))
+            self._progress.replace(self._progress_text())
 
     def sync(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
-
-    def _write_csv_whole(self) -> None:
-        text = _csv_text(self.header, (flatten_row(r) for r in self.rows), True)
-        self.storage.write_atomic(self.paths.progress, text)
-        if self._csv_fd is not None:
-            # The old descriptor points at the replaced file; appends must go to the new one.
-            os.close(self._csv_fd)
-            self._csv_fd = os.open(self.paths.progress, os.O_WRONLY | os.O_APPEND, 0o644)
+        """Make the rows appended so far survive a machine crash."""
+        self._results.sync()
 
     def rewrite(self, rows: list[dict]) -> None:
         """Replace both files with ``rows`` (used between attempts to drop rows past the
@@ -117,13 +103,10 @@ class ResultLog:
         self.header = []
         for row in self.rows:
             self._extend_header(flatten_row(row))
-        self.storage.write_atomic(self.paths.results, b"".join(map(json_line, self.rows)))
-        self.storage.write_atomic(
-            self.paths.progress, _csv_text(self.header, (flatten_row(r) for r in self.rows), True)
-        )
+        self._results.replace(self._results_text())
+        self._progress.replace(self._progress_text())
 
     def close(self) -> None:
-        for fd in (self._fd, self._csv_fd):
-            if fd is not None:
-                os.close(fd)
-        self._fd = self._csv_fd = None
+        """Release the files (a later append opens them again)."""
+        self._results.close()
+        self._progress.close()

@@ -5,10 +5,14 @@ Contract (every writer follows it, every reader relies on it):
 * A reader never sees half a file. Whole files are replaced atomically: on a local disk through
   a temporary file that is fsynced and renamed over the target (then the folder is fsynced); on
   object stores with one PUT of the complete object.
-* ``result.json`` is the one append-only file. Each line is written with a single ``write()``
-  so a process death leaves at most a torn *last* line, which readers skip.
+* ``result.json`` (and its mirror ``progress.csv``) grow by whole lines (:class:`LineLog`).
+  Each line is written with a single ``write()`` so a process death leaves at most a torn *last*
+  line, which readers skip and the next writer repairs; a bad line anywhere else is corruption,
+  which readers report (:class:`CorruptFileError`) rather than skip.
 * A checkpoint folder is complete once its ``.ftnb_checkpoint.json`` marker exists and the
   result line naming it is written. Folders without both are debris from a crash and are ignored.
+* Every file and folder of an experiment is a named path of :class:`ExperimentPaths` and
+  :class:`TrialPaths` (temporary names included); nobody joins experiment paths by hand.
 * Only the process that runs the current attempt of a trial writes into that trial's folder
   (results, checkpoints, output); only the controller writes ``experiment_state.json``,
   ``params.json`` and ``error.txt``.
@@ -29,6 +33,7 @@ past it is cancelled and counts as a failure of the outage kind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -39,10 +44,12 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 __all__ = [
+    "CorruptFileError",
     "ExperimentPaths",
+    "LineLog",
     "StagedFile",
     "Storage",
     "StorageUnavailableError",
@@ -119,9 +126,27 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a storage error may go away by itself (a network or service outage)."""
     return isinstance(exc, Exception) and not isinstance(exc, _PERMANENT)
 
+# The names of an experiment's files: the on-disk format, read by every ftnb version since.
+# Only ExperimentPaths and TrialPaths (below) use them; everyone else asks those for paths.
 STATE_FILE = "experiment_state.json"
 STATE_BACKUP_FILE = "experiment_state.prev.json"
 CHECKPOINT_MARKER = ".ftnb_checkpoint.json"
+LEASE_FILE = "owner.json"
+LEASE_LOCK_FILE = ".owner.lock"
+CONTROL_DIR = "control"
+CONTROL_REQUEST_SUFFIX = ".json"
+SUPERVISOR_FILE = "supervisor.json"
+SUPERVISOR_LOG = "supervisor.log"
+TRIAL_RECORD_FILE = "trial.json"
+PARAMS_FILE = "params.json"
+RESULTS_FILE = "result.json"
+PROGRESS_FILE = "progress.csv"
+ERROR_FILE = "error.txt"
+STDOUT_FILE = "stdout"
+STDERR_FILE = "stderr"
+_CHECKPOINT_PREFIX = "checkpoint_"
+# A folder being copied into place on a local disk (see Storage.persist_directory).
+_TEMP_FOLDER_PREFIX = ".tmp-"
 
 
 def default_storage_path() -> str:
@@ -132,14 +157,27 @@ def default_storage_path() -> str:
 
 
 def checkpoint_dir_name(index: int) -> str:
-    return f"checkpoint_{index:06d}"
+    """The name of a trial's checkpoint folder number ``index`` (``checkpoint_000003``)."""
+    return f"{_CHECKPOINT_PREFIX}{index:06d}"
 
 
 def checkpoint_index(dir_name: str) -> Optional[int]:
-    prefix = "checkpoint_"
+    """The number of the checkpoint folder ``dir_name``, or None for any other name."""
+    prefix = _CHECKPOINT_PREFIX
     if dir_name.startswith(prefix) and dir_name[len(prefix) :].isdigit():
         return int(dir_name[len(prefix) :])
     return None
+
+
+def is_temporary_checkpoint(dir_name: str) -> bool:
+    """Whether ``dir_name`` is a checkpoint folder still being copied into place (debris once
+    its writer is dead)."""
+    return dir_name.startswith(_TEMP_FOLDER_PREFIX + _CHECKPOINT_PREFIX)
+
+
+def _temporary_folder_name(name: str) -> str:
+    """``.tmp-<name>-<8 hex digits>``: the folder a local copy of ``name`` is built in."""
+    return f"{_TEMP_FOLDER_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
 
 
 class Storage:
@@ -153,7 +191,10 @@ class Storage:
         import fsspec.core
 
         url = os.fspath(url)
-        if filesystem is None:
+        if filesystem is None and _is_local_path_with_colons(url):
+            # fsspec would read "::" as a chain of filesystems and cut the path there.
+            fs, path = fsspec.filesystem("file"), os.path.abspath(os.path.expanduser(url))
+        elif filesystem is None:
             fs, path = fsspec.core.url_to_fs(os.path.expanduser(url))
         else:
             fs = filesystem
@@ -206,12 +247,82 @@ class Storage:
         the local disk, which needs none."""
         return None if self.is_local else self.fs
 
-    def staged_file(self, path: str, staging_dir: Optional[str] = None) -> "StagedFile":
+    def staged_file(self, path: str, staging_dir: Optional[str] = None,
+                    local_path: Optional[str] = None) -> "StagedFile":
         """A file that a process appends to through the OS (a log, a trial's stdout) and that
-        ends up at ``path``: the file itself on a local disk, else a local file in
-        ``staging_dir`` (default: a new temporary folder) copied to ``path`` by
-        :meth:`StagedFile.publish`."""
-        return StagedFile(self, path, staging_dir)
+        ends up at ``path``: the file itself on a local disk, else the local file
+        ``local_path`` (default: one of the same name in ``staging_dir``, by default a new
+        temporary folder) copied to ``path`` by :meth:`StagedFile.publish`."""
+        return StagedFile(self, path, staging_dir, local_path)
+
+    @contextlib.contextmanager
+    def exclusive_lock(self, path: str) -> Iterator[bool]:
+        """Hold an exclusive lock on the file ``path`` (created if missing) for a ``with``
+        block. Yields True where the lock excludes every other process (a local or NFS disk:
+        ``flock``), False where the storage has no such lock (object stores and other remote
+        filesystems): the block then runs unserialized and the caller settles races another
+        way (write, wait, read back)."""
+        if not self.is_local:
+            yield False
+            return
+        import fcntl
+
+        os.makedirs(self.parent(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield True
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def cheap_version(self, path: str) -> Optional[tuple]:
+        """A value that changes whenever the file ``path`` is written or replaced, when one can
+        be had without a request: on a local disk its inode, modification time and size (a
+        ``stat``; :class:`FileNotFoundError` when it is missing). None elsewhere, where it would
+        cost a round trip: read the file itself, at most every so often."""
+        if not self.is_local:
+            return None
+        st = os.stat(path)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def missing_local_folder(self, path: str) -> bool:
+        """Whether ``path`` is on this machine's disk and is not a folder there. Remote storage
+        is not asked (False): that costs a request, and may need credentials that are set up
+        only where the folder is read."""
+        return self.is_local and not os.path.isdir(path)
+
+    @contextlib.contextmanager
+    def local_folder(self, path: str) -> Iterator[str]:
+        """A folder of this machine with the files of the folder ``path``, for reading: on a
+        local disk ``path`` itself, without a copy (do not modify it); elsewhere a temporary
+        download, deleted after the ``with`` block."""
+        if self.is_local:
+            yield path
+            return
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="ftnb-checkpoint-")
+        try:
+            self._download_folder(path, tmp)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def copy_folder_to_local(self, path: str, target: str) -> None:
+        """Copy the files of the folder ``path`` into the local folder ``target`` (created if
+        missing; files already there are overwritten)."""
+        os.makedirs(target, exist_ok=True)
+        if self.is_local:
+            shutil.copytree(path, target, dirs_exist_ok=True)
+        else:
+            self._download_folder(path, target)
+
+    def _download_folder(self, path: str, target: str) -> None:
+        self.fs.get(path.rstrip("/") + "/", target.rstrip("/") + "/", recursive=True)
+
+    def line_log(self, path: str, contents: Callable[[], bytes]) -> "LineLog":
+        """The file ``path``, to grow by whole lines (see :class:`LineLog`)."""
+        return LineLog(self, path, contents)
 
     # -- reads ---------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -372,10 +483,17 @@ class Storage:
             pass
 
     def upload_file(self, local_path: str, path: str) -> None:
+        """Replace ``path`` with a copy of the local file ``local_path`` (readers see the old
+        or the new file, whole)."""
         if self.is_local:
-            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-            shutil.copyfile(local_path, tmp)
-            os.replace(tmp, path)
+            tmp = _temporary_file_path(path)
+            try:
+                shutil.copyfile(local_path, tmp)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(tmp)
+                raise
         else:
             self._retrying(f"uploading {self.uri(path)}", self.fs.put_file, local_path, path,
                            **self._deadline(os.path.getsize(local_path)))
@@ -412,7 +530,7 @@ class Storage:
         marker_bytes = json.dumps(marker).encode("utf-8")
         if self.is_local:
             parent = os.path.dirname(dest)
-            tmp = os.path.join(parent, f".tmp-{os.path.basename(dest)}-{uuid.uuid4().hex[:8]}")
+            tmp = os.path.join(parent, _temporary_folder_name(os.path.basename(dest)))
             _copy_tree_fsync(source, tmp)
             _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes)
             _fsync_dir(tmp)
@@ -435,6 +553,18 @@ class Storage:
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
 
 
+def _is_local_path_with_colons(url: str) -> bool:
+    """Whether ``url`` is a local path with ``::`` in it, not a chain of fsspec filesystems
+    (``simplecache::s3://bucket/runs``): no protocol before its first ``::``."""
+    from fsspec.core import split_protocol
+    from fsspec.registry import known_implementations
+
+    if "::" not in url:
+        return False
+    head = url.split("::", 1)[0]
+    return split_protocol(head)[0] is None and head not in known_implementations
+
+
 def _protocols(fs: Any) -> set[str]:
     return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
 
@@ -448,18 +578,21 @@ class StagedFile:
     what was written at the storage path (nothing to do on a local disk); ``staged`` says
     whether there is a copy to publish."""
 
-    def __init__(self, storage: Storage, path: str, staging_dir: Optional[str] = None) -> None:
+    def __init__(self, storage: Storage, path: str, staging_dir: Optional[str] = None,
+                 local_path: Optional[str] = None) -> None:
         self.storage = storage
         self.path = path
         self.staged = not storage.is_local
-        if self.staged:
+        if not self.staged:
+            self.local_path = path
+        elif local_path is not None:
+            self.local_path = local_path
+        else:
             import tempfile
 
             folder = staging_dir or tempfile.mkdtemp(prefix="ftnb-staged-")
             os.makedirs(folder, exist_ok=True)
             self.local_path = os.path.join(folder, posixpath.basename(path.rstrip("/")))
-        else:
-            self.local_path = path
 
     def publish(self) -> None:
         """Copy the local file to the storage path (when staged and written to)."""
@@ -468,6 +601,79 @@ class StagedFile:
 
     def __repr__(self) -> str:
         return f"StagedFile({self.storage.uri(self.path)!r}, local={self.local_path!r})"
+
+
+class LineLog:
+    """A file that grows by whole lines (``result.json``, ``progress.csv``); see
+    :meth:`Storage.line_log`. Only one process writes it at a time (the trial's current
+    attempt, or the controller between attempts).
+
+    On a local disk each line is one ``write()`` to the file opened with ``O_APPEND``: once
+    :meth:`append` returns, the line is in the operating system and survives the death of any
+    process; :meth:`sync` makes it survive a machine crash too. Elsewhere (object stores cannot
+    append) each append replaces the whole file with one PUT, which is atomic and durable.
+
+    ``contents()`` returns what the file holds before this log changes it, as its writer read
+    it (without a torn last line). It is called at most once: to start the whole-file copy where
+    appends are replacements, and on a local disk to repair a file whose last line is torn (its
+    writer died mid-line) before the first append, so the new line is not glued onto the
+    fragment.
+    """
+
+    def __init__(self, storage: Storage, path: str, contents: Callable[[], bytes]) -> None:
+        self.storage = storage
+        self.path = path
+        self._contents = contents
+        self._fd: Optional[int] = None
+        self._whole: Optional[bytearray] = None  # where appends are replacements: the bytes
+
+    def append(self, line: bytes) -> None:
+        """Add ``line`` (newline included) at the end of the file."""
+        if not self.storage.is_local:
+            if self._whole is None:
+                self._whole = bytearray(self._contents())
+            self._whole += line
+            self.storage.write_atomic(self.path, bytes(self._whole))
+            return
+        if self._fd is None:
+            self._fd = self._open_local()
+        os.write(self._fd, line)
+
+    def _open_local(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        except BaseException:
+            os.close(fd)
+            raise
+        if not torn:
+            return fd
+        os.close(fd)
+        self.storage.write_atomic(self.path, self._contents())
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+
+    def replace(self, data: bytes) -> None:
+        """Replace the whole file with ``data`` (readers see the old or the new file)."""
+        self.storage.write_atomic(self.path, data)
+        if not self.storage.is_local:
+            self._whole = bytearray(data)
+        if self._fd is not None:
+            # The descriptor points at the replaced file: the next append opens the new one.
+            os.close(self._fd)
+            self._fd = None
+
+    def sync(self) -> None:
+        """Make the appended lines survive a machine crash (a no-op where each append is a
+        durable replacement already)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Release the file (a later append opens it again)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def is_local_fs(fs: Any) -> bool:
@@ -502,9 +708,16 @@ def _fsync_dir(path: str) -> None:
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
 
 
+def _temporary_file_path(path: str) -> str:
+    """Where a new version of the local file ``path`` is written before it is renamed over it:
+    ``.<name>.<12 hex digits>.tmp`` next to it (see :data:`_TEMP_NAME`)."""
+    parent, name = os.path.split(path)
+    return os.path.join(parent, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
 def _local_write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     parent = os.path.dirname(path) or "."
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp = _temporary_file_path(path)
     try:
         _write_fsync(tmp, data, durable)
         os.replace(tmp, path)
@@ -614,6 +827,11 @@ def _restore_nonfinite(value: Any, overlay: Any) -> Any:
     return value
 
 
+class CorruptFileError(ValueError):
+    """A file of JSON lines (``result.json``) has a bad line that is not its last one: not a
+    torn write, which only ever leaves the last line incomplete, but a damaged file."""
+
+
 def parse_json_line(line: bytes) -> Optional[dict]:
     """One row of ``result.json`` with its NaN and infinities back (see :data:`NONFINITE_KEY`;
     rows written with bare NaN tokens, as before, read as they are), or None for a line that is
@@ -628,63 +846,119 @@ def parse_json_line(line: bytes) -> Optional[dict]:
     return _restore_nonfinite(row, overlay) if overlay else row
 
 
-def read_json_lines(data: bytes) -> list[dict]:
-    """Parse JSON Lines, skipping a torn or corrupt line instead of failing the whole file."""
+def read_json_lines(data: bytes, source: str = RESULTS_FILE) -> list[dict]:
+    """The rows of a JSON Lines file (``source``: its path, for errors).
+
+    An unreadable *last* line is skipped: it is a line torn by a writer that died while writing
+    it (the next writer repairs the file). An unreadable line anywhere else cannot come from a
+    torn write: :class:`CorruptFileError` names the file and the line.
+    """
+    lines = data.splitlines()
+    last = len(lines)
+    while last and not lines[last - 1].strip():
+        last -= 1
     rows = []
-    for line in data.splitlines():
+    for number, line in enumerate(lines[:last], start=1):
         if not line.strip():
             continue
         row = parse_json_line(line)
         if row is not None:
             rows.append(row)
+        elif number < last:
+            shown = line[:80].decode("utf-8", "replace")
+            raise CorruptFileError(
+                f"{source} is damaged: line {number} of {last} is not a JSON object "
+                f"({shown!r}{'...' if len(line) > 80 else ''}), and only the last line can be "
+                "torn by a writer that died. Fix: repair or delete that line (each line is one "
+                "report), or restore the file from a backup; ftnb does not guess which rows "
+                "it held."
+            )
     return rows
 
 
 @dataclass(frozen=True)
 class TrialPaths:
-    """Every file of one trial, by name. Nobody joins trial paths by hand elsewhere."""
+    """Every file of one trial, by name. Nobody joins trial paths by hand elsewhere.
+
+    ``<trial dir>/``: ``trial.json`` (:attr:`record`), ``params.json``, ``result.json``
+    (:attr:`results`), ``progress.csv``, ``error.txt``, ``stdout``, ``stderr``, and
+    ``checkpoint_000000/`` ... (:meth:`checkpoint`, each complete once it holds its
+    :meth:`checkpoint_marker`).
+    """
 
     storage: Storage
     dir: str
 
+    def _file(self, name: str) -> str:
+        return self.storage.join(self.dir, name)
+
+    @property
+    def uri(self) -> str:
+        """The trial's folder as a path (local) or URL (elsewhere) a user can paste."""
+        return self.storage.uri(self.dir)
+
     @property
     def params(self) -> str:
-        return self.storage.join(self.dir, "params.json")
+        """``params.json``: the trial's config (refs as placeholders)."""
+        return self._file(PARAMS_FILE)
 
     @property
     def results(self) -> str:
-        return self.storage.join(self.dir, "result.json")
+        """``result.json``: one JSON line per acknowledged report."""
+        return self._file(RESULTS_FILE)
 
     @property
     def progress(self) -> str:
-        return self.storage.join(self.dir, "progress.csv")
+        """``progress.csv``: the rows of ``result.json``, flattened."""
+        return self._file(PROGRESS_FILE)
 
     @property
     def error(self) -> str:
-        return self.storage.join(self.dir, "error.txt")
+        """``error.txt``: the trial's failures, written by the controller."""
+        return self._file(ERROR_FILE)
 
     @property
     def record(self) -> str:
         """The controller's record of the trial (attempts, failures, status), written at every
         transition; newer than ``experiment_state.json`` when the driver died in between."""
-        return self.storage.join(self.dir, "trial.json")
+        return self._file(TRIAL_RECORD_FILE)
 
     @property
     def stdout(self) -> str:
-        return self.storage.join(self.dir, "stdout")
+        """``stdout``: what the trial's processes printed, over all attempts."""
+        return self._file(STDOUT_FILE)
 
     @property
     def stderr(self) -> str:
-        return self.storage.join(self.dir, "stderr")
+        """``stderr``: the same for the error stream."""
+        return self._file(STDERR_FILE)
 
     def checkpoint(self, dir_name: str) -> str:
-        return self.storage.join(self.dir, dir_name)
+        """The checkpoint folder ``dir_name`` (see :func:`checkpoint_dir_name`)."""
+        return self._file(dir_name)
+
+    def checkpoint_marker(self, dir_name: str) -> str:
+        """The file whose presence says the checkpoint folder ``dir_name`` is complete."""
+        return self.storage.join(self.checkpoint(dir_name), CHECKPOINT_MARKER)
+
+    def owner_files(self) -> frozenset[str]:
+        """Names of the files that the trial's owner (its driver and its current attempt)
+        replaces atomically, whose temporary files a dead owner may leave behind."""
+        return frozenset((PARAMS_FILE, TRIAL_RECORD_FILE, ERROR_FILE, RESULTS_FILE,
+                          PROGRESS_FILE))
+
+    def remove_leftover_temps(self) -> list[str]:
+        """See :meth:`Storage.remove_leftover_temps` (the same rules: as the owner only)."""
+        return self.storage.remove_leftover_temps(self.dir, self.owner_files())
 
     def read_results(self) -> list[dict]:
+        """The rows of ``result.json`` ([] when there is none); a torn last line is skipped,
+        a damaged line elsewhere raises :class:`CorruptFileError`."""
         try:
-            return read_json_lines(self.storage.read_bytes(self.results))
+            data = self.storage.read_bytes(self.results)
         except FileNotFoundError:
             return []
+        return read_json_lines(data, source=self.storage.uri(self.results))
 
     def checkpoint_dirs(self) -> list[str]:
         """Names of the complete checkpoint folders (with a marker), oldest first."""
@@ -692,20 +966,28 @@ class TrialPaths:
         return [
             n
             for n in sorted(names, key=lambda n: checkpoint_index(n) or 0)
-            if self.storage.exists(self.storage.join(self.checkpoint(n), CHECKPOINT_MARKER))
+            if self.storage.exists(self.checkpoint_marker(n))
         ]
 
 
 @dataclass(frozen=True)
 class ExperimentPaths:
-    """Every file of one experiment, by name."""
+    """Every file of one experiment, by name (the model: submitit's ``JobPaths``).
+
+    ``<storage_path>/<name>/``: ``experiment_state.json`` (:attr:`state`) and its previous
+    generation (:attr:`state_backup`), ``owner.json`` and ``.owner.lock`` (:attr:`lease`,
+    :attr:`lease_lock`), ``control/`` (:attr:`control`, :meth:`control_request`),
+    ``supervisor.json`` and ``supervisor.log``, and one folder per trial (:meth:`trial`).
+    """
 
     storage: Storage
     dir: str
 
     @classmethod
-    def of(cls, storage: Storage, name: str) -> "ExperimentPaths":
-        return cls(storage, storage.join(storage.root, name))
+    def of(cls, storage: Storage, name: str, folder: Optional[str] = None) -> "ExperimentPaths":
+        """The experiment ``name`` in ``folder`` of ``storage`` (default: its root, the
+        ``storage_path``)."""
+        return cls(storage, storage.join(storage.root if folder is None else folder, name))
 
     @classmethod
     def at(cls, path: str, filesystem: Any = None) -> "ExperimentPaths":
@@ -713,49 +995,86 @@ class ExperimentPaths:
         storage = Storage(path, filesystem)
         return cls(storage, storage.root)
 
+    def _file(self, name: str) -> str:
+        return self.storage.join(self.dir, name)
+
     @property
     def name(self) -> str:
+        """The experiment's name: the last part of its folder's path."""
         return posixpath.basename(self.dir.rstrip("/").replace(os.sep, "/"))
 
     @property
     def uri(self) -> str:
+        """The experiment's folder as a path (local) or URL (elsewhere) a user can paste."""
         return self.storage.uri(self.dir)
 
     @property
     def parent_uri(self) -> str:
         """The storage path this experiment's folder is in (its ``RunConfig.storage_path``)."""
-        if self.storage.is_local:
-            return os.path.dirname(self.dir.rstrip(os.sep)) or os.sep
-        return self.storage.uri(posixpath.dirname(self.dir.rstrip("/")))
+        return self.storage.uri(self.storage.parent(self.dir))
 
     @property
     def state(self) -> str:
-        return self.storage.join(self.dir, STATE_FILE)
+        """``experiment_state.json``: the versioned state, written by the driver."""
+        return self._file(STATE_FILE)
 
     @property
     def state_backup(self) -> str:
-        return self.storage.join(self.dir, STATE_BACKUP_FILE)
+        """``experiment_state.prev.json``: the previous generation of :attr:`state`."""
+        return self._file(STATE_BACKUP_FILE)
 
     def has_state(self) -> bool:
         """Whether the folder holds an experiment (its state, or the previous generation)."""
         return self.storage.exists(self.state) or self.storage.exists(self.state_backup)
 
     def trial(self, dir_name: str) -> TrialPaths:
-        return TrialPaths(self.storage, self.storage.join(self.dir, dir_name))
+        """The files of the trial whose folder is named ``dir_name``."""
+        return TrialPaths(self.storage, self._file(dir_name))
+
+    @property
+    def lease(self) -> str:
+        """``owner.json``: the owner lease (token, epoch, host, pid, heartbeat)."""
+        return self._file(LEASE_FILE)
+
+    @property
+    def lease_lock(self) -> str:
+        """``.owner.lock``: serializes acquisitions of the lease on a local disk."""
+        return self._file(LEASE_LOCK_FILE)
 
     @property
     def control(self) -> str:
         """Folder of control requests (stop a trial, stop the experiment) to its driver."""
-        return self.storage.join(self.dir, "control")
+        return self._file(CONTROL_DIR)
+
+    def control_request(self, request_id: str) -> str:
+        """The file of the control request ``request_id``."""
+        return self.storage.join(self.control, request_id + CONTROL_REQUEST_SUFFIX)
+
+    def control_request_ids(self) -> list[str]:
+        """The ids of the requests in :attr:`control`, oldest first (ids sort by time)."""
+        return [name[: -len(CONTROL_REQUEST_SUFFIX)]
+                for name in self.storage.listdir(self.control)
+                if name.endswith(CONTROL_REQUEST_SUFFIX)]
 
     @property
     def supervisor(self) -> str:
         """``supervisor.json``: the detached process hosting the controller, and its log."""
-        return self.storage.join(self.dir, "supervisor.json")
+        return self._file(SUPERVISOR_FILE)
 
     @property
     def supervisor_log(self) -> str:
-        return self.storage.join(self.dir, "supervisor.log")
+        """``supervisor.log``: the detached supervisor's output."""
+        return self._file(SUPERVISOR_LOG)
+
+    def owner_files(self) -> frozenset[str]:
+        """Names of the files of the experiment's folder that its owner (the driver) replaces
+        atomically, whose temporary files a dead owner may leave behind. Not ``owner.json``
+        (a would-be owner writes it before it owns) nor ``control/`` (its senders')."""
+        return frozenset((STATE_FILE, STATE_BACKUP_FILE, SUPERVISOR_FILE))
+
+    def remove_leftover_temps(self) -> list[str]:
+        """See :meth:`Storage.remove_leftover_temps` (the same rules: as the owner only)."""
+        return self.storage.remove_leftover_temps(self.dir, self.owner_files())
 
 
 # =================================================================================================

@@ -202,6 +202,7 @@ class _Announcer:
         self.log_path = log_path
         self.resuming = resuming
         self.paths: Any = None
+        self.log: Any = None  # the log as a StagedFile of the experiment's supervisor.log
         self.record: dict = {}
         self.final_status = "ended"
 
@@ -213,8 +214,11 @@ class _Announcer:
 
         paths = self.paths
         storage = paths.storage
-        if storage.is_local:
-            self.log_path = _move_log(self.log_path, paths.supervisor_log)
+        # Where the storage has the log written through the OS: its own supervisor.log on a
+        # local disk (the log moves there), else where it is now (uploaded at the end).
+        self.log = storage.staged_file(paths.supervisor_log, local_path=self.log_path)
+        if self.log.local_path != self.log_path:
+            self.log_path = _move_log(self.log_path, self.log.local_path)
         self.record = {
             "pid": os.getpid(),
             "pid_start": pid_start_time(os.getpid()),
@@ -244,10 +248,9 @@ class _Announcer:
         try:
             storage.write_json_atomic(self.paths.supervisor,
                                       dict(self.record, ended=time.time(), outcome=outcome))
-            if not storage.is_local:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                storage.upload_file(self.log_path, self.paths.supervisor_log)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.log.publish()
         except Exception as exc:
             print(f"ftnb: could not record the supervisor's end: {exc}", file=sys.stderr)
 

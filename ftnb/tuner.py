@@ -538,14 +538,9 @@ def _remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> No
     Only as the owner, once the previous owner's processes are gone: only files that the owner
     and its trials write, never ``owner.json`` (a would-be owner writes it before it owns)
     nor ``control/`` (its senders')."""
-    storage = paths.storage
-    storage.remove_leftover_temps(paths.dir, frozenset(
-        os.path.basename(p) for p in (paths.state, paths.state_backup, paths.supervisor)))
+    paths.remove_leftover_temps()
     for trial in state.trials:
-        trial_paths = paths.trial(trial.dir_name)
-        storage.remove_leftover_temps(trial_paths.dir, frozenset(os.path.basename(p) for p in (
-            trial_paths.params, trial_paths.record, trial_paths.error, trial_paths.results,
-            trial_paths.progress)))
+        paths.trial(trial.dir_name).remove_leftover_temps()
 
 
 def _refuse_existing(paths: ExperimentPaths) -> None:
@@ -662,7 +657,7 @@ def _check_trainable(trainable: Any, where: str) -> None:
 def _default_name(trainable: Any, storage: Storage) -> str:
     base = f"{callable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     name, n = base, 1
-    while storage.exists(storage.join(storage.root, name)):
+    while storage.exists(ExperimentPaths.of(storage, name).dir):
         n += 1
         name = f"{base}_{n}"
     return name
