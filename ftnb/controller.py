@@ -36,8 +36,10 @@ from .lease import Lease, LeaseLostError
 from .resources import TrialResources
 from .results import ResultLog
 from .state import (
+    AttemptOutcome,
     AttemptRecord,
     ExperimentState,
+    ExperimentStatus,
     FailureRecord,
     TrialRecord,
     TrialStatus,
@@ -378,10 +380,10 @@ class Controller:
                 AttemptRecord(number=number, started=first.get("timestamp", 0.0),
                               start_iteration=first.get("training_iteration", 1) - 1)
             )
-        if trial.attempts and trial.attempts[-1].outcome == "running":
+        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
             attempt = trial.attempts[-1]
             own = [r for r in rows if r.get("attempt") == attempt.number]
-            attempt.outcome = "interrupted"
+            attempt.outcome = AttemptOutcome.INTERRUPTED.value
             attempt.ended = own[-1].get("timestamp") if own else self.state.updated
             attempt.end_iteration = trial.iteration
         if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
@@ -400,8 +402,8 @@ class Controller:
         trial.latest_checkpoint = None
         trial.iteration = 0
         trial.last_result = None
-        if trial.attempts and trial.attempts[-1].outcome == "running":
-            trial.attempts[-1].outcome = "interrupted"
+        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
+            trial.attempts[-1].outcome = AttemptOutcome.INTERRUPTED.value
 
     # -- events --------------------------------------------------------------------------------
     def _handle(self, event: AttemptEvent) -> None:
@@ -484,7 +486,7 @@ class Controller:
         )
         ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
                                      now=time.time())
-        attempt.outcome = ending.outcome
+        attempt.outcome = ending.outcome.value
         if ending.failure is not None:
             self._record_failure(trial, ending.failure)
             decision = policy.decide_after_failure(trial, ending.failure, self.failure_config,
@@ -560,7 +562,7 @@ class Controller:
             for trial in self.state.trials:
                 if trial.status == TrialStatus.RUNNING:
                     trial.status = TrialStatus.PAUSED.value
-            self.state.status = "INTERRUPTED"
+            self.state.status = ExperimentStatus.INTERRUPTED.value
             self._save(final=True)
         except BaseException:
             pass  # the original exception matters more; the state on disk stays resumable

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from . import read_model
 from .config import RunConfig, TuneConfig
-from .state import ExperimentState, TrialStatus
+from .state import ExperimentState, ExperimentStatus, TrialStatus
 from .storage import ExperimentPaths, Storage, default_storage_path
 
 __all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
@@ -485,7 +485,7 @@ class ExperimentHandle:
             status = self.status()
         except Exception:
             status = "unreadable"
-        if status != "FINISHED":
+        if status != ExperimentStatus.FINISHED:
             status += f" as of {time.strftime('%H:%M:%S')}"
         return f"ExperimentHandle({self.name!r}, {status}, {self.path!r})"
 

@@ -57,7 +57,7 @@ from .read_model import (
     same_storage_path,
     with_rows,
 )
-from .state import ExperimentState, StateFormatError, StateVersionError, TrialRecord
+from .state import ExperimentState, ExperimentStatus, StateFormatError, StateVersionError, TrialRecord
 from .storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
 from .view import render_table
 
@@ -433,6 +433,6 @@ def text_view(snap: ExperimentSnapshot, max_rows: int = 50) -> str:
     text = render_table(snap.view, max_rows=max_rows)
     if snap.driver_gone and snap.driver:
         text += f"\n{snap.driver}"
-    if snap.status == "INTERRUPTED":
+    if snap.status == ExperimentStatus.INTERRUPTED:
         text += f"\nResume it with: {snap.resume_line}"
     return text

@@ -75,7 +75,7 @@ from typing import Any, Iterable, Optional
 
 from .lease import LeaseInfo, read_lease
 from .results import flatten_row
-from .state import INTERRUPTED, ExperimentState, FailureRecord, TrialRecord, TrialStatus
+from .state import ExperimentState, ExperimentStatus, FailureRecord, INTERRUPTED, TrialRecord, TrialStatus
 from .storage import (
     STATE_BACKUP_FILE,
     STATE_FILE,
@@ -124,7 +124,7 @@ __all__ = [
 SNAPSHOT_FORMAT = "ftnb.snapshot"
 SNAPSHOT_FORMAT_VERSION = 1
 
-_RUNNING = "RUNNING"
+_RUNNING = ExperimentStatus.RUNNING
 
 
 # -- what is at a path ------------------------------------------------------------------------------

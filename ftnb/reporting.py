@@ -7,7 +7,7 @@ import time
 from typing import Optional, TextIO
 
 from .controller import NullListener
-from .state import ExperimentState, FailureRecord, TrialRecord
+from .state import ExperimentState, FailureRecord, TrialRecord, TrialStatus
 from .view import ExperimentView, plural, render_table
 
 __all__ = ["TerminalReporter"]
@@ -74,7 +74,7 @@ class TerminalReporter(NullListener):
 
     def on_trial_complete(self, state: ExperimentState, trial: TrialRecord) -> None:
         self._changed = True
-        if self.verbose and trial.status == "ERRORED" and trial.error:
+        if self.verbose and trial.status == TrialStatus.ERRORED and trial.error:
             self._print(f"ftnb: trial {trial.trial_id} ERRORED: {trial.error.get('reason')}")
 
     def on_output(self, trial_id: str, stream: str, text: str) -> None:

@@ -18,8 +18,10 @@ from .storage import ExperimentPaths
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "AttemptOutcome",
     "AttemptRecord",
     "ExperimentState",
+    "ExperimentStatus",
     "FailureRecord",
     "StateFormatError",
     "StateVersionError",
@@ -40,9 +42,28 @@ class StateVersionError(StateFormatError):
     """An experiment state written by a newer ftnb than this one."""
 
 
-#: How views (the widget, ``ftnb status``, ``ftnb ls``) show a RUNNING experiment whose driver is
-#: gone, and the trials it was running: never stored (see :meth:`ExperimentState.without_driver`).
-INTERRUPTED = "INTERRUPTED"
+class ExperimentStatus(str, enum.Enum):
+    """An experiment's status. Compares equal to its string value, which is what the state
+    stores. A RUNNING experiment whose driver is gone reads as INTERRUPTED in every view (see
+    :func:`ftnb.read_model.without_driver`); INTERRUPTED is also stored when a driver stopped
+    it cleanly (Ctrl+C, a stop request)."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+    INTERRUPTED = "INTERRUPTED"
+
+    def is_finished(self) -> bool:
+        """FINISHED and ERRORED experiments ran to their end (an ERRORED one can still be
+        resumed with its errored trials: ``resume_errored``/``restart_errored``)."""
+        return self in (ExperimentStatus.FINISHED, ExperimentStatus.ERRORED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The status views show for a RUNNING experiment whose driver is gone.
+INTERRUPTED = ExperimentStatus.INTERRUPTED
 
 
 class TrialStatus(str, enum.Enum):
@@ -57,6 +78,21 @@ class TrialStatus(str, enum.Enum):
     def is_finished(self) -> bool:
         """TERMINATED and ERRORED trials never run again on their own."""
         return self in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AttemptOutcome(str, enum.Enum):
+    """How one attempt of a trial ended, as its record stores it."""
+
+    RUNNING = "running"  # not ended (or its driver died before it could say)
+    FINISHED = "finished"  # the trainable returned
+    STOPPED = "stopped"  # it stopped at a report, as asked (a stop request, a stop criterion)
+    INTERRUPTED = "interrupted"  # killed by the driver after its grace period, or the driver died
+    PREEMPTED = "preempted"  # SIGTERM
+    NODE_LOST = "node_lost"  # the machine running it is gone
+    FAILED = "failed"  # raised, exited non-zero, or was killed
 
     def __str__(self) -> str:
         return self.value
@@ -147,7 +183,7 @@ class AttemptRecord:
     restored_from: Optional[str] = None
     ended: Optional[float] = None
     end_iteration: Optional[int] = None
-    outcome: str = "running"  # running | finished | stopped | failed | preempted | interrupted
+    outcome: str = AttemptOutcome.RUNNING.value  # an AttemptOutcome
     pid: Optional[int] = None
     # Rows this attempt reported after its last checkpoint, dropped when the next attempt
     # restarted from that checkpoint (they were redone).
@@ -220,7 +256,7 @@ class ExperimentState:
     trainable: str
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
-    status: str = "RUNNING"  # RUNNING | FINISHED | ERRORED | INTERRUPTED
+    status: str = ExperimentStatus.RUNNING.value  # an ExperimentStatus
     settings: dict = field(default_factory=dict)
     param_space: Any = None
     trials: list[TrialRecord] = field(default_factory=list)
@@ -297,7 +333,7 @@ class ExperimentState:
             trainable=data.get("trainable", "?"),
             created=data.get("created", 0.0),
             updated=data.get("updated", 0.0),
-            status=data.get("status", "RUNNING"),
+            status=data.get("status", ExperimentStatus.RUNNING.value),
             settings=data.get("settings", {}),
             param_space=data.get("param_space"),
             trials=[TrialRecord.from_json(t) for t in data.get("trials", [])],

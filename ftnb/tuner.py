@@ -20,7 +20,7 @@ from .config import (
     signature_mismatch,
 )
 from .result import ResultGrid
-from .state import ExperimentState, TrialRecord, TrialStatus, encode_value
+from .state import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus, encode_value
 from .storage import ExperimentPaths, Storage, default_storage_path
 
 __all__ = ["Tuner", "run"]
@@ -449,7 +449,7 @@ class Tuner:
 
             def prepare(controller: Any) -> None:
                 _apply_restore(controller, state, plan.flags)
-                state.status = "RUNNING"
+                state.status = ExperimentStatus.RUNNING.value
                 state.settings["storage_path"] = paths.parent_uri
                 if self.origin:
                     state.settings["origin"] = self.origin

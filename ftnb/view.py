@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from .state import ExperimentState, TrialRecord
+from .state import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
 from .wording import plural
 
 __all__ = [
@@ -35,8 +35,8 @@ _AUTO = {
 }
 
 #: When a table is cut, the trials shown first (lower first).
-URGENCY = {"ERRORED": 0, "RUNNING": 1, "INTERRUPTED": 1, "PAUSED": 2, "PENDING": 3,
-           "TERMINATED": 4}
+URGENCY = {TrialStatus.ERRORED: 0, TrialStatus.RUNNING: 1, ExperimentStatus.INTERRUPTED: 1, TrialStatus.PAUSED: 2,
+           TrialStatus.PENDING: 3, TrialStatus.TERMINATED: 4}
 
 
 @dataclass
@@ -106,7 +106,7 @@ class ExperimentView:
                     params={k: flat_config.get(k) for k in param_columns},
                 )
             )
-        end = state.updated if state.status != "RUNNING" else time.time()
+        end = state.updated if state.status != ExperimentStatus.RUNNING else time.time()
         running_s, elapsed_s = run_times(state, end)
         return cls(
             name=state.name,

@@ -222,3 +222,34 @@ def test_checkpoints_to_delete(scores, config, deleted):
 ])
 def test_experiment_status(stopping, statuses, status):
     assert experiment_status(stopping, statuses) == status
+
+
+# -- statuses and kinds are enums with behaviour, stored as their values ----------------------------
+def test_statuses_and_kinds_have_behaviour_and_are_stored_as_values():
+    import json
+
+    from ftnb.state import (
+        AttemptOutcome,
+        AttemptRecord,
+        ExperimentState,
+        ExperimentStatus,
+        FailureKind,
+    )
+
+    assert [s.is_finished() for s in ExperimentStatus] == [False, True, True, False]
+    assert [s.is_finished() for s in TrialStatus] == [False, False, False, True, True]
+    assert [k.value for k in FailureKind if not k.counts_as_failure()] == ["preemption",
+                                                                          "node_lost"]
+    ending = classify_end(AttemptEnd(outcome="finished"), attempt=1, iteration=3, now=0.0)
+    assert ending.outcome is AttemptOutcome.FINISHED
+    state = ExperimentState(name="x", trainable="train", trials=[TrialRecord(
+        "t", "t", {}, status=TrialStatus.TERMINATED,
+        attempts=[AttemptRecord(1, 0.0, outcome=ending.outcome)])],
+        status=experiment_status(None, [TrialStatus.TERMINATED]))
+    stored = json.loads(json.dumps(state.to_json()))
+    assert stored["status"] == "FINISHED"
+    assert stored["trials"][0]["status"] == "TERMINATED"
+    assert stored["trials"][0]["attempts"][0]["outcome"] == "finished"
+    again = ExperimentState.from_json(stored)
+    assert ExperimentStatus(again.status).is_finished()
+    assert again.trials[0].trial_status is TrialStatus.TERMINATED

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from ..wording import plural
 from ..run_options import CommandSpec, amount, opt
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
+from ..state import ExperimentStatus, TrialStatus
 
 __all__ = ["RM", "STOP", "cmd_rm", "cmd_stop"]
 
@@ -87,7 +88,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     status = handle.status()
     state = handle.state()
     resume = (resume_line(handle.paths, state, ResumeContext.TERMINAL)
-              if status == "INTERRUPTED" else None)
+              if status == ExperimentStatus.INTERRUPTED else None)
     if args.json:
         print_json({"name": handle.name, "path": handle.path, "trial_id": None,
                     "was_running": was_live, "stopped": was_live and not handle.is_live(),
@@ -117,10 +118,10 @@ def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
     after = status_of(args.trial)
     if args.json:
         print_json({"name": handle.name, "path": handle.path, "trial_id": args.trial,
-                    "was_running": before not in ("TERMINATED", "ERRORED"),
-                    "stopped": after in ("TERMINATED", "ERRORED") and before != after,
+                    "was_running": not _finished(before),
+                    "stopped": _finished(after) and before != after,
                     "status": after, "resume_line": None})
-    elif before in ("TERMINATED", "ERRORED"):
+    elif _finished(before):
         pass  # stop_trial said it had already ended
     elif args.wait:
         print(f"ftnb: stopped trial {args.trial} of {handle.name} ({after})", file=out)
@@ -171,3 +172,8 @@ def _refuse_live(handle: Any, owner: Any) -> None:
             f"ftnb rm: experiment {handle.name!r} is running (pid {owner.pid} on {owner.host}); "
             f"not removed. Fix: stop it first: ftnb stop {handle.name}"
         )
+
+
+def _finished(status: Optional[str]) -> bool:
+    """Whether a trial's status (None: no such trial) means it will not run again."""
+    return status is not None and TrialStatus(status).is_finished()

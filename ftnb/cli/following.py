@@ -19,10 +19,11 @@ from ..run_options import CommandSpec, opt
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
 from .output import print_json
+from ..state import ExperimentStatus, TrialStatus
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 
-_FINAL_TRIAL = ("TERMINATED", "ERRORED")
+_FINAL_TRIAL = (TrialStatus.TERMINATED, TrialStatus.ERRORED)
 
 _TARGET = opt("target", metavar="NAME_OR_PATH",
               help="the experiment's name under the storage path, or its folder")
@@ -183,9 +184,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.trial is not None:
         status = _trial_status(handle, args.trial)
-        if status == "TERMINATED":
+        if status == TrialStatus.TERMINATED:
             return EXIT_OK
-        return EXIT_ERRORED if status == "ERRORED" else EXIT_INTERRUPTED
+        return EXIT_ERRORED if status == TrialStatus.ERRORED else EXIT_INTERRUPTED
     from .running import exit_code_of
 
     return exit_code_of(handle.status())
@@ -293,7 +294,7 @@ def progress_line(view: Any, state: Any, width: int = 24) -> str:
     """One line a person reads at a glance: a bar, how many trials ended, run, wait."""
     counts = view.counts
     total = len(view.rows)
-    ended = counts.get("TERMINATED", 0) + counts.get("ERRORED", 0)
+    ended = counts.get(TrialStatus.TERMINATED, 0) + counts.get(TrialStatus.ERRORED, 0)
     done = ended / total if total else 0.0
     limit = _iteration_limit(state)
     if limit and total:  # known iterations: a finer bar
@@ -301,10 +302,10 @@ def progress_line(view: Any, state: Any, width: int = 24) -> str:
                    for r in view.rows) / (limit * total)
     filled = int(round(done * width))
     parts = [f"{ended}/{total} trials ended"]
-    if counts.get("ERRORED"):
+    if counts.get(TrialStatus.ERRORED):
         parts[0] += f" ({counts['ERRORED']} errored)"
-    for status, word in (("RUNNING", "running"), ("PENDING", "pending"), ("PAUSED", "paused"),
-                         ("INTERRUPTED", "interrupted")):
+    for status, word in ((TrialStatus.RUNNING, "running"), (TrialStatus.PENDING, "pending"),
+                         (TrialStatus.PAUSED, "paused"), (ExperimentStatus.INTERRUPTED, "interrupted")):
         if counts.get(status):
             parts.append(f"{counts[status]} {word}")
     if view.total_failures or view.total_preemptions:
@@ -329,7 +330,7 @@ def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
     from ..view import render_table
 
     lines_after = [snap.driver] if snap.driver else []
-    if snap.status == "INTERRUPTED":
+    if snap.status == ExperimentStatus.INTERRUPTED:
         lines_after.append(f"Resume it with: {snap.resume_line}")
     if live:
         lines_after.append(f"{time.strftime('%H:%M:%S')}  Ctrl+C stops watching, not the "

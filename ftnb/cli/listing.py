@@ -16,7 +16,7 @@ from typing import Optional
 
 from typing import TYPE_CHECKING
 
-from ..state import ExperimentState, StateFormatError
+from ..state import ExperimentState, ExperimentStatus, StateFormatError, TrialStatus
 from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path
 from .exits import EXIT_OK, CliError, describe, one_line
 from .output import columns, local_time, print_json
@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_
            "open_storage"]
 
 DEFAULT_MAX_ROWS = 50
-_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERRORED")
+_STATUSES = tuple(TrialStatus)
 _STATUS_HEADERS = ("PEND", "RUN", "PAUSE", "TERM", "ERR")
 
 
@@ -174,7 +174,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     owner = _owner_line(snap)
     if owner:
         print(owner)
-    if snap.status == "INTERRUPTED" and (not owner or "Resume with" not in owner):
+    if snap.status == ExperimentStatus.INTERRUPTED and (not owner or "Resume with" not in owner):
         print(f"Resume it with: {snap.resume_line}")
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):
         reported = sorted({k for t in state.trials for k in (t.last_result or {})})
@@ -191,11 +191,11 @@ def _owner_line(snap: "ExperimentSnapshot") -> Optional[str]:
     stopped experiment whose driver let go (or died after saving it)."""
     driver, status = snap.driver_status, snap.status
     lease = driver.lease
-    if lease is None or status in ("FINISHED", "ERRORED") and lease.released:
+    if lease is None or ExperimentStatus(status).is_finished() and lease.released:
         return None
     if driver.alive:
         return f"Driver: {lease.describe()}, alive ({driver.why})"
-    if status in ("FINISHED", "ERRORED"):
+    if ExperimentStatus(status).is_finished():
         return None
     return f"Driver: {lease.describe()}, gone ({driver.why}). Resume with {snap.resume_line}"
 

@@ -39,6 +39,7 @@ from ..run_options import (
 )
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
 from .references import SPACE_FORMS, ReferenceNames, absolute_reference
+from ..state import ExperimentStatus, TrialStatus
 
 __all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
 
@@ -100,9 +101,9 @@ RESUME = CommandSpec(
 
 def exit_code_of(status: str) -> int:
     """The exit code of a command that waited for an experiment that ended ``status``."""
-    if status == "FINISHED":
+    if status == ExperimentStatus.FINISHED:
         return EXIT_OK
-    if status == "ERRORED":
+    if status == ExperimentStatus.ERRORED:
         return EXIT_ERRORED
     return EXIT_INTERRUPTED
 
@@ -293,9 +294,9 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
               f"{counts.get('TERMINATED', 0)} terminated, {counts.get('ERRORED', 0)} errored "
               f"({handle.path})", flush=True)
         for trial in state.trials:
-            if trial.status == "ERRORED" and trial.failures:
+            if trial.status == TrialStatus.ERRORED and trial.failures:
                 print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
-        if status == "INTERRUPTED" and not resume_said:
+        if status == ExperimentStatus.INTERRUPTED and not resume_said:
             print(f"Resume it with: {snap.resume_line}", flush=True)
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
 

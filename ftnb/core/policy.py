@@ -19,7 +19,14 @@ from typing import Iterable, Optional, Sequence
 
 from ..config import CheckpointConfig, FailureConfig
 from ..executors.base import EXIT_PREEMPTED
-from ..state import FailureKind, FailureRecord, TrialRecord, TrialStatus
+from ..state import (
+    AttemptOutcome,
+    ExperimentStatus,
+    FailureKind,
+    FailureRecord,
+    TrialRecord,
+    TrialStatus,
+)
 
 __all__ = [
     "AttemptEnd",
@@ -68,7 +75,7 @@ class Ending:
     preempted | node_lost | failed), the :class:`FailureRecord` to record if any, and whether the controller
     stopped it."""
 
-    outcome: str
+    outcome: AttemptOutcome
     failure: Optional[FailureRecord] = None
     stopped_by_controller: bool = False
 
@@ -82,23 +89,23 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
     failing that, the signal (SIGKILL by the OOM killer is ``oom``) or the exit code.
     """
     sig = end.signal_number
-    if end.outcome == "finished":
-        return Ending("finished")
-    if end.outcome == "stopped" or (end.stop_requested and end.error is None):
+    if end.outcome == AttemptOutcome.FINISHED:
+        return Ending(AttemptOutcome.FINISHED)
+    if end.outcome == AttemptOutcome.STOPPED or (end.stop_requested and end.error is None):
         # Stopped by the controller: at a report, or killed after its grace period ran out.
-        return Ending("stopped" if end.outcome == "stopped" else "interrupted",
+        return Ending(AttemptOutcome.STOPPED if end.outcome == AttemptOutcome.STOPPED else AttemptOutcome.INTERRUPTED,
                       stopped_by_controller=True)
     if end.node_lost:
         where = f" ({end.node})" if end.node else ""
-        return Ending("node_lost", FailureRecord(
+        return Ending(AttemptOutcome.NODE_LOST, FailureRecord(
             attempt=attempt, time=now, iteration=iteration, kind=FailureKind.NODE_LOST.value,
             message=f"the node running the attempt was lost{where}", counted=False))
-    if (end.outcome == "preempted" or sig == _signal.SIGTERM
+    if (end.outcome == AttemptOutcome.PREEMPTED or sig == _signal.SIGTERM
             or (end.preempted and end.exit_code == EXIT_PREEMPTED)):
-        return Ending("preempted", FailureRecord(
+        return Ending(AttemptOutcome.PREEMPTED, FailureRecord(
             attempt=attempt, time=now, iteration=iteration, kind=FailureKind.PREEMPTION.value,
             signal="SIGTERM", message="preempted (SIGTERM)", counted=False))
-    return Ending("failed", _failure(end, attempt=attempt, iteration=iteration, now=now))
+    return Ending(AttemptOutcome.FAILED, _failure(end, attempt=attempt, iteration=iteration, now=now))
 
 
 def _failure(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -> FailureRecord:
@@ -220,13 +227,13 @@ def checkpoints_to_delete(checkpoints: Sequence[dict], config: CheckpointConfig)
     return candidates[: len(checkpoints) - keep]
 
 
-def experiment_status(stopping: Optional[str], statuses: Iterable[str]) -> str:
+def experiment_status(stopping: Optional[str], statuses: Iterable[str]) -> ExperimentStatus:
     """The status an experiment ends with: ERRORED when fail-fast stopped it or a trial errored,
     INTERRUPTED when it was stopped (resumable), else FINISHED."""
     if stopping == "fail_fast":
-        return "ERRORED"
+        return ExperimentStatus.ERRORED
     if stopping:
-        return "INTERRUPTED"
+        return ExperimentStatus.INTERRUPTED
     if any(s == TrialStatus.ERRORED for s in statuses):
-        return "ERRORED"
-    return "FINISHED"
+        return ExperimentStatus.ERRORED
+    return ExperimentStatus.FINISHED

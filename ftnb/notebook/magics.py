@@ -62,6 +62,7 @@ from ..run_options import (
     storage_option,
 )
 from ..view import plural
+from ..state import TrialStatus
 
 __all__ = [
     "FtnbMagics",
@@ -876,7 +877,7 @@ def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
         handle.stop_trial(trial_id, wait=wait, timeout=timeout)
     except (RuntimeError, TimeoutError) as exc:  # not running / not stopped in time
         raise MagicInputError(str(exc)) from None
-    if before in ("TERMINATED", "ERRORED"):
+    if before is not None and TrialStatus(before).is_finished():
         return  # stop_trial said it had already ended
     if wait:
         status = {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import time
 from typing import TYPE_CHECKING, Any, Optional
+from ..state import TrialStatus
 
 if TYPE_CHECKING:
     from ..monitor import ExperimentSnapshot
@@ -132,7 +133,7 @@ class TrialChart:
             traces.append(go.Scatter(
                 x=_array(xs, "int32"), y=_array(ys, "float64"), mode=_mode(len(xs)), name=trial_id,
                 hovertemplate=f"{html.escape(trial_id)}<br>iter %{{x}}: %{{y}}<extra></extra>",
-                line=dict(dash="dot" if status.get(trial_id) == "ERRORED" else None),
+                line=dict(dash="dot" if status.get(trial_id) == TrialStatus.ERRORED else None),
             ))
         # One addTraces message for all of them.
         self.figure.add_traces(traces)

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import ipywidgets as widgets
 
 from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
-from ..state import StateFormatError, StateVersionError
+from ..state import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
 from ..storage import is_transient
 from ..view import URGENCY, format_value, plural
 from .plots import TrialChart
@@ -287,7 +287,7 @@ class ExperimentWidget(widgets.VBox):
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            if self.snapshot is not None and self.snapshot.status in ("FINISHED", "ERRORED"):
+            if self.snapshot is not None and ExperimentStatus(self.snapshot.status).is_finished():
                 return
             if self._unreadable:
                 return
@@ -305,7 +305,7 @@ class ExperimentWidget(widgets.VBox):
         snap = self.snapshot  # the constructor (or the last run) showed this one
         while True:
             wait = self.interval_s
-            if (snap is not None and snap.status == "INTERRUPTED"
+            if (snap is not None and snap.status == ExperimentStatus.INTERRUPTED
                     and time.monotonic() > self._fast_until):
                 wait = max(wait, INTERRUPTED_INTERVAL_S)
             self._wake.wait(wait)
@@ -317,7 +317,7 @@ class ExperimentWidget(widgets.VBox):
             except Exception as exc:  # never let the thread die silently
                 self._say(f"ftnb widget: update failed: {type(exc).__name__}: {exc}", error=True)
                 snap = None
-            if snap is not None and snap.status in ("FINISHED", "ERRORED"):
+            if snap is not None and ExperimentStatus(snap.status).is_finished():
                 return  # its last state is shown: nothing will change any more
 
     def close(self) -> None:
@@ -397,8 +397,8 @@ class ExperimentWidget(widgets.VBox):
         self._view_dirty = False
 
     def _apply_controls(self, snap: ExperimentSnapshot) -> None:
-        running = snap.status == "RUNNING"
-        interrupted = snap.status == "INTERRUPTED"
+        running = snap.status == ExperimentStatus.RUNNING
+        interrupted = snap.status == ExperimentStatus.INTERRUPTED
         _show(self.running_controls, running)
         _show(self.resume_controls, interrupted)
         if interrupted:
@@ -406,7 +406,7 @@ class ExperimentWidget(widgets.VBox):
                  "Interrupted: nothing runs it now. Resume it with "
                  f"<code>{html.escape(snap.resume_line)}</code> or the button:")
         stoppable = [
-            r.trial_id for r in snap.view.rows if r.status in ("RUNNING", "PENDING", "PAUSED")
+            r.trial_id for r in snap.view.rows if r.status in (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.PAUSED)
         ]
         with self.trial_picker.hold_sync():
             if list(self.trial_picker.options) != stoppable:
