@@ -69,7 +69,7 @@ def write_experiment(root: str, name: str, trials: int, reports: int, *,
     """Lay out a synthetic experiment: ``finished`` trials (default all) TERMINATED with
     ``reports`` rows, then one RUNNING trial per entry of ``partial`` (its rows so far), the
     rest PENDING. Returns ``(paths, state)``; nothing holds its lease."""
-    from ftnb.state import AttemptRecord, ExperimentState, TrialRecord
+    from ftnb.core.records import AttemptRecord, ExperimentState, TrialRecord
     from ftnb.storage import ExperimentPaths, Storage
 
     finished = trials if finished is None else finished
@@ -110,7 +110,7 @@ class _Player:
     """The writer process: runs ``running`` trials at a time like a controller would."""
 
     def __init__(self, spec: dict) -> None:
-        from ftnb.lease import Lease
+        from ftnb.storage.lease import Lease
         from ftnb.storage import ExperimentPaths, Storage
 
         self.spec = spec
@@ -142,7 +142,7 @@ class _Player:
         trial.iteration, trial.last_result = row["training_iteration"], row
 
     def run(self) -> None:
-        from ftnb.state import AttemptRecord
+        from ftnb.core.records import AttemptRecord
 
         interval = 1.0 / self.spec["rows_per_s"]
         deadline = time.time() + self.spec["duration_s"]
@@ -248,7 +248,7 @@ def _poll_costs(storage_dir: str, trials: int, reports: int, running: int) -> tu
     """In this process, on a still copy of the experiment: the first poll (s), a poll that finds
     nothing new (ms, median of 5), and one after `running` trials appended a row (ms, median
     of 5)."""
-    from ftnb.monitor import ExperimentMonitor
+    from ftnb.ui.monitor import ExperimentMonitor
 
     paths, state = write_experiment(storage_dir, "still", trials, reports)
     monitor = ExperimentMonitor(paths)
@@ -317,7 +317,7 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
         poll_first_s, poll_idle_ms, poll_changed_ms = _poll_costs(storage_dir, trials, reports,
                                                                   running)
         kernel = _Kernel()
-        kernel.run("import ftnb, ftnb.monitor, ipywidgets, plotly.graph_objects, anywidget")
+        kernel.run("import ftnb, ftnb.ui.monitor, ipywidgets, plotly.graph_objects, anywidget")
         idle_pct, _, _ = _measure_cpu(kernel, idle_s)
         built = json.loads(kernel.run(_BUILD.format(path=exp)).strip().splitlines()[-1])
         if not built["updating"]:

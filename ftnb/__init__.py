@@ -12,7 +12,7 @@ from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from .result import Result, ResultGrid, TrialError
 from .search import choice, grid_search, loguniform, randint, sample_from, uniform
 from .session import TrialContext, get_checkpoint, get_context, report
-from .state import TrialStatus
+from .core.records import TrialStatus
 from .tuner import Tuner, run
 
 __version__ = "0.1.0"
@@ -20,9 +20,9 @@ __version__ = "0.1.0"
 # Imported on first use, so that `import ftnb` stays fast: name -> module.
 _LAZY = {
     "ExperimentHandle": "handle",
-    "ExperimentLockedError": "lease",
+    "ExperimentLockedError": "storage.lease",
     "ExperimentNotFoundError": "handle",
-    "LeaseLostError": "lease",
+    "LeaseLostError": "storage.lease",
     "ObjectRef": "objects",
     "RestoreError": "restore",
     "StorageUnavailableError": "storage",

@@ -19,9 +19,9 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from . import read_model
+from .ui import read_model
 from .config import RunConfig, TuneConfig
-from .state import ExperimentState, ExperimentStatus, TrialStatus
+from .core.records import ExperimentState, ExperimentStatus, TrialStatus
 from .storage import ExperimentPaths, Storage, default_storage_path
 
 __all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
@@ -70,7 +70,7 @@ def launch(
     can resume with them (:meth:`ExperimentHandle.resume`).
     """
     from . import supervisor
-    from .lease import ExperimentLockedError
+    from .storage.lease import ExperimentLockedError
     from .objects import bind_objects
     from .tuner import _check_trainable, _start_or_resume
 
@@ -182,7 +182,7 @@ class ExperimentHandle:
     Holds nothing but the path (and, when this process launched it, the trainable and objects
     to resume it with), so it can be re-created anywhere with :func:`ftnb.attach`. Every method
     reads the experiment directory; ``stop`` and ``stop_trial`` send requests that the running
-    driver picks up (:mod:`ftnb.control`).
+    driver picks up (:mod:`ftnb.storage.control`).
     """
 
     def __init__(self, paths: ExperimentPaths, *, trainable: Any = None, param_space: Any = None,
@@ -220,7 +220,7 @@ class ExperimentHandle:
         """The one line that resumes this experiment. For one launched with ``%ftrun`` or
         ``ftnb.launch``: ``%ftresume NAME`` where the magics are loaded, else the Python line
         ``ftnb.attach(PATH).resume(train, param_space=space)`` (the recorded names); for one
-        run by ``Tuner.fit()``, the ``Tuner.restore`` call (:func:`ftnb.read_model.resume_line`)."""
+        run by ``Tuner.fit()``, the ``Tuner.restore`` call (:func:`ftnb.ui.read_model.resume_line`)."""
         return read_model.resume_line(self.paths, ExperimentState.load(self.paths))
 
     @property
@@ -231,7 +231,7 @@ class ExperimentHandle:
     @property
     def supervisor_log(self) -> Optional[str]:
         """The supervisor's log file, when a supervisor ran this experiment
-        (:func:`ftnb.read_model.supervisor_log`)."""
+        (:func:`ftnb.ui.read_model.supervisor_log`)."""
         return read_model.supervisor_log(self.paths)
 
     def _supervisor_record(self) -> dict:
@@ -239,7 +239,7 @@ class ExperimentHandle:
         return read_model.supervisor_record(self.paths)
 
     def _owner(self) -> Any:
-        from .lease import live_lease
+        from .storage.lease import live_lease
 
         return live_lease(self.paths)
 
@@ -273,7 +273,7 @@ class ExperimentHandle:
         """After its driver let go, a supervisor on this machine still records its outcome in
         ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
         are complete when :meth:`wait` returns (10 s at most, and never past its timeout)."""
-        from .lease import host_id, process_state
+        from .storage.lease import host_id, process_state
 
         limit = time.monotonic() + _SUPERVISOR_EXIT_S
         if deadline is not None:
@@ -296,8 +296,8 @@ class ExperimentHandle:
         return ResultGrid(self.paths, self.state())
 
     def monitor(self) -> Any:
-        """A new incremental reader of the experiment (:class:`ftnb.monitor.ExperimentMonitor`)."""
-        from .monitor import ExperimentMonitor
+        """A new incremental reader of the experiment (:class:`ftnb.ui.monitor.ExperimentMonitor`)."""
+        from .ui.monitor import ExperimentMonitor
 
         return ExperimentMonitor(self.paths)
 
@@ -305,7 +305,7 @@ class ExperimentHandle:
     def stop(self, wait: bool = True, timeout: float = 60.0) -> None:
         """Stop the experiment cleanly: running trials end at their next report (or are killed
         after the grace period) and are PAUSED; the experiment is INTERRUPTED, resumable."""
-        from .control import STOP_EXPERIMENT, send_request
+        from .storage.control import STOP_EXPERIMENT, send_request
 
         owner = self._owner()
         if owner is None:
@@ -318,7 +318,7 @@ class ExperimentHandle:
 
     def stop_trial(self, trial_id: str, wait: bool = True, timeout: float = 60.0) -> None:
         """Stop one trial cleanly (TERMINATED, with what it reported); the others go on."""
-        from .control import STOP_TRIAL, send_request
+        from .storage.control import STOP_TRIAL, send_request
 
         trial = self._trial(trial_id)
         if trial.status in _FINISHED_TRIAL:
@@ -474,7 +474,7 @@ class ExperimentHandle:
 
     def text(self) -> str:
         """The view as a text table: the widget's rows, and how to resume it if it stopped."""
-        from .monitor import text_view
+        from .ui.monitor import text_view
 
         return text_view(read_model.read_snapshot(self.paths))
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .objects import ObjectRef, bind_objects, is_placeholder, walk_placeholders
 from .search import encode_space
-from .state import ExperimentState, StateFormatError, StateVersionError, encode_value
+from .core.records import ExperimentState, StateFormatError, StateVersionError, encode_value
 from .storage import ExperimentPaths
 
 __all__ = [

@@ -6,8 +6,8 @@ import math
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .checkpoint import Checkpoint
-from .results import flatten_row
-from .state import ExperimentState, TrialRecord, TrialStatus
+from .storage.result_log import flatten_row
+from .core.records import ExperimentState, TrialRecord, TrialStatus
 from .storage import ExperimentPaths
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class ResultGrid:
         return pd.DataFrame(records)
 
     def __repr__(self) -> str:
-        from .view import plural
+        from .ui.view import plural
 
         return (
             f"ResultGrid({self.experiment_path!r}: {plural(len(self), 'trial')}, "

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from .checkpoint import Checkpoint
-from .state import encode_metrics
+from .core.records import encode_metrics
 from .storage import NONFINITE_KEY
 
 if TYPE_CHECKING:
-    from .results import ResultLog
+    from .storage.result_log import ResultLog
     from .storage import Storage, TrialPaths
 
 __all__ = ["TrialContext", "get_checkpoint", "get_context", "report"]
@@ -201,10 +201,10 @@ class TrialSession:
         self._after_report(row, checkpoint is not None)
 
     def _check_fence(self, force: bool) -> None:
-        """Nothing is written once another driver owns the experiment (see ftnb.lease)."""
+        """Nothing is written once another driver owns the experiment (see ftnb.storage.lease)."""
         if self.fence is None:
             return
-        from .lease import FencedError
+        from .storage.lease import FencedError
 
         try:
             self.fence.check(force)
@@ -264,7 +264,7 @@ LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
 def _check_metric_reported(metric: str, row: dict) -> None:
     """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report."""
-    from .results import flatten_row
+    from .storage.result_log import flatten_row
 
     flat = flatten_row(row)
     if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":

@@ -210,7 +210,7 @@ class _Announcer:
         self.final_status = state.status.lower()
 
     def on_experiment_start(self, state: Any) -> None:
-        from .lease import host_id, pid_start_time
+        from .storage.lease import host_id, pid_start_time
 
         paths = self.paths
         storage = paths.storage

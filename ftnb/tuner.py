@@ -20,7 +20,7 @@ from .config import (
     signature_mismatch,
 )
 from .result import ResultGrid
-from .state import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus, encode_value
+from .core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus, encode_value
 from .storage import ExperimentPaths, Storage, default_storage_path
 
 __all__ = ["Tuner", "run"]
@@ -35,7 +35,7 @@ def _end_quietly_if_uncaught() -> None:
     shell), with ``finally`` blocks and atexit handlers run. Installed once, from the main
     thread only; inert in IPython and Jupyter, which show a cell's exceptions themselves (and
     keep the kernel alive)."""
-    from .controller import RESUME_LINE_PRINTED
+    from .core.controller import RESUME_LINE_PRINTED
 
     if threading.current_thread() is not threading.main_thread():
         return  # a thread's uncaught exception goes to threading.excepthook, not this hook
@@ -86,7 +86,7 @@ class Tuner:
         run_config: Optional[RunConfig] = None,
         resources_per_trial: Any = None,
     ) -> None:
-        from .resources import TrialResources
+        from .execution.resources import TrialResources
         from .search import validate_param_space
 
         _check_trainable(trainable, "Tuner")
@@ -127,7 +127,7 @@ class Tuner:
             else:
                 self._results = self._fit_new()
         except KeyboardInterrupt as exc:
-            from .controller import RESUME_LINE_PRINTED
+            from .core.controller import RESUME_LINE_PRINTED
 
             if getattr(exc, RESUME_LINE_PRINTED, False):
                 _end_quietly_if_uncaught()
@@ -172,7 +172,7 @@ class Tuner:
         return _NewPlan(executor, space, variants, storage, name, paths)
 
     def _fit_new(self) -> ResultGrid:
-        from .lease import Lease
+        from .storage.lease import Lease
         from .search import encode_space, varying_keys
 
         plan = self._check_new()
@@ -192,7 +192,7 @@ class Tuner:
             try:
                 _lay_out_trials(paths, state, check=False)
             except KeyboardInterrupt as exc:  # (thousands of trials take a while)
-                from .controller import say_interrupted
+                from .core.controller import say_interrupted
 
                 say_interrupted(exc, state.name, hint,
                                 "no trial had started (restore lays out the rest)")
@@ -206,7 +206,7 @@ class Tuner:
                      with_space: bool) -> str:
         """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
         experiment the command line started, else the Python line."""
-        from .read_model import resume_line, tuner_restore_line
+        from .ui.read_model import resume_line, tuner_restore_line
 
         if self.origin and self.origin.get("via") == "cli":
             return resume_line(paths, state)
@@ -215,7 +215,7 @@ class Tuner:
     def _executor(self) -> Any:
         """The executor trials run on: local processes, obtained by name from the registry,
         handing their output over when it is shown (``verbose >= 1``)."""
-        from .executors import create_executor
+        from .execution import create_executor
 
         return create_executor("local", output_events=self.run_config.verbose >= 1)
 
@@ -225,9 +225,9 @@ class Tuner:
         """Run the controller on ``executor`` (which it shuts down when it ends); the results
         show ``result_configs`` (the caller's own objects where the trials were given refs to
         copies)."""
-        from .control import ControlInbox
-        from .controller import Controller
-        from .reporting import TerminalReporter
+        from .storage.control import ControlInbox
+        from .core.controller import Controller
+        from .ui.terminal import TerminalReporter
 
         rc, tc = self.run_config, self.tune_config
         listeners = list(self.listeners)
@@ -288,7 +288,7 @@ class Tuner:
         """Whether ``path`` is the folder of an ftnb experiment that can be restored (a readable
         state). False, never an error, for a missing path, an empty folder, a folder of
         something else, or a state this ftnb cannot read."""
-        from .state import StateFormatError
+        from .core.records import StateFormatError
 
         try:
             paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
@@ -337,11 +337,11 @@ class Tuner:
         training under another name (``train_v2``, a fixed version).
         """
         from .config import FailureConfig
-        from .lease import refuse_if_owned
+        from .storage.lease import refuse_if_owned
         from .storage import check_outage_settings
 
         check_outage_settings()
-        from .resources import TrialResources
+        from .execution.resources import TrialResources
         from .restore import (
             RestoreError,
             bind_configs,
@@ -420,7 +420,7 @@ class Tuner:
     def _fit_restored(self, plan: "_RestorePlan") -> ResultGrid:
         import cloudpickle
 
-        from .lease import Lease, host_id, reap_processes
+        from .storage.lease import Lease, host_id, reap_processes
         from .restore import load_state
 
         executor = self._executor()

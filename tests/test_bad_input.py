@@ -8,7 +8,7 @@ import os
 import pytest
 
 import ftnb
-from ftnb.state import ExperimentState
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 
 
@@ -195,7 +195,7 @@ def test_state_file_fallback_and_newer_version(tmp_path):
     newer["format_version"] = 999
     with open(paths.state, "w") as f:
         json.dump(newer, f)
-    from ftnb.state import StateFormatError
+    from ftnb.core.records import StateFormatError
 
     with pytest.raises(StateFormatError, match="newer than this ftnb.*upgrade"):
         ExperimentState.load(paths)
@@ -381,7 +381,7 @@ def test_result_rows_with_bare_nan_tokens_are_still_read(tmp_path):
 def test_result_log_rewrite_keeps_nonfinite_values(tmp_path):
     import math
 
-    from ftnb.results import ResultLog
+    from ftnb.storage.result_log import ResultLog
     from ftnb.storage import Storage, TrialPaths
 
     paths = TrialPaths(Storage(str(tmp_path)), str(tmp_path))

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 import ftnb
-from ftnb.state import ExperimentState
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import REPO, TESTS, run_script, wait_for
 from scripted import result_rows, scripted

@@ -15,9 +15,9 @@ import pytest
 
 import ftnb
 from ftnb.cli import main
-from ftnb.state import ExperimentState, TrialRecord
+from ftnb.core.records import ExperimentState, TrialRecord
 from ftnb.storage import ExperimentPaths
-from ftnb.view import ExperimentView
+from ftnb.ui.view import ExperimentView
 
 # -- trainables (module level: trial processes import them by reference) -----------------------
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ftnb.control import STOP_EXPERIMENT, STOP_TRIAL, ControlInbox, send_request
-from ftnb.lease import Lease
+from ftnb.storage.control import STOP_EXPERIMENT, STOP_TRIAL, ControlInbox, send_request
+from ftnb.storage.lease import Lease
 from ftnb.storage import ExperimentPaths, Storage
 
 

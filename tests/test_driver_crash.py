@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 import ftnb
-from ftnb.lease import process_name
-from ftnb.state import ExperimentState
+from ftnb.storage.lease import process_name
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import pid_alive, processes_named, run_script, wait_for
 from scripted import executed, result_rows, scripted, uses_objects

@@ -1,4 +1,4 @@
-"""The executor contract (ftnb/executors/base.py), one suite run over every executor.
+"""The executor contract (ftnb/execution/contract.py), one suite run over every executor.
 
 Each test gets a fresh executor of each registered kind ("local": real processes killed with
 real signals; "inprocess": threads of this process) with a pool of two CPUs, and an experiment
@@ -18,8 +18,8 @@ import time
 import pytest
 
 import ftnb
-from ftnb.executors import available_executors, create_executor, executor_class
-from ftnb.executors.base import (
+from ftnb.execution import available_executors, create_executor, executor_class
+from ftnb.execution.contract import (
     AttemptSpec,
     Capacity,
     DoneEvent,
@@ -33,7 +33,7 @@ from ftnb.executors.base import (
     ResultEvent,
     StartedEvent,
 )
-from ftnb.resources import ResourcePool, TrialResources
+from ftnb.execution.resources import ResourcePool, TrialResources
 from ftnb.storage import ExperimentPaths, Storage
 from procs import pid_alive, wait_for
 

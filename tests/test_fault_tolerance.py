@@ -8,7 +8,7 @@ import os
 import pytest
 
 import ftnb
-from ftnb.state import ExperimentState
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from scripted import executed, scripted
 

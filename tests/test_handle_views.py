@@ -12,9 +12,9 @@ import signal
 import pytest
 
 import ftnb
-from ftnb.lease import read_lease
-from ftnb.state import AttemptRecord, ExperimentState, TrialRecord
-from ftnb.view import ExperimentView, run_times
+from ftnb.storage.lease import read_lease
+from ftnb.core.records import AttemptRecord, ExperimentState, TrialRecord
+from ftnb.ui.view import ExperimentView, run_times
 from procs import run_script, wait_for
 from scripted import executed, scripted
 

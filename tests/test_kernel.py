@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ftnb.lease import read_lease
+from ftnb.storage.lease import read_lease
 from ftnb.storage import ExperimentPaths, Storage
 from procs import REPO, TESTS, pid_alive, wait_for
 from scripted import executed, result_rows

@@ -1,4 +1,4 @@
-"""Unit tests of the owner lease (ftnb/lease.py) and the ``Driver:`` line of ``ftnb status``.
+"""Unit tests of the owner lease (ftnb/storage/lease.py) and the ``Driver:`` line of ``ftnb status``.
 
 Real processes and real files throughout: a second driver is a child Python process that holds a
 lease and answers commands on stdin; "another machine" is a different ``$FTNB_HOST_ID``; a stale
@@ -26,7 +26,7 @@ import pytest
 
 import ftnb
 from ftnb.cli import main
-from ftnb.lease import (
+from ftnb.storage.lease import (
     ExperimentLockedError,
     Fence,
     FencedError,
@@ -39,7 +39,7 @@ from ftnb.lease import (
     read_lease,
     reap_processes,
 )
-from ftnb.state import ExperimentState
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import REPO, TESTS, pid_alive, processes_named, wait_for
 
@@ -56,7 +56,7 @@ def _clean_lease_env(monkeypatch):
 # -- helpers -----------------------------------------------------------------------------------
 HOLDER = r"""
 import sys
-from ftnb.lease import Lease, LeaseLostError
+from ftnb.storage.lease import Lease, LeaseLostError
 from ftnb.storage import ExperimentPaths
 
 lease = Lease.acquire(ExperimentPaths.at(sys.argv[1]))

@@ -755,8 +755,8 @@ def test_a_name_under_two_storages_says_which_one_it_acts_on(finished, cell, she
 
 
 def test_counts_are_singular_or_plural():
-    from ftnb.state import ExperimentState, FailureRecord, TrialRecord
-    from ftnb.view import ExperimentView, plural
+    from ftnb.core.records import ExperimentState, FailureRecord, TrialRecord
+    from ftnb.ui.view import ExperimentView, plural
 
     assert [plural(n, "trial") for n in (0, 1, 2)] == ["0 trials", "1 trial", "2 trials"]
     assert plural(1, "retry", "retries") == "1 retry" and plural(3, "retry", "retries") == (

@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 import ftnb
-from ftnb.lease import process_name
-from ftnb.monitor import ExperimentMonitor, Restart, default_resume_line
-from ftnb.state import ExperimentState, StateFormatError, StateVersionError
+from ftnb.storage.lease import process_name
+from ftnb.ui.monitor import ExperimentMonitor, Restart, default_resume_line
+from ftnb.core.records import ExperimentState, StateFormatError, StateVersionError
 from ftnb.storage import ExperimentPaths, read_json_lines
 from procs import processes_named, run_script, wait_for
 from scripted import case_dirs, result_rows, scripted_case
@@ -340,7 +340,7 @@ def test_dead_driver_signal_case_uses_lease_not_state(errored_experiment, tmp_pa
     owner = os.path.join(path, "owner.json")
     lease = json.loads(open(owner).read())
     # This process as the owner: alive.
-    from ftnb.lease import host_id, pid_start_time
+    from ftnb.storage.lease import host_id, pid_start_time
 
     lease.update(released=False, pid=os.getpid(), pid_start=pid_start_time(os.getpid()),
                  host_id=host_id())

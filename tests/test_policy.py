@@ -15,7 +15,7 @@ from ftnb.core.policy import (
     experiment_status,
     is_repeated_error,
 )
-from ftnb.state import FailureRecord, TrialRecord, TrialStatus
+from ftnb.core.records import FailureRecord, TrialRecord, TrialStatus
 
 BOOM = {"kind": "exception", "type": "ValueError", "message": "boom", "iteration": 3,
         "traceback": "Traceback ...", "exit_code": 1}
@@ -228,7 +228,7 @@ def test_experiment_status(stopping, statuses, status):
 def test_statuses_and_kinds_have_behaviour_and_are_stored_as_values():
     import json
 
-    from ftnb.state import (
+    from ftnb.core.records import (
         AttemptOutcome,
         AttemptRecord,
         ExperimentState,

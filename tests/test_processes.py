@@ -10,7 +10,7 @@ import time
 import pytest
 
 import ftnb
-from ftnb.state import ExperimentState
+from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 
 from procs import pid_alive, run_script, wait_for

@@ -1,4 +1,4 @@
-"""The read model (ftnb/read_model.py): one answer to what is at a path, what its status is (a
+"""The read model (ftnb/ui/read_model.py): one answer to what is at a path, what its status is (a
 dead driver reads as INTERRUPTED), what its trials are and what line resumes it, which every
 reader gives: the widget's monitor, `ftnb status`/`ls`/`watch`, handles, and the JSON a web
 front end serves. Real experiments (Tuner runs, a driver killed with SIGKILL) and real files;
@@ -15,12 +15,12 @@ import uuid
 import pytest
 
 import ftnb
-from ftnb import read_model
+from ftnb.ui import read_model
 from ftnb.cli import main
-from ftnb.lease import process_name, read_lease
-from ftnb.monitor import ExperimentMonitor
-from ftnb.read_model import Found, ResumeContext
-from ftnb.state import AttemptRecord, ExperimentState, TrialRecord
+from ftnb.storage.lease import process_name, read_lease
+from ftnb.ui.monitor import ExperimentMonitor
+from ftnb.ui.read_model import Found, ResumeContext
+from ftnb.core.records import AttemptRecord, ExperimentState, TrialRecord
 from ftnb.storage import ExperimentPaths, Storage, read_json_lines
 from procs import processes_named, run_script, wait_for
 

@@ -1,4 +1,4 @@
-"""Tests for ftnb.resources: parsing, detection, and the CPU/GPU pool."""
+"""Tests for ftnb.execution.resources: parsing, detection, and the CPU/GPU pool."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ftnb import resources
-from ftnb.resources import (
+from ftnb.execution import resources
+from ftnb.execution.resources import (
     Allocation,
     ResourcePool,
     TrialResources,
@@ -264,7 +264,7 @@ def test_dev_gpu_count(tmp_path: Path) -> None:
 
 def test_import_does_not_import_torch() -> None:
     code = (
-        "import sys, ftnb.resources as r; r.detect_gpus(); r.detect_cpus(); "
+        "import sys, ftnb.execution.resources as r; r.detect_gpus(); r.detect_cpus(); "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(

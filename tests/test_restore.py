@@ -11,8 +11,8 @@ import signal
 import pytest
 
 import ftnb
-from ftnb.lease import process_name
-from ftnb.state import FORMAT_VERSION, ExperimentState
+from ftnb.storage.lease import process_name
+from ftnb.core.records import FORMAT_VERSION, ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import processes_named, run_script, wait_for
 from scripted import case_dirs, executed, result_rows, scripted_case

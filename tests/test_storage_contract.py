@@ -25,9 +25,9 @@ from typing import Callable
 import pytest
 
 import ftnb
-from ftnb.control import ControlInbox, send_request
-from ftnb.lease import Fence, Lease, read_lease
-from ftnb.results import ResultLog
+from ftnb.storage.control import ControlInbox, send_request
+from ftnb.storage.lease import Fence, Lease, read_lease
+from ftnb.storage.result_log import ResultLog
 from ftnb.storage import (
     LOCAL_POLL_S,
     REMOTE_POLL_S,

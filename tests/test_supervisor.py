@@ -11,9 +11,9 @@ import pytest
 
 import ftnb
 from ftnb import supervisor
-from ftnb.control import STOP_TRIAL, send_request
+from ftnb.storage.control import STOP_TRIAL, send_request
 from ftnb.handle import ExperimentNotFoundError
-from ftnb.lease import process_name, read_lease
+from ftnb.storage.lease import process_name, read_lease
 from ftnb.storage import ExperimentPaths, Storage
 from procs import pid_alive, processes_named, run_script, wait_for
 from scripted import executed, result_rows, scripted, uses_objects

@@ -21,8 +21,8 @@ pytest.importorskip("plotly", reason="the widget needs ftnb[notebook]")
 import comm  # noqa: E402
 
 import ftnb  # noqa: E402
-from ftnb.lease import process_name  # noqa: E402
-from ftnb.state import ExperimentState  # noqa: E402
+from ftnb.storage.lease import process_name  # noqa: E402
+from ftnb.core.records import ExperimentState  # noqa: E402
 from ftnb.notebook.plots import LEGEND_MAX_TRIALS  # noqa: E402
 from ftnb.notebook.widget import (  # noqa: E402
     DEFAULT_TABLE_ROWS,
@@ -436,7 +436,7 @@ def test_a_widget_before_the_experiment_exists_waits_for_it(errored_path, tmp_pa
         name, path, resume_line = "later", str(tmp_path / "later"), "%ftresume later"
 
         def monitor(self):
-            from ftnb.monitor import ExperimentMonitor
+            from ftnb.ui.monitor import ExperimentMonitor
 
             return ExperimentMonitor(self.path)
 

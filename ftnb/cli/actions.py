@@ -1,6 +1,6 @@
 """``ftnb stop`` and ``ftnb rm``: act on an experiment from a terminal.
 
-A stop is a control request to the experiment's driver (:mod:`ftnb.control`), wherever it runs
+A stop is a control request to the experiment's driver (:mod:`ftnb.storage.control`), wherever it runs
 (a supervisor, a foreground ``ftnb run``, a script's ``fit()``): the experiment ends
 INTERRUPTED, resumable. ``rm`` refuses an experiment that a live driver holds, asks first, and
 removes through ftnb's storage (local folders and object stores alike).
@@ -16,7 +16,7 @@ from ..wording import plural
 from ..run_options import CommandSpec, amount, opt
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
-from ..state import ExperimentStatus, TrialStatus
+from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["RM", "STOP", "cmd_rm", "cmd_stop"]
 
@@ -73,7 +73,7 @@ def _handle(args: argparse.Namespace) -> Any:
 # -- ftnb stop ------------------------------------------------------------------------------------
 def cmd_stop(args: argparse.Namespace) -> int:
     """``ftnb stop NAME_OR_PATH [--trial ID]``."""
-    from ..read_model import ResumeContext, resume_line
+    from ..ui.read_model import ResumeContext, resume_line
 
     handle = _handle(args)
     out = sys.stderr if args.json else sys.stdout
@@ -133,7 +133,7 @@ def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
 # -- ftnb rm --------------------------------------------------------------------------------------
 def cmd_rm(args: argparse.Namespace) -> int:
     """``ftnb rm NAME_OR_PATH [--yes]``."""
-    from ..lease import live_lease
+    from ..storage.lease import live_lease
 
     handle = _handle(args)
     paths = handle.paths

@@ -19,7 +19,7 @@ from ..run_options import CommandSpec, opt
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
 from .output import print_json
-from ..state import ExperimentStatus, TrialStatus
+from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 
@@ -194,8 +194,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _supervisor_source(handle: Any) -> list[_Source]:
     """The supervisor's log, or (no supervisor ran it) every trial's output, labelled."""
-    from ..lease import host_id
-    from ..read_model import supervisor_record
+    from ..storage.lease import host_id
+    from ..ui.read_model import supervisor_record
 
     storage = handle.paths.storage
     record = supervisor_record(handle.paths)
@@ -227,7 +227,7 @@ def _trial_sources(handle: Any, trial: Any, labelled: bool) -> list[_Source]:
     out = []
     for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
         label = ""
-        if labelled:  # the supervisor log's own prefixes (ftnb.reporting.TerminalReporter)
+        if labelled:  # the supervisor log's own prefixes (ftnb.ui.terminal.TerminalReporter)
             label = f"({trial.trial_id}) " if stream == "stdout" else f"({trial.trial_id} stderr) "
         out.append(_Source(_Tail(storage, path), source="trial", trial_id=trial.trial_id,
                            stream=stream, label=label))
@@ -244,8 +244,8 @@ def _trial_status(handle: Any, trial_id: str) -> Optional[str]:
 # -- ftnb watch -----------------------------------------------------------------------------------
 def cmd_watch(args: argparse.Namespace) -> int:
     """``ftnb watch NAME_OR_PATH``: the live table until the experiment ends."""
-    from ..monitor import ExperimentMonitor
-    from ..read_model import ResumeContext
+    from ..ui.monitor import ExperimentMonitor
+    from ..ui.read_model import ResumeContext
     from .listing import find_experiment
     from .running import exit_code_of
 
@@ -327,7 +327,7 @@ def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
                live: bool) -> str:
     """One frame: the progress line, the table (cut to the terminal), the driver, and how to
     resume it when it is interrupted."""
-    from ..view import render_table
+    from ..ui.view import render_table
 
     lines_after = [snap.driver] if snap.driver else []
     if snap.status == ExperimentStatus.INTERRUPTED:

@@ -1,7 +1,7 @@
 """``ftnb ls`` and ``ftnb status``, and how every verb finds the experiment it is given.
 
 Both verbs only read (ARCHITECTURE.md, principle 7): they are safe against a running experiment,
-from any machine that sees its storage. What they show comes from :mod:`ftnb.read_model` (what
+from any machine that sees its storage. What they show comes from :mod:`ftnb.ui.read_model` (what
 is at a path, the status as read, the trials, the resume line); this module words it.
 """
 
@@ -16,13 +16,13 @@ from typing import Optional
 
 from typing import TYPE_CHECKING
 
-from ..state import ExperimentState, ExperimentStatus, StateFormatError, TrialStatus
+from ..core.records import ExperimentState, ExperimentStatus, StateFormatError, TrialStatus
 from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path
 from .exits import EXIT_OK, CliError, describe, one_line
 from .output import columns, local_time, print_json
 
 if TYPE_CHECKING:
-    from ..read_model import ExperimentSnapshot, Location
+    from ..ui.read_model import ExperimentSnapshot, Location
 
 __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_experiments",
            "open_storage"]
@@ -63,7 +63,7 @@ def _storage_shown(given: Optional[str]) -> tuple[str, str]:
 def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
     """Print the experiments under the storage path ``given`` (default: the default storage)
     as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
-    from ..read_model import Found
+    from ..ui.read_model import Found
 
     where, shown = _storage_shown(given)
     location = _locate(open_storage(where))
@@ -104,7 +104,7 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
 
 
 def _list_one(paths: ExperimentPaths) -> _Listed:
-    from .. import read_model
+    from ..ui import read_model
 
     name = paths.name
     try:
@@ -146,9 +146,9 @@ def _render_ls(listed: list[_Listed]) -> str:
 # -- ftnb status -------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``."""
-    from .. import read_model
-    from ..read_model import ResumeContext
-    from ..view import render_table
+    from ..ui import read_model
+    from ..ui.read_model import ResumeContext
+    from ..ui.view import render_table
 
     paths = find_experiment(args.target, args.storage_path)
     try:
@@ -206,8 +206,8 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
     URL), or a name under ``storage_path`` (default ``$FTNB_STORAGE_PATH``, else
     ``~/ftnb_results``). A bare name that is not there but is a folder here is that folder (as
     ``ftnb status`` always took it). A :class:`CliError` says what is there instead."""
-    from .. import read_model
-    from ..read_model import Found
+    from ..ui import read_model
+    from ..ui.read_model import Found
 
     if read_model.names_a_folder(target):
         return _find_at(target)
@@ -233,7 +233,7 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
 
 def _find_at(where: str) -> ExperimentPaths:
     """The experiment whose folder is ``where``, or a CliError that says what is there."""
-    from ..read_model import Found
+    from ..ui.read_model import Found
 
     location = _locate(open_storage(where))
     found = location.found
@@ -295,7 +295,7 @@ def open_storage(where: str) -> Storage:
 def _locate(storage: Storage) -> "Location":
     """What is at the storage's root. Any backend failure (no credentials, no network,
     permission denied) is about the user's path or environment, not a bug: a CliError."""
-    from .. import read_model
+    from ..ui import read_model
 
     try:
         return read_model.locate(storage)

@@ -1,5 +1,5 @@
 """What the ``ftnb`` command prints: strict JSON, aligned columns, times. An experiment's JSON
-is its read model snapshot's (:meth:`ftnb.read_model.ExperimentSnapshot.experiment_json`)."""
+is its read model snapshot's (:meth:`ftnb.ui.read_model.ExperimentSnapshot.experiment_json`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["columns", "local_time", "print_json"]
 def print_json(obj: Any, *, indent: Optional[int] = 1) -> None:
     """Print ``obj`` as strict JSON (jq, JavaScript): NaN and infinities become null.
     ``indent=None``: one line (JSON Lines)."""
-    from ..read_model import finite  # imported when used: `ftnb --version` stays fast
+    from ..ui.read_model import finite  # imported when used: `ftnb --version` stays fast
 
     text = json.dumps(finite(obj), indent=indent, default=str, allow_nan=False)
     sys.stdout.write(text + "\n")

@@ -39,7 +39,7 @@ from ..run_options import (
 )
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
 from .references import SPACE_FORMS, ReferenceNames, absolute_reference
-from ..state import ExperimentStatus, TrialStatus
+from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
 
@@ -145,7 +145,7 @@ def _recorded_space(text: str) -> str:
 def cmd_resume(args: argparse.Namespace) -> int:
     """``ftnb resume NAME_OR_PATH [options]``."""
     from ..config import RunConfig
-    from ..state import ExperimentState, StateFormatError
+    from ..core.records import ExperimentState, StateFormatError
     from .listing import find_experiment
 
     paths = find_experiment(args.target, args.storage_path)
@@ -203,7 +203,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _user_errors(what: str) -> Iterator[None]:
     """ftnb's one-line errors about the input (ValueError, TypeError, a live owner) as the
     command's usage errors; ``FTNB_DEBUG=1`` keeps their traceback."""
-    from ..lease import ExperimentLockedError
+    from ..storage.lease import ExperimentLockedError
 
     try:
         yield
@@ -226,7 +226,7 @@ def _paths_of(kwargs: dict) -> Any:
 
 def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
     from ..handle import ExperimentHandle, _finished_handle
-    from ..lease import live_lease
+    from ..storage.lease import live_lease
     from ..tuner import _start_or_resume
 
     verb = "ftnb resume" if resume_only else "ftnb run"
@@ -271,7 +271,7 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
                 tuner.fit()
             except KeyboardInterrupt as exc:
                 # A second Ctrl+C: the controller saved the state, and said how to resume.
-                from ..controller import RESUME_LINE_PRINTED
+                from ..core.controller import RESUME_LINE_PRINTED
 
                 interrupted, said = True, getattr(exc, RESUME_LINE_PRINTED, False)
         interrupted = interrupted or stopper.signalled is not None
@@ -280,7 +280,7 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
 
 def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool = False) -> int:
     """Print how the experiment ended (or its JSON) and return the exit code."""
-    from ..read_model import ResumeContext, read_snapshot
+    from ..ui.read_model import ResumeContext, read_snapshot
 
     snap = read_snapshot(handle.paths, resume_context=ResumeContext.TERMINAL)
     state, status = snap.state, snap.status
@@ -307,7 +307,7 @@ def _detached(trainable: Any, kwargs: dict, as_json: bool, verb: str) -> int:
     with _user_errors(f"{verb} --detach"):
         handle = ftnb.launch(trainable, quiet=as_json, **kwargs)
     if as_json:
-        from ..read_model import ResumeContext, read_snapshot, supervisor_record
+        from ..ui.read_model import ResumeContext, read_snapshot, supervisor_record
         from .output import print_json
 
         snap = read_snapshot(handle.paths, resume_context=ResumeContext.TERMINAL)
@@ -343,8 +343,8 @@ class _StopOnSignal:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        from ..control import STOP_EXPERIMENT, send_request
-        from ..lease import live_lease
+        from ..storage.control import STOP_EXPERIMENT, send_request
+        from ..storage.lease import live_lease
 
         if self.signalled is not None:
             raise KeyboardInterrupt

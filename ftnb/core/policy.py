@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from ..config import CheckpointConfig, FailureConfig
-from ..executors.base import EXIT_PREEMPTED
-from ..state import (
+from ..execution.contract import EXIT_PREEMPTED
+from .records import (
     AttemptOutcome,
     ExperimentStatus,
     FailureKind,

@@ -61,8 +61,8 @@ from ..run_options import (
     space_from,
     storage_option,
 )
-from ..view import plural
-from ..state import TrialStatus
+from ..ui.view import plural
+from ..core.records import TrialStatus
 
 __all__ = [
     "FtnbMagics",
@@ -519,7 +519,7 @@ def _check_output_name(name: Optional[str], spec: MagicSpec) -> None:
 def _user_error_types() -> tuple[type, ...]:
     # launch/attach/resume report bad input with these (ExperimentNotFoundError and
     # RestoreError are ValueErrors), each as one line that says what to do.
-    from ..lease import ExperimentLockedError
+    from ..storage.lease import ExperimentLockedError
 
     return (ValueError, TypeError, ExperimentLockedError)
 
@@ -728,7 +728,7 @@ class FtnbMagics(Magics):
         one first)."""
         import ftnb
         from ..handle import ExperimentNotFoundError
-        from ..read_model import names_a_folder
+        from ..ui.read_model import names_a_folder
 
         filesystem = None
         if args.filesystem:
@@ -782,7 +782,7 @@ class FtnbMagics(Magics):
                     return
 
     def _remember(self, handle: Any) -> None:
-        from ..read_model import same_storage_path
+        from ..ui.read_model import same_storage_path
         from ..storage import default_storage_path
 
         path = handle.paths.parent_uri
@@ -889,7 +889,7 @@ def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
 def _origin_of(handle: Any) -> tuple[dict, Optional[str], list[tuple[str, str]]]:
     """The names ``%ftrun`` recorded (``settings["origin"]``), the trainable's own name, and
     the objects (key, type) that the trials to resume need from the search space."""
-    from ..state import ExperimentState
+    from ..core.records import ExperimentState
 
     state = ExperimentState.load(handle.paths)
     origin = state.settings.get("origin")

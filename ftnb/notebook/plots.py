@@ -1,7 +1,7 @@
 """The live chart of an experiment: one plotly trace per trial, restart points marked.
 
 :class:`TrialChart` owns a ``plotly.graph_objects.FigureWidget`` and brings it up to date from
-:class:`ftnb.monitor.ExperimentSnapshot` s. It sends only what changed: a trial's trace is
+:class:`ftnb.ui.monitor.ExperimentSnapshot` s. It sends only what changed: a trial's trace is
 restyled only when its points did, new trials are added in one message, and every update is
 one ``batch_update()``. Needs ``ftnb[notebook]`` (plotly, anywidget).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import html
 import time
 from typing import TYPE_CHECKING, Any, Optional
-from ..state import TrialStatus
+from ..core.records import TrialStatus
 
 if TYPE_CHECKING:
-    from ..monitor import ExperimentSnapshot
+    from ..ui.monitor import ExperimentSnapshot
 
 __all__ = ["TrialChart"]
 

@@ -27,10 +27,10 @@ from typing import Any, Optional
 
 import ipywidgets as widgets
 
-from ..monitor import ExperimentMonitor, ExperimentSnapshot, text_view
-from ..state import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
+from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
+from ..core.records import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
 from ..storage import is_transient
-from ..view import URGENCY, format_value, plural
+from ..ui.view import URGENCY, format_value, plural
 from .plots import TrialChart
 
 __all__ = ["ExperimentWidget", "text_view"]

@@ -1,5 +1,5 @@
-"""The trial process's side of the local executor (:mod:`ftnb.executors.local`): what a forked
-trial process does before, around and after the attempt body (:mod:`ftnb._attempt`).
+"""The trial process's side of the local executor (:mod:`ftnb.execution.local`): what a forked
+trial process does before, around and after the attempt body (:mod:`ftnb.execution.attempt`).
 
 It becomes the leader of its own process group, dies with the fork server, takes its driver's
 lease name (so a driver taking the experiment over can find it), ignores Ctrl+C (the controller
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .base import AttemptEvent, AttemptSpec, StartedEvent
+from .contract import AttemptEvent, AttemptSpec, StartedEvent
 
 __all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
 
@@ -59,10 +59,10 @@ def _die_with_parent() -> None:
 def _name_process(token: Optional[str]) -> None:
     """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
     ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
-    experiment over can find and kill a dead driver's trials (:func:`ftnb.lease.reap_processes`)."""
+    experiment over can find and kill a dead driver's trials (:func:`ftnb.storage.lease.reap_processes`)."""
     if not token:
         return
-    from ..lease import process_name
+    from ..storage.lease import process_name
 
     try:
         with open("/proc/self/comm", "w") as f:
@@ -85,7 +85,7 @@ def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> 
 
 
 class PipeChannel:
-    """The trial process's end of the pipe to its executor (see ftnb._attempt.AttemptChannel)."""
+    """The trial process's end of the pipe to its executor (see ftnb.execution.attempt.AttemptChannel)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -143,7 +143,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
 def _run_launch(launch: ProcessLaunch, channel: PipeChannel) -> int:
     import cloudpickle
 
-    from .._attempt import EXIT_ERROR, install_preemption_handler, report_exception, run_attempt
+    from .attempt import EXIT_ERROR, install_preemption_handler, report_exception, run_attempt
 
     channel.send(StartedEvent(launch.trial_id, launch.attempt, pids=(os.getpid(),)))
     try:

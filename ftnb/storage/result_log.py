@@ -16,7 +16,7 @@ import io
 import json
 from typing import Any, Iterable, Optional
 
-from .storage import Storage, TrialPaths, json_line
+from . import Storage, TrialPaths, json_line
 
 __all__ = ["ResultLog", "flatten_row"]
 

@@ -1,6 +1,6 @@
 """Executors, chosen by name: ``create_executor("local")``.
 
-The contract every executor follows is in :mod:`ftnb.executors.base`. This registry maps a name
+The contract every executor follows is in :mod:`ftnb.execution.contract`. This registry maps a name
 to where its class lives and imports it only when asked for, so ``import ftnb`` pays for none of
 them, and an executor whose extra is not installed says which ``pip install`` brings it.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from .base import Executor
+    from .contract import Executor
 
 __all__ = ["available_executors", "create_executor", "executor_class"]
 
@@ -28,9 +28,9 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {
-    "local": _Entry("ftnb.executors.local", "LocalProcessExecutor"),
-    "inprocess": _Entry("ftnb.executors.inprocess", "InProcessExecutor"),
-    "ray": _Entry("ftnb.executors.ray", None, ("ray",), "pip install 'ftnb[ray]'"),
+    "local": _Entry("ftnb.execution.local", "LocalProcessExecutor"),
+    "inprocess": _Entry("ftnb.execution.inprocess", "InProcessExecutor"),
+    "ray": _Entry("ftnb.execution.ray", None, ("ray",), "pip install 'ftnb[ray]'"),
 }
 
 

@@ -361,7 +361,7 @@ class Storage:
         names = [posixpath.basename(e.rstrip("/")) for e in entries]
         return sorted(n for n in names if n)
 
-    # -- reads that poll (the read model's readers: ftnb.monitor, `ftnb logs`) -----------------
+    # -- reads that poll (the read model's readers: ftnb.ui.monitor, `ftnb logs`) -----------------
     # Added for issue 13, item 5 (one read model); see FileVersions at the end of this module.
     def file_versions(self, folder: str) -> "FileVersions":
         """The versions of the files under ``folder`` as they are now (:class:`FileVersions`)."""
@@ -1078,7 +1078,7 @@ class ExperimentPaths:
 
 
 # =================================================================================================
-# Reads that poll (issue 13, item 5: the read model's readers, ftnb.monitor and `ftnb logs`)
+# Reads that poll (issue 13, item 5: the read model's readers, ftnb.ui.monitor and `ftnb logs`)
 # -------------------------------------------------------------------------------------------------
 #: A file's version: a tuple whose first item is the file's size (None if unknown), the rest
 #: what tells its versions apart (inode and modification time on a local disk; the ETag,

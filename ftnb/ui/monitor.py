@@ -2,7 +2,7 @@
 
 :class:`ExperimentMonitor` follows an experiment that may be running in another process, on
 another machine, or that ended long ago (ARCHITECTURE.md, principle 7: every UI is a reader).
-Each :meth:`ExperimentMonitor.poll` returns an :class:`ftnb.read_model.ExperimentSnapshot` and
+Each :meth:`ExperimentMonitor.poll` returns an :class:`ftnb.ui.read_model.ExperimentSnapshot` and
 reads only what changed since the last one:
 
 * ``experiment_state.json`` is re-read only when it changed (its version: on a local disk its
@@ -15,7 +15,7 @@ reads only what changed since the last one:
 * ``owner.json`` (the lease) is re-read only when it changed.
 
 What the files mean (which trial record wins, a dead driver read as INTERRUPTED, the resume
-line) is :mod:`ftnb.read_model`'s to say: a poll hands it what was read
+line) is :mod:`ftnb.ui.read_model`'s to say: a poll hands it what was read
 (:meth:`ExperimentSnapshot.build`), so the widget and ``ftnb status`` never disagree.
 
 On a local disk a poll that finds nothing new costs one ``stat`` per file. On object stores
@@ -43,7 +43,7 @@ import os
 import time
 from typing import Any, Optional, Union
 
-from .lease import LeaseInfo
+from ..storage.lease import LeaseInfo
 from .read_model import (
     DriverStatus,
     ExperimentSnapshot,
@@ -57,8 +57,8 @@ from .read_model import (
     same_storage_path,
     with_rows,
 )
-from .state import ExperimentState, ExperimentStatus, StateFormatError, StateVersionError, TrialRecord
-from .storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
+from ..core.records import ExperimentState, ExperimentStatus, StateFormatError, StateVersionError, TrialRecord
+from ..storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
 from .view import render_table
 
 __all__ = [
@@ -197,7 +197,7 @@ class _TrialTracker:
 
 def default_resume_line(paths: ExperimentPaths, state: ExperimentState,
                         magics: Optional[bool] = None) -> str:
-    """The one line that resumes an interrupted experiment (:func:`ftnb.read_model.resume_line`;
+    """The one line that resumes an interrupted experiment (:func:`ftnb.ui.read_model.resume_line`;
     ``magics``: whether the ``%ft`` magics can run it, by default whether this process is an
     IPython shell with ``%load_ext ftnb`` done)."""
     context = None if magics is None else (
@@ -214,8 +214,8 @@ class ExperimentMonitor:
         storage_filesystem: an fsspec filesystem to read through (credentials, endpoint).
         metric: the metric the view lists first (default: the experiment's ``metric``).
         resume_line: the line shown to resume an interrupted experiment (default:
-            :func:`ftnb.read_model.resume_line` for ``resume_context``).
-        resume_context: where the resume line is read (:class:`ftnb.read_model.ResumeContext`;
+            :func:`ftnb.ui.read_model.resume_line` for ``resume_context``).
+        resume_context: where the resume line is read (:class:`ftnb.ui.read_model.ResumeContext`;
             default: this process, a Python or an IPython shell).
     """
 
@@ -270,7 +270,7 @@ class ExperimentMonitor:
     def poll(self) -> ExperimentSnapshot:
         """Read what changed and return the experiment as it is now.
 
-        Raises :class:`ftnb.state.StateFormatError` while the folder holds no readable
+        Raises :class:`ftnb.core.records.StateFormatError` while the folder holds no readable
         experiment state (not created yet, or not an experiment).
         """
         self.stats["polls"] += 1
@@ -393,7 +393,7 @@ class ExperimentMonitor:
         return changed
 
     def _refresh_supervisor_log(self, versions: FileVersions) -> bool:
-        """The supervisor's log as :func:`ftnb.read_model.supervisor_log` finds it: the
+        """The supervisor's log as :func:`ftnb.ui.read_model.supervisor_log` finds it: the
         experiment's ``supervisor.log`` once it is there (then never looked for again), else
         the file ``supervisor.json`` names (on the supervisor's machine, while it runs)."""
         path = self.paths.supervisor_log

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from .storage import ExperimentPaths
+from ..storage import ExperimentPaths
 
 __all__ = [
     "FORMAT",
@@ -45,7 +45,7 @@ class StateVersionError(StateFormatError):
 class ExperimentStatus(str, enum.Enum):
     """An experiment's status. Compares equal to its string value, which is what the state
     stores. A RUNNING experiment whose driver is gone reads as INTERRUPTED in every view (see
-    :func:`ftnb.read_model.without_driver`); INTERRUPTED is also stored when a driver stopped
+    :func:`ftnb.ui.read_model.without_driver`); INTERRUPTED is also stored when a driver stopped
     it cleanly (Ctrl+C, a stop request)."""
 
     RUNNING = "RUNNING"
@@ -275,8 +275,8 @@ class ExperimentState:
 
     def without_driver(self) -> "ExperimentState":
         """A copy as a RUNNING experiment whose driver is gone reads (INTERRUPTED, the trials it
-        ran too): :func:`ftnb.read_model.without_driver`, where every reader gets it."""
-        from .read_model import without_driver
+        ran too): :func:`ftnb.ui.read_model.without_driver`, where every reader gets it."""
+        from ..ui.read_model import without_driver
 
         return without_driver(self)
 
@@ -369,9 +369,9 @@ class ExperimentState:
     def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":
         """Replace each trial's record by its own ``trial.json`` where that is newer (the
         controller writes it at every transition, the whole state at most once a second):
-        :func:`ftnb.read_model.merge_trial_records`, where every reader gets it. Returns self.
+        :func:`ftnb.ui.read_model.merge_trial_records`, where every reader gets it. Returns self.
         """
-        from .read_model import merge_trial_records
+        from ..ui.read_model import merge_trial_records
 
         return merge_trial_records(self, paths)
 
@@ -463,7 +463,7 @@ def encode_value(value: Any) -> Any:
     scalar = _as_scalar(value)
     if scalar is not _NOT_SCALAR:
         return scalar
-    from .objects import ObjectRef
+    from ..objects import ObjectRef
 
     if isinstance(value, ObjectRef):
         return value.placeholder()  # the object was put: restore re-binds it by its place

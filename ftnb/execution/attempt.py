@@ -1,13 +1,13 @@
 """The body of an attempt: what runs in a rank, whichever executor runs it.
 
 :func:`run_attempt` builds the attempt's :class:`~ftnb.session.TrialSession` from its
-:class:`~ftnb.executors.base.AttemptSpec`, runs the trainable, and tells the executor what
+:class:`~ftnb.execution.contract.AttemptSpec`, runs the trainable, and tells the executor what
 happens through an :class:`AttemptChannel`:
 
-* a :class:`~ftnb.executors.base.ResultEvent` after every persisted report,
-* an :class:`~ftnb.executors.base.ErrorEvent` when the trainable raised, exited non-zero, or
+* a :class:`~ftnb.execution.contract.ResultEvent` after every persisted report,
+* an :class:`~ftnb.execution.contract.ErrorEvent` when the trainable raised, exited non-zero, or
   misused the API,
-* a :class:`~ftnb.executors.base.DoneEvent` when it ended on its own terms (finished, stopped,
+* a :class:`~ftnb.execution.contract.DoneEvent` when it ended on its own terms (finished, stopped,
   preempted, fenced).
 
 The started and exit events are the executor's: it sees the processes from outside.
@@ -23,7 +23,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from .executors.base import (
+from .contract import (
     EXIT_PREEMPTED,
     AttemptEvent,
     AttemptSpec,
@@ -34,7 +34,7 @@ from .executors.base import (
 )
 
 if TYPE_CHECKING:
-    from .session import TrialSession
+    from ..session import TrialSession
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -51,7 +51,7 @@ class AttemptChannel(Protocol):
 
 
 class WriteGuard(Protocol):
-    """A fence check: ``check(force)`` raises :class:`ftnb.lease.FencedError` when the attempt
+    """A fence check: ``check(force)`` raises :class:`ftnb.storage.lease.FencedError` when the attempt
     must write nothing more."""
 
     def check(self, force: bool = False) -> None: ...
@@ -69,10 +69,10 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     called with the session before the trainable runs. ``passthrough``: exceptions that are
     the executor's own business (its kill), raised on instead of reported.
     """
-    from . import session as session_mod
-    from .objects import ObjectUnavailableError, resolve_refs
-    from .results import ResultLog
-    from .storage import ExperimentPaths
+    from .. import session as session_mod
+    from ..objects import ObjectUnavailableError, resolve_refs
+    from ..storage.result_log import ResultLog
+    from ..storage import ExperimentPaths
 
     def send_result(kind: str, row: Any) -> None:
         # The session's one message: a persisted report.
@@ -84,7 +84,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     log = ResultLog(paths, existing=list(spec.rows))
     fences: list[Any] = []
     if spec.fence is not None:
-        from .lease import Fence
+        from ..storage.lease import Fence
 
         fences.append(Fence(experiment, spec.fence.as_lease_spec()))
     if guard is not None:
@@ -180,7 +180,7 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 def report_exception(channel: AttemptChannel, ids: tuple[str, int], exc: BaseException,
                      failure_kind: str, iteration: int = 0, *, rank: int = 0) -> None:
     """Print ``exc``'s traceback to stderr (where users look first) and send it as an
-    :class:`~ftnb.executors.base.ErrorEvent` of attempt ``ids`` (trial id, attempt number)."""
+    :class:`~ftnb.execution.contract.ErrorEvent` of attempt ``ids`` (trial id, attempt number)."""
     frames = exc.__traceback__
     # The first frame is ftnb calling the trainable: start the traceback at the user's code.
     if (
@@ -198,7 +198,7 @@ def report_exception(channel: AttemptChannel, ids: tuple[str, int], exc: BaseExc
 def install_preemption_handler(session: Any, grace_s: float, channel: AttemptChannel,
                                rank: int = 0) -> None:
     """SIGTERM means the slot is going away: ask for a checkpoint, then leave in time (this
-    process exits with :data:`~ftnb.executors.base.EXIT_PREEMPTED` after ``grace_s``)."""
+    process exits with :data:`~ftnb.execution.contract.EXIT_PREEMPTED` after ``grace_s``)."""
 
     def on_sigterm(signum: int, frame: Any) -> None:
         if session.preempted:

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from .state import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
-from .wording import plural
+from ..core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
+from ..wording import plural
 
 __all__ = [
     "ExperimentView",
@@ -78,7 +78,7 @@ class ExperimentView:
         metric: Optional[str] = None,
         max_metrics: int = 3,
     ) -> "ExperimentView":
-        from .search import flatten_dict
+        from ..search import flatten_dict
 
         param_columns = list(state.settings.get("varying_keys") or [])
         metric = metric or state.settings.get("metric")

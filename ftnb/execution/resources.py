@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .wording import number, plural
+from ..wording import number, plural
 
 __all__ = [
     "Allocation",

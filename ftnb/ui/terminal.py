@@ -6,8 +6,8 @@ import sys
 import time
 from typing import Optional, TextIO
 
-from .controller import NullListener
-from .state import ExperimentState, FailureRecord, TrialRecord, TrialStatus
+from ..core.controller import NullListener
+from ..core.records import ExperimentState, FailureRecord, TrialRecord, TrialStatus
 from .view import ExperimentView, plural, render_table
 
 __all__ = ["TerminalReporter"]

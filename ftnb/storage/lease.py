@@ -35,7 +35,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from .storage import ExperimentPaths, is_transient
+from . import ExperimentPaths, is_transient
 
 __all__ = [
     "ExperimentLockedError",

@@ -1,8 +1,8 @@
 """Attempts as threads of this process: the executor contract without processes, for fast tests.
 
-It keeps the whole contract of :mod:`ftnb.executors.base` (the same events in the same order,
+It keeps the whole contract of :mod:`ftnb.execution.contract` (the same events in the same order,
 resources from a pool, stop requests, kills, shutdown) and runs the same attempt body as the
-process executor (:func:`ftnb._attempt.run_attempt`), so a test of the controller can run
+process executor (:func:`ftnb.execution.attempt.run_attempt`), so a test of the controller can run
 dozens of attempts in a fraction of a second. What a thread cannot do, it does not pretend to:
 
 * The spec is copied with cloudpickle, as it would travel to a process (a trainable that changes
@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..resources import Allocation, ResourcePool, TrialResources, check_fits
-from .base import (
+from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .contract import (
     AttemptEvent,
     AttemptSpec,
     Capacity,
@@ -79,7 +79,7 @@ class _Ended:
 
 
 class _ThreadChannel:
-    """An attempt's channel to the executor (see ftnb._attempt.AttemptChannel)."""
+    """An attempt's channel to the executor (see ftnb.execution.attempt.AttemptChannel)."""
 
     def __init__(self, events: "queue.Queue[Any]", attempt: _Attempt) -> None:
         self.events = events
@@ -112,7 +112,7 @@ class _KilledGuard:
 
     def check(self, force: bool = False) -> None:
         if self.attempt.killed.is_set():
-            from ..lease import FencedError
+            from ..storage.lease import FencedError
 
             raise FencedError("the executor killed this attempt; it writes nothing more")
 
@@ -179,7 +179,7 @@ class InProcessExecutor:
     def _run(self, attempt: _Attempt, payload: bytes) -> None:
         import cloudpickle
 
-        from .._attempt import EXIT_ERROR, report_exception, run_attempt
+        from .attempt import EXIT_ERROR, report_exception, run_attempt
 
         channel = _ThreadChannel(self._events, attempt)
         _sink.channel = channel

@@ -7,7 +7,7 @@ socket, so a new kernel, the CLI or another machine needs nothing but the experi
 it works the same on local disks, NFS and object stores.
 
 Requests only mean something to a live driver, so each is addressed to one: it carries the
-epoch of the owner lease its sender saw (:mod:`ftnb.lease`; every new driver gets the next
+epoch of the owner lease its sender saw (:mod:`ftnb.storage.lease`; every new driver gets the next
 epoch). A driver acts on the requests of its own epoch and drops those of earlier ones (they were
 meant for a driver that is gone), whatever the clocks of the machines involved say; and
 :class:`ftnb.handle.ExperimentHandle` sends none to an experiment that no driver owns.
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from .storage import ExperimentPaths, is_transient
+from . import ExperimentPaths, is_transient
 
 __all__ = ["ControlInbox", "ControlRequest", "send_request"]
 

@@ -16,7 +16,7 @@
   (:class:`ResumeContext`: a Python prompt, an IPython shell with the ``%ft`` magics, a
   terminal).
 * **All of it at once:** :func:`read_snapshot` returns an :class:`ExperimentSnapshot`; the widget
-  gets one from each poll of its incremental :class:`ftnb.monitor.ExperimentMonitor`, which
+  gets one from each poll of its incremental :class:`ftnb.ui.monitor.ExperimentMonitor`, which
   builds them here (:meth:`ExperimentSnapshot.build`).
 
 The widget, ``ftnb status``/``ls``/``watch``/``logs``/``stop``, :class:`ftnb.ExperimentHandle`
@@ -73,10 +73,10 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Optional
 
-from .lease import LeaseInfo, read_lease
-from .results import flatten_row
-from .state import ExperimentState, ExperimentStatus, FailureRecord, INTERRUPTED, TrialRecord, TrialStatus
-from .storage import (
+from ..storage.lease import LeaseInfo, read_lease
+from ..storage.result_log import flatten_row
+from ..core.records import ExperimentState, ExperimentStatus, FailureRecord, INTERRUPTED, TrialRecord, TrialStatus
+from ..storage import (
     STATE_BACKUP_FILE,
     STATE_FILE,
     ExperimentPaths,
@@ -224,7 +224,7 @@ def locate(storage: Storage, path: Optional[str] = None) -> Location:
 @dataclass(frozen=True)
 class DriverStatus:
     """Who drives an experiment, as its owner lease (``owner.json``) says, seen from this
-    process: ``alive`` and ``why`` are :meth:`ftnb.lease.LeaseInfo.liveness`'s verdict."""
+    process: ``alive`` and ``why`` are :meth:`ftnb.storage.lease.LeaseInfo.liveness`'s verdict."""
 
     lease: Optional[LeaseInfo]
     alive: bool
@@ -319,7 +319,7 @@ def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> Exper
 
 def read_state(paths: ExperimentPaths) -> ExperimentState:
     """The experiment's state as its files have it, trial records merged (not as read: see
-    :func:`as_read`). Raises :class:`ftnb.state.StateFormatError` where there is none."""
+    :func:`as_read`). Raises :class:`ftnb.core.records.StateFormatError` where there is none."""
     return merge_trial_records(ExperimentState.load(paths), paths)
 
 
@@ -451,7 +451,7 @@ def tuner_restore_line(uri: str, trainable: str, with_space: bool = False) -> st
 
 
 def _holds_objects(state: ExperimentState) -> bool:
-    from .objects import walk_placeholders
+    from ..objects import walk_placeholders
 
     return bool(walk_placeholders(state.param_space))
 
@@ -507,7 +507,7 @@ class ExperimentSnapshot:
     """What an experiment looked like at one reading. Immutable once returned.
 
     Attributes:
-        view: the :class:`ftnb.view.ExperimentView` (status ``INTERRUPTED`` when the driver
+        view: the :class:`ftnb.ui.view.ExperimentView` (status ``INTERRUPTED`` when the driver
             is gone although the state says RUNNING).
         state: the experiment state the view was built from, as read (:func:`as_read`; trial
             records merged with their newer ``trial.json`` and their ``result.json``).
@@ -693,7 +693,7 @@ def _last_activity(header: ExperimentState, trials: list[TrialRecord]) -> float:
 def read_snapshot(paths: ExperimentPaths, *, metric: Optional[str] = None,
                   resume_context: Optional[ResumeContext] = None) -> ExperimentSnapshot:
     """The experiment as it is now, read once (the first poll of an
-    :class:`ftnb.monitor.ExperimentMonitor`). Raises :class:`ftnb.state.StateFormatError`
+    :class:`ftnb.ui.monitor.ExperimentMonitor`). Raises :class:`ftnb.core.records.StateFormatError`
     where there is no readable experiment state."""
     from .monitor import ExperimentMonitor
 
@@ -737,7 +737,7 @@ def summarize(paths: ExperimentPaths) -> ExperimentSummary:
     """The experiment's summary, from its state file (one read) and, when the state says
     RUNNING, its owner lease. When that driver is gone the state stopped at its last save, so
     the trials' own records are read too, as :func:`read_snapshot` reads them. Raises
-    :class:`ftnb.state.StateFormatError` where there is no readable state."""
+    :class:`ftnb.core.records.StateFormatError` where there is no readable state."""
     state = ExperimentState.load(paths)
     if state.status == _RUNNING:
         driver = read_driver(paths)

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..resources import Allocation, ResourcePool, TrialResources, check_fits
-from .base import (
+from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .contract import (
     AttemptEvent,
     AttemptSpec,
     Capacity,
@@ -51,7 +51,7 @@ __all__ = ["LocalProcessExecutor"]
 
 # Imported once in the fork server so that every attempt starts with them in memory.
 _ALWAYS_PRELOAD = [
-    "ftnb", "ftnb.executors.local", "ftnb._attempt", "ftnb.session", "ftnb.objects", "ftnb.lease",
+    "ftnb", "ftnb.execution.local", "ftnb.execution.attempt", "ftnb.session", "ftnb.objects", "ftnb.storage.lease",
     "cloudpickle", "fsspec",
 ]
 # Imported in the fork server too when the caller has already imported them: a notebook that
@@ -164,8 +164,8 @@ class LocalProcessExecutor:
     """Runs each attempt in its own process on this machine (see the module docstring).
 
     ``pool``: the CPUs and GPUs to hand out (default: what this machine has, see
-    :mod:`ftnb.resources`). ``output_events``: tail the trials' stdout and stderr into
-    :class:`~ftnb.executors.base.OutputEvent` (they are written to the trial's files either way).
+    :mod:`ftnb.execution.resources`). ``output_events``: tail the trials' stdout and stderr into
+    :class:`~ftnb.execution.contract.OutputEvent` (they are written to the trial's files either way).
     """
 
     name = "local"

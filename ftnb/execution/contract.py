@@ -60,7 +60,7 @@ from typing import (
     runtime_checkable,
 )
 
-from ..resources import TrialResources
+from .resources import TrialResources
 
 if TYPE_CHECKING:
     from ..storage import Storage
@@ -96,7 +96,7 @@ EXIT_PREEMPTED = 143
 @dataclass(frozen=True)
 class AttemptFence:
     """What an attempt checks before every write: that the driver whose lease ``token`` (of
-    ``epoch``) started it still owns the experiment (see :class:`ftnb.lease.Fence`).
+    ``epoch``) started it still owns the experiment (see :class:`ftnb.storage.lease.Fence`).
     ``host_id`` is the driver's machine; ``ttl_s`` its lease's time to live."""
 
     token: str
@@ -105,7 +105,7 @@ class AttemptFence:
     epoch: Optional[int] = None
 
     def as_lease_spec(self) -> dict:
-        """The dict :class:`ftnb.lease.Fence` reads."""
+        """The dict :class:`ftnb.storage.lease.Fence` reads."""
         return {"token": self.token, "host_id": self.host_id, "ttl_s": self.ttl_s}
 
 
@@ -371,7 +371,7 @@ class ExitEvent(AttemptEvent):
 class Executor(Protocol):
     """Runs attempts and reports their events (see the module docstring for the rules).
 
-    Executors are chosen by name (:func:`ftnb.executors.create_executor`). A lifecycle::
+    Executors are chosen by name (:func:`ftnb.execution.create_executor`). A lifecycle::
 
         if executor.has_room(spec.resources, spec.num_workers):
             executor.start(spec)

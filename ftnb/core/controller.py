@@ -2,7 +2,7 @@
 persist the experiment state.
 
 The loop is single-threaded and owns the experiment state. It knows nothing of a machine: it
-hands an :class:`~ftnb.executors.base.Executor` typed attempt specifications and reads back typed
+hands an :class:`~ftnb.execution.contract.Executor` typed attempt specifications and reads back typed
 events; the executor owns processes, resources, environments and output files. Every decision
 (retry, preemption, repeated error, fail-fast, retention) comes from :mod:`ftnb.core.policy` and
 is carried out here. UIs are listeners: they are told what happened and never steer.
@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from .config import RunConfig
-from .core import policy
-from .control import STOP_TRIAL, ControlInbox
-from .executors.base import (
+from ..config import RunConfig
+from . import policy
+from ..storage.control import STOP_TRIAL, ControlInbox
+from ..execution.contract import (
     AttemptEvent,
     AttemptFence,
     AttemptSpec,
@@ -32,10 +32,10 @@ from .executors.base import (
     ResultEvent,
     StartedEvent,
 )
-from .lease import Lease, LeaseLostError
-from .resources import TrialResources
-from .results import ResultLog
-from .state import (
+from ..storage.lease import Lease, LeaseLostError
+from ..execution.resources import TrialResources
+from ..storage.result_log import ResultLog
+from .records import (
     AttemptOutcome,
     AttemptRecord,
     ExperimentState,
@@ -44,7 +44,7 @@ from .state import (
     TrialRecord,
     TrialStatus,
 )
-from .storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
+from ..storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
 
 __all__ = ["Controller", "ExperimentListener"]
 
