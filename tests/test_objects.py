@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 
 import ftnb
-import ftnb.objects as objects
 from ftnb.objects import (
     ObjectRef,
     ObjectUnavailableError,
@@ -32,6 +31,8 @@ from ftnb.objects import (
     resolve_refs,
     walk_placeholders,
 )
+from ftnb.objects.describe import format_size
+from ftnb.objects.folders import pid_scope_tag, this_process_identity
 from ftnb.search import choice, encode_space, generate_variants, grid_search, loguniform
 
 from procs import run_script, wait_for
@@ -375,8 +376,8 @@ signal.pause()
     assert os.path.exists(point_ref.path) and os.path.exists(array_ref.path)
 
     # Leftovers of this pid's previous life (same pid, other start time) and a dead temp file.
-    pid, start = os.getpid(), objects._this_process()[1]
-    tag = objects._pid_scope_tag()
+    pid, start = os.getpid(), this_process_identity()[1]
+    tag = pid_scope_tag()
     stale = store / f"{tag}-{pid}-{start + 1}-abcdef.obj"
     dead_tmp = store / f".{tag}-{proc.pid}-0-abcdef.obj.tmp"
     foreign = store / "notes.txt"
@@ -393,7 +394,7 @@ signal.pause()
     with pytest.raises(ObjectUnavailableError) as info:
         get(array_ref)
     assert str(info.value).startswith(
-        f"ftnb object {array_ref.id} (numpy.ndarray, {objects._format_size(array_ref.size)}) "
+        f"ftnb object {array_ref.id} (numpy.ndarray, {format_size(array_ref.size)}) "
         f"is no longer available: it was created by process {proc.pid}, which has exited. "
         "Re-create it with ftnb.put(...)"
     )

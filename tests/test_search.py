@@ -31,8 +31,13 @@ from ftnb.search import (
 )
 
 
-def test_docstring_examples_run() -> None:
-    result = doctest.testmod(search, optionflags=doctest.ELLIPSIS)
+@pytest.mark.parametrize(
+    "module",
+    [search, search.constructors, search.domains, search.flatten, search.messages, search.variants],
+    ids=lambda module: module.__name__,
+)
+def test_docstring_examples_run(module) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
 

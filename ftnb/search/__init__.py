@@ -1,0 +1,63 @@
+"""Search-space primitives and variant generation (Ray Tune-compatible names).
+
+A *param space* is a (possibly nested) dict whose leaves are plain values,
+search-space *domains* (:func:`choice`, :func:`uniform`, :func:`loguniform`,
+:func:`randint`, :func:`sample_from`) or *grid axes* (:func:`grid_search`).
+:func:`generate_variants` turns it into a list of concrete configs::
+
+    >>> import ftnb.search as s
+    >>> space = {"opt": s.grid_search(["adam", "sgd"]), "lr": s.loguniform(1e-4, 1e-1)}
+    >>> variants = s.generate_variants(space, num_samples=2, seed=0)
+    >>> [v["opt"] for v in variants]
+    ['adam', 'sgd', 'adam', 'sgd']
+
+The package: :mod:`~ftnb.search.domains` (what a domain is, :class:`SampleSpec`, the JSON
+form of a space), :mod:`~ftnb.search.constructors` (the functions above, with their argument
+checks), :mod:`~ftnb.search.variants` (compiling a space, expanding its grid, drawing its
+domains), :mod:`~ftnb.search.flatten` (``"model/lr"`` keys) and :mod:`~ftnb.search.messages`
+(how errors name a key path). Only the stdlib is imported here so that ``import ftnb`` stays
+fast.
+"""
+
+from .constructors import choice, grid_search, loguniform, randint, sample_from, uniform
+from .domains import (
+    DOMAIN_JSON_KEY,
+    GRID_SEARCH_KEY,
+    Categorical,
+    Domain,
+    LogUniform,
+    RandInt,
+    SampleFrom,
+    SampleSpec,
+    Uniform,
+    encode_space,
+    is_grid_search,
+)
+from .flatten import flatten_dict, unflatten_dict
+from .variants import count_variants, generate_variants, validate_param_space, varying_keys
+
+__all__ = [
+    "GRID_SEARCH_KEY",
+    "DOMAIN_JSON_KEY",
+    "Domain",
+    "Categorical",
+    "Uniform",
+    "LogUniform",
+    "RandInt",
+    "SampleFrom",
+    "SampleSpec",
+    "grid_search",
+    "choice",
+    "uniform",
+    "loguniform",
+    "randint",
+    "sample_from",
+    "is_grid_search",
+    "validate_param_space",
+    "generate_variants",
+    "count_variants",
+    "encode_space",
+    "flatten_dict",
+    "unflatten_dict",
+    "varying_keys",
+]

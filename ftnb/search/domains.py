@@ -1,0 +1,332 @@
+"""Search-space domains (Ray Tune's names): what a varying value of a param space is.
+
+A domain (:class:`Categorical`, :class:`Uniform`, :class:`LogUniform`, :class:`RandInt`,
+:class:`SampleFrom`) draws one value per variant; a grid axis is Ray's plain
+``{"grid_search": [...]}`` dict (:func:`is_grid_search`). :class:`SampleSpec` is what a
+``sample_from`` function receives: a read-only view of its variant. :func:`encode_space` writes
+a space as JSON for the experiment's state. The functions users call to create domains are in
+:mod:`ftnb.search.constructors`. Only the stdlib is imported here so that ``import ftnb`` stays
+fast.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .messages import format_key_path, short_repr
+
+__all__ = [
+    "GRID_SEARCH_KEY",
+    "DOMAIN_JSON_KEY",
+    "Domain",
+    "Categorical",
+    "Uniform",
+    "LogUniform",
+    "RandInt",
+    "SampleFrom",
+    "SampleSpec",
+    "UnresolvedDependency",
+    "is_grid_search",
+    "encode_space",
+    "unwrap_config_views",
+]
+
+#: The single key of a grid-axis dict, exactly as Ray Tune spells it.
+GRID_SEARCH_KEY = "grid_search"
+#: Marker key in :meth:`Domain.to_json` placeholders.
+DOMAIN_JSON_KEY = "__ftnb_domain__"
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _default_encode_leaf(value: Any) -> Any:
+    # Used when no callback is given: a readable, JSON-able stand-in.
+    return {"__ftnb_repr__": short_repr(value, 200), "type": type(value).__qualname__}
+
+
+def _encode(value: Any, encode_leaf: Callable[[Any], Any]) -> Any:
+    """Shared encoder for :func:`encode_space` and :meth:`Categorical.to_json`."""
+    if isinstance(value, Domain):
+        return value.to_json(encode_leaf)
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v, encode_leaf) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, encode_leaf) for v in value]
+    return encode_leaf(value)
+
+
+def is_grid_search(value: Any) -> bool:
+    """True if ``value`` is a grid axis: a dict whose only key is ``"grid_search"``
+    and whose value is a list (Ray's representation).
+
+    >>> is_grid_search({"grid_search": [1, 2]})
+    True
+    """
+    return (
+        isinstance(value, Mapping)
+        and len(value) == 1
+        and GRID_SEARCH_KEY in value
+        and isinstance(value[GRID_SEARCH_KEY], list)
+    )
+
+
+# --------------------------------------------------------------------------- domains
+
+
+class SampleSpec:
+    """What a :func:`sample_from` function receives.
+
+    ``spec.config`` is a read-only view of the variant's config with every other
+    domain and grid axis already resolved; it supports both attribute and item
+    access (``spec.config.model.lr`` or ``spec["config"]["model"]["lr"]``, as in
+    Ray Tune). ``spec.rng`` is the generator's :class:`random.Random`; draw from
+    it (not the global ``random`` module) to stay reproducible under a ``seed``.
+    """
+
+    __slots__ = ("config", "rng")
+
+    def __init__(self, config: Mapping[str, Any], rng: random.Random) -> None:
+        self.config: Any = config if isinstance(config, _ConfigView) else _ConfigView(config, ())
+        self.rng = rng
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "config":
+            return self.config
+        raise KeyError(key)
+
+    def __repr__(self) -> str:
+        return f"SampleSpec(config={self.config!r})"
+
+
+class UnresolvedDependency(Exception):
+    """Raised when a sample_from reads another sample_from not yet resolved; variant
+    generation catches it and runs that function again once its input is there."""
+
+    def __init__(self, path: tuple[str | int, ...]) -> None:
+        super().__init__(f"{format_key_path(path)} is not resolved yet")
+        self.path = path
+
+
+class _ConfigView(Mapping[str, Any]):
+    """Read-only, attribute-accessible view over a draft config."""
+
+    __slots__ = ("_data", "_path")
+
+    def __init__(self, data: Mapping[str, Any], path: tuple[str | int, ...]) -> None:
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_path", path)
+
+    def _wrap(self, key: str, value: Any) -> Any:
+        if isinstance(value, Domain):
+            # Only sample_from values can still be unresolved at this point.
+            raise UnresolvedDependency(self._path + (key,))
+        if isinstance(value, Mapping):
+            return _ConfigView(value, self._path + (key,))
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._wrap(key, self._data[key])
+
+    def __getattribute__(self, key: str) -> Any:
+        # Config keys win over Mapping methods (a key named "items" or "get"
+        # must still read as config), as with Ray's dict-backed spec.
+        if not key.startswith("_"):
+            data = object.__getattribute__(self, "_data")
+            if key in data:
+                return object.__getattribute__(self, "_wrap")(key, data[key])
+        return object.__getattribute__(self, key)
+
+    def __getattr__(self, key: str) -> Any:
+        # Reached only when no attribute matched, e.g. a "_private" config key.
+        if key.startswith("__"):
+            raise AttributeError(key)
+        try:
+            value = self._data[key]
+        except KeyError:
+            where = format_key_path(self._path) if self._path else "config"
+            raise AttributeError(
+                f"{where} has no key {key!r}; available keys: {sorted(map(str, self._data))}"
+            ) from None
+        return self._wrap(key, value)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise TypeError("spec.config is read-only inside sample_from")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"<config view {short_repr(dict(self._data), 200)}>"
+
+
+def unwrap_config_views(value: Any) -> Any:
+    """``value`` with every :class:`SampleSpec` config view in it copied into a plain dict."""
+    # A sample_from returning spec.config.sub must not leak a view (or alias
+    # another variant's dict) into the resolved config.
+    if isinstance(value, _ConfigView):
+        return {k: unwrap_config_views(v) for k, v in value._data.items()}
+    return value
+
+
+class Domain:
+    """Base class of search-space domains (Ray Tune calls them the same).
+
+    Subclasses implement :meth:`sample` and :meth:`to_json`.
+    """
+
+    #: Short name used in :meth:`to_json` placeholders.
+    kind: str = "domain"
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+        """Draw one value using ``rng`` (``spec`` is only used by :class:`SampleFrom`)."""
+        raise NotImplementedError
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        """A JSON-able placeholder such as ``{"__ftnb_domain__": "uniform", ...}``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.to_json().items() if k != DOMAIN_JSON_KEY)
+        return f"{type(self).__name__}({args})"
+
+
+class Categorical(Domain):
+    """Uniform choice among ``categories``; created by :func:`choice`.
+
+    When used through :func:`generate_variants`, domains nested inside the
+    chosen category (e.g. a dict holding a ``loguniform``) are resolved too.
+    """
+
+    kind = "choice"
+
+    def __init__(self, categories: Sequence[Any]) -> None:
+        self.categories: list[Any] = list(categories)
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+        # randrange (not rng.choice) so the raw index is shared with the
+        # generator's nested-resolution path and draws stay in lockstep.
+        return self.categories[rng.randrange(len(self.categories))]
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        enc = encode_leaf or _default_encode_leaf
+        categories = [_encode(c, enc) for c in self.categories]
+        return {DOMAIN_JSON_KEY: self.kind, "categories": categories}
+
+
+class Uniform(Domain):
+    """Float uniformly distributed in ``[low, high]``; created by :func:`uniform`."""
+
+    kind = "uniform"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low = low
+        self.high = high
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> float:
+        return rng.uniform(self.low, self.high)
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high}
+
+
+class LogUniform(Domain):
+    """Float whose logarithm is uniform in ``[log(low), log(high)]``; see :func:`loguniform`."""
+
+    kind = "loguniform"
+
+    def __init__(self, low: float, high: float, base: float = 10) -> None:
+        self.low = low
+        self.high = high
+        self.base = base
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> float:
+        # The distribution does not depend on the base; it is kept for fidelity
+        # with Ray's signature and stored placeholders.
+        lo, hi = math.log(self.low, self.base), math.log(self.high, self.base)
+        value = self.base ** rng.uniform(lo, hi)
+        # pow/log round-trips can land one ulp outside the bounds.
+        return min(max(value, self.low), self.high)
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high, "base": self.base}
+
+
+class RandInt(Domain):
+    """Integer uniformly distributed in ``[low, high)`` (high exclusive, like Ray)."""
+
+    kind = "randint"
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> int:
+        return rng.randrange(self.low, self.high)
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high}
+
+
+class SampleFrom(Domain):
+    """Value computed by ``func(spec)``; created by :func:`sample_from`."""
+
+    kind = "sample_from"
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self._pass_spec = _accepts_argument(func)
+
+    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+        if not self._pass_spec:
+            return self.func()
+        return self.func(spec if spec is not None else SampleSpec({}, rng))
+
+    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        name = getattr(self.func, "__qualname__", None)
+        if not isinstance(name, str):
+            name = short_repr(self.func, 200)
+        return {DOMAIN_JSON_KEY: self.kind, "function": name}
+
+
+def _accepts_argument(func: Callable[..., Any]) -> bool:
+    # Ray calls zero-argument functions without a spec; keep that convenience.
+    import inspect  # local: only needed when sample_from is used
+
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):  # builtins without signatures: assume spec
+        return True
+    for p in sig.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def encode_space(param_space: Any, encode_leaf: Callable[[Any], Any]) -> Any:
+    """JSON-able description of a param space, for storing in experiment state.
+
+    Domains become their :meth:`Domain.to_json` placeholder, grid axes stay
+    ``{"grid_search": [...]}`` with encoded values, dicts and lists/tuples are
+    recursed (tuples become lists), JSON scalars (str, int, float, bool, None)
+    are kept, and every other leaf is replaced by ``encode_leaf(leaf)``.
+
+    >>> encode_space({"lr": Uniform(0.1, 1.0), "data": object()}, lambda v: "<object>")
+    {'lr': {'__ftnb_domain__': 'uniform', 'low': 0.1, 'high': 1.0}, 'data': '<object>'}
+    """
+    if param_space is None:
+        return None
+    return _encode(param_space, encode_leaf)
