@@ -87,7 +87,7 @@ def launch(
             existing._say(f"ftnb: experiment {rc.name!r} is already running "
                           f"({existing._owner_text()}); attached to it.", quiet)
             return existing._finish_launch(wait)
-        finished = _finished_handle(rc)
+        finished = finished_experiment(rc)
         if finished is not None:
             finished._say(f"ftnb: experiment {rc.name!r} already finished; attached to it "
                           "(nothing to resume).", quiet)
@@ -160,9 +160,10 @@ def _live_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
     return handle if handle.is_live() else None
 
 
-def _finished_handle(rc: RunConfig) -> Optional["ExperimentHandle"]:
-    """The handle of experiment ``rc.name`` if a resume would run none of its trials (all
-    TERMINATED: errored ones are resumed, or restarted)."""
+def finished_experiment(rc: RunConfig) -> Optional["ExperimentHandle"]:
+    """The handle of experiment ``rc.name`` (under ``rc.storage_path``) if a resume would run
+    none of its trials (all TERMINATED: errored ones are resumed, or restarted), else None.
+    :func:`launch` and ``ftnb run``/``ftnb resume`` attach to it instead of resuming."""
     paths = ExperimentPaths.of(_storage(rc), rc.name)
     if not paths.has_state():
         return None
@@ -266,13 +267,14 @@ class ExperimentHandle:
             print(f"ftnb: stopped waiting; experiment {self.name!r} goes on in the background "
                   f"(stop it with handle.stop(){magic}).", file=sys.stderr)
             raise
-        self._wait_for_supervisor_exit(deadline)
+        self.wait_for_supervisor_exit(deadline)
         return self.results()
 
-    def _wait_for_supervisor_exit(self, deadline: Optional[float]) -> None:
+    def wait_for_supervisor_exit(self, deadline: Optional[float] = None) -> None:
         """After its driver let go, a supervisor on this machine still records its outcome in
         ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
-        are complete when :meth:`wait` returns (10 s at most, and never past its timeout)."""
+        are complete when :meth:`wait` returns (10 s at most, and never past ``deadline``, a
+        :func:`time.monotonic` time). ``ftnb logs --follow`` waits so for the log's last lines."""
         from .storage.lease import host_id, process_state
 
         limit = time.monotonic() + _SUPERVISOR_EXIT_S
@@ -368,7 +370,7 @@ class ExperimentHandle:
                       allow_different_trainable=allow_different_trainable, wait=wait, quiet=quiet,
                       origin=self._origin())
 
-    def _objects_needed(self) -> list[tuple[str, str]]:
+    def objects_needed_to_resume(self) -> list[tuple[str, str]]:
         """The objects (key, type) of the search space that the trials a resume would run hold
         and that are not saved with the experiment: the space must be given again for them."""
         from .restore import needed_objects, stored_configs
@@ -382,7 +384,7 @@ class ExperimentHandle:
         of it (a notebook's widget button resumes this way), before restore's own error."""
         from .restore import RestoreError
 
-        needed = self._objects_needed()
+        needed = self.objects_needed_to_resume()
         if not needed:
             return
         keys = ", ".join(f"{key} ({kind})" for key, kind in needed)
@@ -448,12 +450,14 @@ class ExperimentHandle:
 
     def display(self, metric: Optional[str] = None) -> None:
         """Show the live widget in a notebook; print the text table anywhere else."""
-        self._display(metric)
+        self.display_with_text_update(metric)
 
-    def _display(self, metric: Optional[str] = None) -> Optional[Callable[[], None]]:
+    def display_with_text_update(self, metric: Optional[str] = None
+                                 ) -> Optional[Callable[[], None]]:
         """:meth:`display`; returns, when it displayed the widget, a function that shows the
         experiment as it is now in that output's plain-text copy (what a front end without
-        widgets shows, and what a saved notebook keeps)."""
+        widgets shows, and what a saved notebook keeps), else None: the magics call it when
+        ``--wait`` saw the experiment end."""
         if _in_kernel():
             try:
                 from IPython.display import display

@@ -54,9 +54,6 @@ from .listing import list_experiments
 
 __all__ = ["CliError", "list_experiments", "main"]
 
-#: The magics' name for :func:`ftnb.cli.exits.one_line`.
-_one_line = one_line
-
 _EPILOG = """\
 NAME is an experiment's name under --storage ($FTNB_STORAGE_PATH, else ~/ftnb_results) or its
 folder (a path or a URL). TRAINABLE and --param-space name Python objects as module:attr or

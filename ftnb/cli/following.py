@@ -177,7 +177,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                     sources += _trial_sources(handle, t, labelled=True)
         time.sleep(interval)
     if args.follow and args.trial is None:
-        handle._wait_for_supervisor_exit(None)  # its last lines come after the driver let go
+        handle.wait_for_supervisor_exit()  # its last lines come after the driver let go
     for src in sources:
         src.emit(src.tail.rest(), args.json)
     if not args.follow:

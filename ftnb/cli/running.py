@@ -225,7 +225,7 @@ def _paths_of(kwargs: dict) -> Any:
 
 
 def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
-    from ..handle import ExperimentHandle, _finished_handle
+    from ..handle import ExperimentHandle, finished_experiment
     from ..storage.lease import live_lease
     from ..tuner import _start_or_resume
 
@@ -241,7 +241,7 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
                 f"{owner.host}). Fix: `ftnb watch {paths.name}` follows it, `ftnb stop "
                 f"{paths.name}` stops it; --detach attaches to it"
             )
-        finished = _finished_handle(dataclasses.replace(
+        finished = finished_experiment(dataclasses.replace(
             rc, name=kwargs["name"], storage_path=kwargs["storage_path"]))
         if finished is not None:
             print(f"ftnb: experiment {paths.name!r} already finished; nothing to resume "

@@ -1,0 +1,94 @@
+"""The line that resumes an interrupted experiment, worded for where it is read
+(:class:`ResumeContext`: a Python prompt, an IPython shell with the ``%ft`` magics, a terminal).
+One wording for every reader. Part of the read model (:mod:`ftnb.ui.read_model`).
+"""
+
+from __future__ import annotations
+
+import enum
+import shlex
+import sys
+from typing import Optional
+
+from ..core.records import ExperimentState
+from ..storage import ExperimentPaths, default_storage_path
+from .location import same_storage_path
+
+__all__ = ["ResumeContext", "ftnb_magics_loaded", "resume_line", "tuner_restore_line"]
+
+
+class ResumeContext(str, enum.Enum):
+    """Where a resume line is read: it must be one that works there."""
+
+    PYTHON = "python"  # a script, or a notebook without the %ft magics
+    MAGICS = "magics"  # an IPython shell with %load_ext ftnb done
+    TERMINAL = "terminal"  # a shell (the ftnb command)
+
+
+def resume_line(paths: ExperimentPaths, state: ExperimentState,
+                context: Optional[ResumeContext] = None) -> str:
+    """The one line that resumes the experiment (once it is interrupted), for ``context``
+    (default: MAGICS in an IPython shell with the ``%ft`` magics loaded, else PYTHON).
+
+    * Started by ``ftnb run`` (its origin says ``"via": "cli"``): ``ftnb resume NAME``, which
+      imports the recorded trainable and space again, from any shell.
+    * Launched with ``%ftrun`` or :func:`ftnb.launch` (the state records the names it was
+      launched with): ``%ftresume NAME`` with the magics; elsewhere the Python line
+      ``ftnb.attach(PATH).resume(TRAINABLE, param_space=SPACE)`` with the recorded names.
+    * Run by ``Tuner.fit()``: ``ftnb.Tuner.restore(PATH, TRAINABLE).fit()`` (with
+      ``param_space=param_space`` when its trials hold objects given again); in a terminal,
+      where no function can be passed, a hint to do that or run the same ``ftnb.run`` again.
+
+    NAME is the folder instead when it is not under the default storage path.
+    """
+    origin = state.settings.get("origin")
+    if isinstance(origin, dict) and origin.get("via") == "cli":
+        return f"ftnb resume {shlex.quote(_reference(paths, state))}"
+    if context is None:
+        context = ResumeContext.MAGICS if ftnb_magics_loaded() else ResumeContext.PYTHON
+    if origin:
+        if context is ResumeContext.MAGICS:
+            return f"%ftresume {_reference(paths, state)}"
+        trainable = origin.get("trainable") if isinstance(origin, dict) else None
+        trainable = trainable or state.trainable.rsplit(".", 1)[-1]
+        space = origin.get("param_space") if isinstance(origin, dict) else None
+        with_space = f", param_space={space}" if space else ""
+        return f"ftnb.attach({paths.uri!r}).resume({trainable}{with_space})"
+    if context is ResumeContext.TERMINAL:
+        return (f"{tuner_restore_line(paths.uri, '<trainable>')}, or run the same "
+                "ftnb.run(...) again")
+    return tuner_restore_line(paths.uri, state.trainable, _holds_objects(state))
+
+
+def tuner_restore_line(uri: str, trainable: str, with_space: bool = False) -> str:
+    """``ftnb.Tuner.restore(URI, TRAINABLE).fit()``, with ``param_space=param_space`` when the
+    space must be given again (its objects are not saved with the experiment)."""
+    space = ", param_space=param_space" if with_space else ""
+    return f"ftnb.Tuner.restore({uri!r}, {trainable}{space}).fit()"
+
+
+def _holds_objects(state: ExperimentState) -> bool:
+    from ..objects import walk_placeholders
+
+    return bool(walk_placeholders(state.param_space))
+
+
+def _reference(paths: ExperimentPaths, state: ExperimentState) -> str:
+    """The experiment's name where that finds it (under the default storage path), else its
+    folder."""
+    if same_storage_path(paths.parent_uri, default_storage_path()):
+        return state.name
+    return paths.uri
+
+
+def ftnb_magics_loaded() -> bool:
+    """Whether this process is an IPython shell where ``%ftresume`` works (``%load_ext ftnb``
+    done). Never imports IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+        return shell is not None and "ftresume" in shell.magics_manager.magics["line"]
+    except Exception:
+        return False

@@ -1,0 +1,382 @@
+"""All of an experiment at once: the :class:`ExperimentSnapshot` every live view renders, with
+each trial's progress from its ``result.json`` rows (:class:`ResultColumns`, :func:`with_rows`),
+and its JSON. The widget gets one from each poll of its incremental
+:class:`ftnb.ui.monitor.ExperimentMonitor`, which builds them here
+(:meth:`ExperimentSnapshot.build`); :func:`read_snapshot` reads one at once. Part of the read
+model (:mod:`ftnb.ui.read_model`).
+
+The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end serves: format
+``ftnb.snapshot``, version 1, strict JSON (NaN and infinities are ``null``)::
+
+    {"format": "ftnb.snapshot", "format_version": 1,
+     "generation": 12,            # changes whenever anything but the times changed
+     "experiment": {              # exactly what `ftnb status --json` prints
+       "name": "sweep1", "path": "/home/me/ftnb_results/sweep1",
+       "status": "RUNNING",       # RUNNING | FINISHED | ERRORED | INTERRUPTED (driver gone)
+       "counts": {"PENDING": 0, "RUNNING": 2, "PAUSED": 0, "TERMINATED": 5, "ERRORED": 1},
+       "total_failures": 3, "total_preemptions": 0,
+       "elapsed_s": 812.4,        # wall time since it was created
+       "running_s": 790.1,        # time its drivers ran it
+       "updated": 1767000000.0,   # when its state was last saved (Unix time)
+       "metric_columns": ["loss"], "param_columns": ["lr"],
+       "rows": [{"trial_id": "3f2a1_00000", "status": "RUNNING", "iteration": 12,
+                 "attempts": 2, "failures": 1, "preemptions": 0,
+                 "last_error": "exception ValueError: boom (attempt 1, iter 4)",
+                 "last_failure": {"attempt": 1, "kind": "exception", "traceback": "...", ...},
+                 "error_reason": null, "metrics": {"loss": 0.12}, "params": {"lr": 0.1}}],
+       "driver": {"pid": 4242, "host": "node1", "alive": true, "gone": false,
+                  "why": "...", "line": "driver pid 4242 on node1, since ...: ..."},
+       "resume_line": null,       # the line that resumes it, when it is INTERRUPTED
+       "supervisor_log": null},   # the supervisor's log, when one ran it
+     "metrics": ["loss", "acc"],  # every numeric metric reported, first seen first
+     "restarts": {"3f2a1_00000": [{"iteration": 4, "attempt": 2, "time": 1767000000.0,
+                                   "restored_from": "checkpoint_000003"}]},
+     "versions": {"3f2a1_00000": 7}}   # per trial: changes whenever its rows or record did
+
+A field may be added without a new version; a field removed or given another meaning bumps
+``format_version``. :meth:`ExperimentSnapshot.series_json` gives a metric's curves.
+
+Thread-safety: snapshots are immutable once returned and may be handed to any thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Optional
+
+from ..core.records import (
+    INTERRUPTED,
+    ExperimentState,
+    ExperimentStatus,
+    FailureRecord,
+    TrialRecord,
+)
+from ..storage import ExperimentPaths
+from ..storage.result_log import flatten_row
+from .resume_lines import ResumeContext, resume_line
+from .status import DriverStatus, without_driver
+from .view import ExperimentView
+
+__all__ = [
+    "NOT_METRICS",
+    "SNAPSHOT_FORMAT",
+    "SNAPSHOT_FORMAT_VERSION",
+    "ExperimentSnapshot",
+    "Restart",
+    "ResultColumns",
+    "finite",
+    "read_snapshot",
+    "with_rows",
+]
+
+SNAPSHOT_FORMAT = "ftnb.snapshot"
+SNAPSHOT_FORMAT_VERSION = 1
+
+_RUNNING = ExperimentStatus.RUNNING
+
+
+# -- one trial's rows ------------------------------------------------------------------------------
+#: Keys of result rows that are not metrics to plot: ftnb's bookkeeping and the x axis itself.
+NOT_METRICS = frozenset(
+    {"training_iteration", "trial_id", "timestamp", "attempt", "checkpoint_dir_name", "done"}
+)
+
+
+class ResultColumns:
+    """One trial's result rows as columns, append-only: a snapshot sees a prefix of the lists
+    by its length, so appending after a snapshot never changes what that snapshot shows. A
+    ``result.json`` that was replaced gets new columns."""
+
+    __slots__ = ("iterations", "columns", "last_row")
+
+    def __init__(self) -> None:
+        self.iterations: list[int] = []
+        self.columns: dict[str, list[Optional[float]]] = {}
+        self.last_row: Optional[dict] = None
+
+    def append(self, row: dict, names: dict[str, None]) -> None:
+        """Add ``row``; its new numeric metric names go into ``names`` (ordered first seen)."""
+        n = len(self.iterations)
+        iteration = row.get("training_iteration")
+        self.iterations.append(iteration if isinstance(iteration, int) else n + 1)
+        flat = flatten_row(row) if any(isinstance(v, dict) for v in row.values()) else row
+        for key, value in flat.items():
+            if key in NOT_METRICS or isinstance(value, bool):
+                continue
+            if not isinstance(value, (int, float)):
+                continue
+            column = self.columns.get(key)
+            if column is None:
+                column = self.columns[key] = [None] * n
+                names.setdefault(key, None)
+            column.append(value)
+        for column in self.columns.values():
+            if len(column) <= n:  # this row did not report it
+                column.append(None)
+        self.last_row = row
+
+    def points(self, metric: str, length: int) -> Optional[tuple[list[int], list[float]]]:
+        """``(iterations, values)`` of ``metric`` in the first ``length`` rows, or None."""
+        column = self.columns.get(metric)
+        if column is None:
+            return None
+        xs, ys = [], []
+        for x, y in zip(self.iterations[:length], column[:length]):
+            if y is not None:
+                xs.append(x)
+                ys.append(y)
+        return (xs, ys) if xs else None
+
+    def value_at(self, metric: str, iteration: int, length: int) -> Optional[float]:
+        """The value of ``metric`` at ``iteration`` in the first ``length`` rows, or None."""
+        column = self.columns.get(metric)
+        if column is None:
+            return None
+        iterations = self.iterations
+        # Iterations are ascending within a file: search from the end (restarts look back a bit).
+        for i in range(min(length, len(iterations)) - 1, -1, -1):
+            if iterations[i] == iteration:
+                return column[i]
+            if iterations[i] < iteration:
+                return None
+        return None
+
+
+def with_rows(record: TrialRecord, rows: ResultColumns) -> TrialRecord:
+    """``record`` with its progress (iteration, last result) from its ``result.json`` rows:
+    they are the truth for progress, the state being saved at most once a second and
+    ``trial.json`` only at transitions."""
+    iteration = rows.iterations[-1] if rows.iterations else 0
+    if iteration == record.iteration and rows.last_row == record.last_result:
+        return record
+    return replace(record, iteration=iteration, last_result=rows.last_row)
+
+
+
+# -- a snapshot: all of it at once -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Restart:
+    """A point where a trial's attempt started again (attempt 2 and later).
+
+    ``iteration`` is the ``training_iteration`` it resumed from (0: from scratch), ``attempt``
+    the attempt's number, ``time`` when it started, ``restored_from`` the checkpoint folder.
+    """
+
+    iteration: int
+    attempt: int
+    time: float
+    restored_from: Optional[str] = None
+
+
+class ExperimentSnapshot:
+    """What an experiment looked like at one reading. Immutable once returned.
+
+    Attributes:
+        view: the :class:`ftnb.ui.view.ExperimentView` (status ``INTERRUPTED`` when the driver
+            is gone although the state says RUNNING).
+        state: the experiment state the view was built from, as read
+            (:func:`ftnb.ui.status.as_read`; trial records merged with their newer
+            ``trial.json`` and their ``result.json``).
+        metrics: the numeric metric names any trial reported, in the order first seen.
+        restarts: ``{trial_id: [Restart, ...]}`` for trials that restarted.
+        failures: ``{trial_id: [FailureRecord, ...]}`` for trials that failed (preemptions too).
+        version: ``{trial_id: int}``, changed whenever the trial's rows or record changed.
+        generation: changes whenever anything in the snapshot changed (elapsed time aside).
+        driver_gone: the state says RUNNING but no driver owns the experiment any more.
+        driver: one line on the driver (alive or gone, and why); "" when there is none to say.
+        driver_status: the :class:`DriverStatus` the two above come from.
+        resume_line: the line that resumes the experiment if it is interrupted.
+        supervisor_log: the supervisor's log file, if a supervisor ran the experiment.
+        path: the experiment folder as a user can paste it.
+    """
+
+    def __init__(self, *, view: ExperimentView, state: ExperimentState, metrics: list[str],
+                 restarts: dict[str, list[Restart]], failures: dict[str, list[FailureRecord]],
+                 version: dict[str, int], generation: int, driver_status: DriverStatus,
+                 driver_gone: bool, driver: str, resume_line: str,
+                 supervisor_log: Optional[str], path: str, series: dict[str, ResultColumns],
+                 lengths: dict[str, int]) -> None:
+        self.view = view
+        self.state = state
+        self.metrics = metrics
+        self.restarts = restarts
+        self.failures = failures
+        self.version = version
+        self.generation = generation
+        self.driver_status = driver_status
+        self.driver_gone = driver_gone
+        self.driver = driver
+        self.resume_line = resume_line
+        self.supervisor_log = supervisor_log
+        self.path = path
+        self._series = series
+        self._lengths = lengths
+
+    @classmethod
+    def build(cls, header: ExperimentState, trials: list[TrialRecord], *,
+              paths: ExperimentPaths, rows: dict[str, ResultColumns], metric_names: Iterable[str],
+              version: dict[str, int], generation: int, driver: DriverStatus,
+              metric: Optional[str] = None, resume: Optional[str] = None,
+              resume_context: Optional[ResumeContext] = None,
+              supervisor_log: Optional[str] = None) -> "ExperimentSnapshot":
+        """The snapshot of an experiment whose state's ``header`` (its trials aside) and
+        trial records (with their rows: :func:`with_rows`) were read, ``rows`` being each
+        trial's result columns. ``resume``: a resume line that replaces :func:`resume_line`."""
+        restarts: dict[str, list[Restart]] = {}
+        failures: dict[str, list[FailureRecord]] = {}
+        for record in trials:
+            if len(record.attempts) > 1:
+                restarts[record.trial_id] = [
+                    Restart(a.start_iteration, a.number, a.started, a.restored_from)
+                    for a in record.attempts[1:]
+                ]
+            if record.failures:
+                failures[record.trial_id] = list(record.failures)
+        gone = driver.gone(header.status)
+        state = replace(header, trials=trials)
+        if gone:
+            state = without_driver(state)
+        view = ExperimentView.from_state(state, path=paths.uri, metric=metric)
+        if gone:  # its times run until its last sign of life, not until now
+            view = view.with_end(_last_activity(header, trials), state)
+        return cls(
+            view=view, state=state, metrics=[m for m in metric_names if m not in NOT_METRICS],
+            restarts=restarts, failures=failures, version=version, generation=generation,
+            driver_status=driver, driver_gone=gone, driver=driver.line(header.status),
+            resume_line=resume or resume_line(paths, header, resume_context),
+            supervisor_log=supervisor_log, path=paths.uri, series=rows,
+            lengths={t: len(r.iterations) for t, r in rows.items()})
+
+    @property
+    def status(self) -> str:
+        """The experiment's status: RUNNING, FINISHED, ERRORED or INTERRUPTED."""
+        return self.view.status
+
+    @property
+    def finished(self) -> bool:
+        """Whether nothing will change any more without a restore (not RUNNING)."""
+        return self.view.status != _RUNNING
+
+    @property
+    def trial_ids(self) -> list[str]:
+        """The trials' ids, in the state's order."""
+        return [t.trial_id for t in self.state.trials]
+
+    def series(self, metric: str, trial_ids: Optional[Iterable[str]] = None
+               ) -> dict[str, tuple[list[int], list[float]]]:
+        """``{trial_id: (iterations, values)}`` of ``metric`` for every trial that reported it
+        (or only for ``trial_ids``). Rows without the metric are left out."""
+        wanted = self._series.keys() if trial_ids is None else trial_ids
+        out = {}
+        for trial_id in wanted:
+            rows = self._series.get(trial_id)
+            if rows is None:
+                continue
+            points = rows.points(metric, self._lengths.get(trial_id, 0))
+            if points is not None:
+                out[trial_id] = points
+        return out
+
+    def value_at(self, trial_id: str, metric: str, iteration: int) -> Optional[float]:
+        """The value of ``metric`` that ``trial_id`` reported at ``iteration`` (None if none)."""
+        rows = self._series.get(trial_id)
+        if rows is None:
+            return None
+        return rows.value_at(metric, iteration, self._lengths.get(trial_id, 0))
+
+    def num_rows(self, trial_id: str) -> int:
+        """How many result rows of the trial this snapshot holds."""
+        return self._lengths.get(trial_id, 0)
+
+    def with_elapsed(self, now: float) -> "ExperimentSnapshot":
+        """The same snapshot with the running experiment's elapsed time brought up to ``now``."""
+        if self.view.status != _RUNNING:
+            return self
+        clone = object.__new__(ExperimentSnapshot)
+        clone.__dict__.update(self.__dict__)
+        clone.view = self.view.with_end(now, self.state)
+        return clone
+
+    # -- as JSON ----------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """The snapshot as strict JSON-able data: the document described in the module
+        docstring (format ``ftnb.snapshot``, version 1)."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "format_version": SNAPSHOT_FORMAT_VERSION,
+            "generation": self.generation,
+            "experiment": self.experiment_json(),
+            "metrics": list(self.metrics),
+            "restarts": finite({t: [dataclasses.asdict(r) for r in rs]
+                                for t, rs in self.restarts.items()}),
+            "versions": dict(self.version),
+        }
+
+    def experiment_json(self) -> dict:
+        """The experiment as ``ftnb status --json`` prints it (the ``experiment`` part of
+        :meth:`to_json`): the view model, each row's last error in full and its last failure
+        (traceback included), when it was updated, its driver, the line that resumes it (None
+        unless it is interrupted) and its supervisor's log."""
+        data = dataclasses.asdict(self.view)
+        trials = {t.trial_id: t for t in self.state.trials}
+        for row in data["rows"]:
+            trial = trials.get(row["trial_id"])
+            failure = trial.failures[-1] if trial is not None and trial.failures else None
+            row["last_error"] = failure.summary() if failure is not None else ""
+            row["last_failure"] = dataclasses.asdict(failure) if failure is not None else None
+            row["error_reason"] = (trial.error or {}).get("reason") if trial is not None else None
+        lease = self.driver_status.lease
+        data["updated"] = self.state.updated
+        data["driver"] = {
+            "pid": lease.pid if lease is not None else None,
+            "host": lease.host if lease is not None else None,
+            "alive": self.driver_status.alive, "gone": self.driver_gone,
+            "why": self.driver_status.why, "line": self.driver or None}
+        data["resume_line"] = self.resume_line if self.status == INTERRUPTED else None
+        data["supervisor_log"] = self.supervisor_log
+        return finite(data)
+
+    def series_json(self, metric: str, trial_ids: Optional[Iterable[str]] = None) -> dict:
+        """:meth:`series` as strict JSON-able data: ``{"metric": NAME, "trials": {trial_id:
+        {"iterations": [...], "values": [...]}}}`` (a NaN value is null: a gap in the curve)."""
+        trials = {t: {"iterations": xs, "values": ys}
+                  for t, (xs, ys) in self.series(metric, trial_ids).items()}
+        return finite({"metric": metric, "trials": trials})
+
+
+def _last_activity(header: ExperimentState, trials: list[TrialRecord]) -> float:
+    """The last sign of life of a driver that died: its last save, or later in its trials."""
+    last = header.updated
+    for trial in trials:
+        stamp = (trial.last_result or {}).get("timestamp")
+        if isinstance(stamp, (int, float)) and math.isfinite(stamp):
+            last = max(last, stamp)
+        for attempt in trial.attempts:
+            last = max(last, attempt.ended or attempt.started or 0.0)
+    return last
+
+
+def read_snapshot(paths: ExperimentPaths, *, metric: Optional[str] = None,
+                  resume_context: Optional[ResumeContext] = None) -> ExperimentSnapshot:
+    """The experiment as it is now, read once (the first poll of an
+    :class:`ftnb.ui.monitor.ExperimentMonitor`). Raises :class:`ftnb.core.records.StateFormatError`
+    where there is no readable experiment state."""
+    from .monitor import ExperimentMonitor
+
+    return ExperimentMonitor(paths, metric=metric, resume_context=resume_context).poll()
+
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None (recursively), so that
+    ``json.dumps(obj, allow_nan=False)`` (strict JSON: jq, JavaScript) works."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

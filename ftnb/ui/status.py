@@ -1,0 +1,193 @@
+"""An experiment's status and trials as every reader sees them, and who drives it.
+
+A state that says RUNNING while no live driver owns the experiment (its driver was killed, its
+machine lost) reads as ``INTERRUPTED``, and so do the trials that driver ran (:func:`as_read`);
+the stored state is never changed, so a resume continues from it. :class:`DriverStatus` says
+who the driver is, and why it counts as alive or gone. Each trial's record from the state is
+replaced by its own ``trial.json`` when that is newer (:func:`newer_record`; the controller
+writes it at every transition, the whole state at most once a second). Also: the supervisor
+that ran it (:func:`supervisor_log`) and the one-experiment summary of a listing
+(:func:`summarize`). Part of the read model (:mod:`ftnb.ui.read_model`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ..core.records import INTERRUPTED, ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
+from ..storage import ExperimentPaths
+from ..storage.lease import LeaseInfo, read_lease
+
+__all__ = [
+    "DriverStatus",
+    "ExperimentSummary",
+    "as_read",
+    "merge_trial_records",
+    "newer_record",
+    "parse_trial_record",
+    "read_driver",
+    "read_state",
+    "read_status",
+    "summarize",
+    "supervisor_log",
+    "supervisor_record",
+    "without_driver",
+]
+
+_RUNNING = ExperimentStatus.RUNNING
+
+
+# -- its driver and status -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DriverStatus:
+    """Who drives an experiment, as its owner lease (``owner.json``) says, seen from this
+    process: ``alive`` and ``why`` are :meth:`ftnb.storage.lease.LeaseInfo.liveness`'s verdict."""
+
+    lease: Optional[LeaseInfo]
+    alive: bool
+    why: str
+
+    @classmethod
+    def of(cls, lease: Optional[LeaseInfo]) -> "DriverStatus":
+        """The verdict on ``lease`` (None: there is no owner.json)."""
+        if lease is None:
+            return cls(None, False, "")
+        alive, why = lease.liveness()
+        return cls(lease, alive, why)
+
+    def gone(self, stored_status: str) -> bool:
+        """Whether an experiment whose state says ``stored_status`` lost its driver: the state
+        says RUNNING but no live driver owns it."""
+        return stored_status == _RUNNING and not self.alive
+
+    def line(self, stored_status: str) -> str:
+        """One line on the driver: alive, or gone and why; "" when there is nothing to say (a
+        stopped experiment whose driver let go, or died after saving it)."""
+        lease = self.lease
+        if lease is None:
+            return "no driver owns it (no owner.json)" if stored_status == _RUNNING else ""
+        if self.alive:
+            return f"driver {lease.describe()}: {self.why}"
+        if stored_status != _RUNNING:
+            return ""
+        return f"driver {lease.describe()} is gone: {self.why}"
+
+
+def read_driver(paths: ExperimentPaths) -> DriverStatus:
+    """The experiment's driver as its owner lease says now."""
+    return DriverStatus.of(read_lease(paths))
+
+
+def without_driver(state: ExperimentState) -> ExperimentState:
+    """A copy of ``state`` as it reads once its driver is gone: INTERRUPTED, and so are the
+    trials it was running (their attempts died with it; a resume continues them from their
+    checkpoints). ``state`` itself is not changed."""
+    trials = [replace(t, status=INTERRUPTED) if t.status == TrialStatus.RUNNING else t
+              for t in state.trials]
+    return replace(state, status=INTERRUPTED, trials=trials)
+
+
+def as_read(state: ExperimentState, driver: DriverStatus) -> ExperimentState:
+    """``state`` as every view shows it: :func:`without_driver` if its driver is gone."""
+    return without_driver(state) if driver.gone(state.status) else state
+
+
+def read_status(paths: ExperimentPaths) -> str:
+    """RUNNING, FINISHED, ERRORED or INTERRUPTED (which a RUNNING state whose driver is gone
+    reads as)."""
+    status = ExperimentState.load(paths).status
+    if status != _RUNNING:
+        return status
+    return INTERRUPTED if read_driver(paths).gone(status) else status
+
+
+# -- its trials ------------------------------------------------------------------------------------
+def parse_trial_record(data: bytes, trial_id: str) -> Optional[TrialRecord]:
+    """The trial record in ``data`` (a ``trial.json``), or None if it is unreadable or another
+    trial's."""
+    try:
+        record = TrialRecord.from_json(json.loads(data))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return record if record.trial_id == trial_id else None
+
+
+def newer_record(current: Optional[TrialRecord],
+                 candidate: Optional[TrialRecord]) -> Optional[TrialRecord]:
+    """The record to believe: ``candidate`` (a trial's own ``trial.json``) when its ``seq`` is
+    higher than ``current``'s (the one in the state), else ``current``."""
+    if candidate is not None and (current is None or candidate.seq > current.seq):
+        return candidate
+    return current
+
+
+def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> ExperimentState:
+    """Replace each trial's record in ``state`` by its own ``trial.json`` where that is newer
+    (after a driver died, the trial records are its latest word). Returns ``state``."""
+    storage = paths.storage
+    for i, trial in enumerate(state.trials):
+        try:
+            data = storage.read_bytes(paths.trial(trial.dir_name).record)
+        except FileNotFoundError:
+            continue
+        state.trials[i] = newer_record(trial, parse_trial_record(data, trial.trial_id)) or trial
+    return state
+
+
+def read_state(paths: ExperimentPaths) -> ExperimentState:
+    """The experiment's state as its files have it, trial records merged (not as read: see
+    :func:`as_read`). Raises :class:`ftnb.core.records.StateFormatError` where there is none."""
+    return merge_trial_records(ExperimentState.load(paths), paths)
+
+
+# -- the supervisor that ran it --------------------------------------------------------------------
+def supervisor_record(paths: ExperimentPaths) -> dict:
+    """``supervisor.json`` (empty when no supervisor ran the experiment, or it is unreadable)."""
+    try:
+        record = json.loads(paths.storage.read_bytes(paths.supervisor))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def supervisor_log(paths: ExperimentPaths) -> Optional[str]:
+    """The supervisor's log as a reader finds it: the experiment's ``supervisor.log`` once the
+    supervisor moved (local disk) or uploaded (at its end, elsewhere) it there, else the file
+    ``supervisor.json`` names (on the supervisor's machine); None when no supervisor ran it."""
+    if paths.storage.exists(paths.supervisor_log):
+        return paths.storage.uri(paths.supervisor_log)
+    return supervisor_record(paths).get("log")
+
+
+# -- a summary: one experiment in a list -----------------------------------------------------------
+@dataclass(frozen=True)
+class ExperimentSummary:
+    """One experiment as a list of them shows it (``ftnb ls``), status as read."""
+
+    name: str
+    path: str
+    status: str
+    trials: int
+    counts: dict
+    failures: int
+    preemptions: int
+    updated: float
+
+
+def summarize(paths: ExperimentPaths) -> ExperimentSummary:
+    """The experiment's summary, from its state file (one read) and, when the state says
+    RUNNING, its owner lease. When that driver is gone the state stopped at its last save, so
+    the trials' own records are read too, as :func:`ftnb.ui.snapshot.read_snapshot` reads
+    them. Raises :class:`ftnb.core.records.StateFormatError` where there is no readable state."""
+    state = ExperimentState.load(paths)
+    if state.status == _RUNNING:
+        driver = read_driver(paths)
+        if driver.gone(state.status):
+            state = as_read(merge_trial_records(state, paths), driver)
+    return ExperimentSummary(
+        name=paths.name, path=paths.uri, status=state.status, trials=len(state.trials),
+        counts=state.counts(), failures=sum(t.num_failures for t in state.trials),
+        preemptions=sum(t.num_preemptions for t in state.trials), updated=state.updated)
+
