@@ -72,9 +72,11 @@ def launch(
     from . import supervisor
     from .storage.lease import ExperimentLockedError
     from .objects import bind_objects
-    from .tuner import _check_trainable, _start_or_resume
+    from .input_checks import check_trainable
+    from .start_or_resume import start_or_resume
+    from .tuner import check_new_experiment
 
-    _check_trainable(trainable, "ftnb.launch")
+    check_trainable(trainable, "ftnb.launch")
     # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
     origin = origin or {"trainable": getattr(trainable, "__name__", None)}
     rc = run_config if run_config is not None else RunConfig()
@@ -95,13 +97,13 @@ def launch(
     # Objects go to this machine's object store once; the supervisor adopts them.
     space = bind_objects(param_space)[0] if param_space is not None else None
     # Check everything here, where the error belongs, before a process is spawned.
-    tuner, resuming = _start_or_resume(
+    tuner, resuming = start_or_resume(
         trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
         restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
         caller="ftnb.launch")
     if not resuming:
-        rc = dataclasses.replace(rc, name=tuner._check_new().name)
+        rc = dataclasses.replace(rc, name=check_new_experiment(tuner).name)
     spec = supervisor.LaunchSpec(
         trainable=trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,

@@ -1,32 +1,77 @@
-"""Restoring an experiment from its folder alone: finding it, checking a re-specified search
-space against the stored one, and re-binding the objects that could not be stored.
+"""Restoring an experiment from its folder alone: what ``Tuner.restore`` (and so ``ftnb.run``,
+``ftnb.launch``, ``ftnb resume`` and ``%ftresume``) does, in the order it does it.
+
+1. Finding it: :func:`load_state` reads the state or raises a :class:`RestoreError` saying what
+   is at the path instead; :func:`can_restore` asks without raising.
+2. Planning, before anything is written (:func:`plan_restore`, giving a :class:`RestorePlan`):
+   which trials run again (:class:`RestoreFlags`), that no live driver owns the experiment, that
+   the trainable is the one it started with (:func:`check_same_trainable`), the objects its
+   trials need (:func:`needed_objects`, :func:`bind_configs`), its stop criterion and configs as
+   stored.
+3. Carrying it out as the experiment's owner (:func:`take_over`, then :func:`resume_trials`):
+   the previous driver's trials are gone, the state is re-read, each trial's record is brought
+   up to date with its files (:class:`ftnb.core.trial_files.TrialFiles`) and set to run or not as
+   asked. The controller then runs the trials like any others.
 
 The experiment state holds plain JSON. Every object of a search space (a model, a tensor, a
 DataFrame, a dataset) was stored with ``ftnb.put`` when the experiment started and appears in
 the state as a placeholder ``{"__ftnb_ref__": id, "type", "size", "repr"}``. Restoring pairs
-each stored placeholder with the object at the same place of the re-specified space.
+each stored placeholder with the object at the same place of the re-specified space (the last
+two sections: comparing search spaces, re-binding objects).
+
+Why this module is over 500 lines: it is all of restore, in the order it happens, so that a
+newcomer finds restore in one place (issue 13); what it does to the trials' files is
+:mod:`ftnb.core.trial_files`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+import os
+import time
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig, callable_name
+from .core.records import (
+    ExperimentState,
+    StateFormatError,
+    StateVersionError,
+    TrialStatus,
+    encode_value,
+)
+from .core.trial_files import TrialFiles, lay_out_trial_folders, remove_leftover_temps
+from .input_checks import check_trainable
 from .objects import ObjectRef, bind_objects, is_placeholder, walk_placeholders
 from .search import encode_space
-from .core.records import ExperimentState, StateFormatError, StateVersionError, encode_value
 from .storage import ExperimentPaths
+
+if TYPE_CHECKING:
+    from .execution.resources import TrialResources
+    from .storage.lease import Lease
 
 __all__ = [
     "DifferentTrainableError",
     "RestoreError",
+    "RestoreFlags",
+    "RestorePlan",
     "bind_configs",
+    "can_restore",
     "check_same_trainable",
     "describe_location",
     "load_state",
+    "missing_objects_message",
+    "needed_objects",
+    "plan_restore",
+    "resume_trials",
     "space_differences",
+    "stored_configs",
+    "take_over",
+    "with_originals",
 ]
 
+#: The stand-in that ``encode_value`` writes for an object not put with ``ftnb.put`` (in states
+#: written before ``ftnb.put``, every object): its type and repr, nothing to re-bind it by.
 _LEGACY_OBJECT = "__ftnb_object__"
 
 
@@ -102,6 +147,223 @@ def load_state(paths: ExperimentPaths, what: str = "restore") -> ExperimentState
             f"Cannot {what} {paths.uri}: {exc}. The state and its previous generation are both "
             "unreadable; the trials' result.json files and checkpoints are intact."
         ) from None
+
+
+def can_restore(path: Any, storage_filesystem: Any = None) -> bool:
+    """Whether ``path`` is the folder of an ftnb experiment that can be restored (a readable
+    state). False, never an error, for a missing path, an empty folder, a folder of
+    something else, or a state this ftnb cannot read."""
+    try:
+        paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+        if not paths.has_state():
+            return False
+        ExperimentState.load(paths)
+        return True
+    except (StateFormatError, OSError, ValueError, TypeError):
+        return False
+
+
+def _path_str(path: Any) -> str:
+    if isinstance(path, os.PathLike):
+        return os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise TypeError(
+            f"path={path!r} must be the experiment's folder: a local path or an fsspec URL "
+            "such as 's3://bucket/experiments/sweep1'."
+        )
+    return path
+
+
+# -- planning ----------------------------------------------------------------------------------
+class RestoreFlags:
+    """Which trials a restore runs again (``Tuner.restore``'s flags of the same names)."""
+
+    def __init__(self, resume_unfinished: bool, resume_errored: bool,
+                 restart_errored: bool) -> None:
+        self.resume_unfinished = resume_unfinished
+        self.resume_errored = resume_errored
+        self.restart_errored = restart_errored
+
+    def will_run(self, status: str) -> bool:
+        """Whether a trial left in ``status`` runs again."""
+        if status == TrialStatus.TERMINATED:
+            return False
+        if status == TrialStatus.ERRORED:
+            return self.resume_errored or self.restart_errored
+        return self.resume_unfinished
+
+
+@dataclass
+class RestorePlan:
+    """A restore checked and ready (:func:`plan_restore`); ``Tuner.fit()`` carries it out."""
+
+    paths: ExperimentPaths
+    #: The state as read when planned; :func:`take_over` re-reads it as the owner.
+    state: ExperimentState
+    configs: dict  # by trial id, what the trials run with (objects re-bound)
+    result_configs: dict  # what the results show (the caller's own objects)
+    flags: RestoreFlags
+    takeover: bool
+    rebound: bool  # a param_space was given (the resume line then asks for it again)
+    run_config: RunConfig  # the stored one, with the stop criterion and verbosity asked for
+    tune_config: TuneConfig  # as stored
+    resources: "TrialResources"  # per trial, as stored
+
+
+#: ``plan_restore(stop=...)`` not given: the experiment's own stop criterion.
+_STORED_STOP: Any = object()
+
+
+def plan_restore(
+    path: Any,
+    trainable: Callable[[dict], Any],
+    *,
+    resume_unfinished: bool = True,
+    resume_errored: bool = False,
+    restart_errored: bool = False,
+    param_space: Optional[Mapping[str, Any]] = None,
+    storage_filesystem: Any = None,
+    stop: Any = _STORED_STOP,
+    takeover: bool = False,
+    verbose: int = 1,
+    allow_different_trainable: bool = False,
+) -> RestorePlan:
+    """Check everything :meth:`ftnb.Tuner.restore` is asked (its arguments, documented there)
+    against the experiment stored at ``path``, writing nothing; raise on the first problem."""
+    from .execution.resources import TrialResources
+    from .storage import check_outage_settings
+    from .storage.lease import refuse_if_owned
+
+    check_outage_settings()
+    check_trainable(trainable, "Tuner.restore")
+    for flag, value in (("resume_unfinished", resume_unfinished),
+                        ("resume_errored", resume_errored),
+                        ("restart_errored", restart_errored), ("takeover", takeover),
+                        ("allow_different_trainable", allow_different_trainable)):
+        if not isinstance(value, bool):
+            raise TypeError(f"Tuner.restore({flag}={value!r}) must be True or False.")
+    if resume_errored and restart_errored:
+        raise ValueError(
+            "Tuner.restore(resume_errored=True, restart_errored=True) asks for two things at "
+            "once. Fix: resume_errored=True continues errored trials from their latest "
+            "checkpoint; restart_errored=True starts them over from scratch. Pick one."
+        )
+    paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+    state = load_state(paths)
+    if not takeover:
+        refuse_if_owned(paths, "restore")
+    if not allow_different_trainable:
+        check_same_trainable(paths, state, callable_name(trainable))
+    flags = RestoreFlags(resume_unfinished, resume_errored, restart_errored)
+    to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
+    if param_space is not None:
+        from .search import validate_param_space
+
+        validate_param_space(param_space)
+        configs, bound = bind_configs(state, stored_configs(state), param_space)
+        result_configs = with_originals(configs, param_space, bound)
+    else:
+        needed = needed_objects(stored_configs(state, to_run))
+        if needed:
+            raise RestoreError(missing_objects_message(paths, callable_name(trainable), needed))
+        configs = result_configs = stored_configs(state)
+    settings = state.settings
+    stored_stop = settings.get("stop")
+    if stop is _STORED_STOP:
+        if isinstance(stored_stop, dict) and set(stored_stop) == {"function"}:
+            raise RestoreError(
+                f"The experiment at {paths.uri} was stopped by the function "
+                f"{stored_stop['function']} (RunConfig(stop=...)), which is not saved with "
+                "it. Fix: pass it again: Tuner.restore(..., stop=your_stop_function)."
+            )
+        stop = stored_stop
+    run_config = RunConfig(
+        name=paths.name,
+        storage_path=paths.parent_uri,
+        storage_filesystem=storage_filesystem,
+        failure_config=_from_settings(FailureConfig, settings.get("failure_config")),
+        checkpoint_config=_from_settings(CheckpointConfig, settings.get("checkpoint_config")),
+        stop=stop,
+        verbose=verbose,
+    )
+    tune_config = _stored_tune_config(settings)
+    resources = TrialResources.from_user(settings.get("resources_per_trial"))
+    return RestorePlan(paths, state, configs, result_configs, flags, takeover,
+                       param_space is not None, run_config, tune_config, resources)
+
+
+def _stored_tune_config(settings: dict) -> TuneConfig:
+    """The experiment's TuneConfig as stored, not checked again: it was when the experiment
+    started, and an older ftnb accepted what this one may refuse (mode without metric)."""
+    config = TuneConfig.__new__(TuneConfig)
+    config.__dict__.update(
+        num_samples=settings.get("num_samples") or 1,
+        max_concurrent_trials=settings.get("max_concurrent_trials"),
+        metric=settings.get("metric"),
+        mode=settings.get("mode"),
+        seed=settings.get("seed"),
+    )
+    return config
+
+
+def _from_settings(cls: type, data: Any) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+# -- carrying it out ---------------------------------------------------------------------------
+def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
+    """Once ``lease`` (the experiment's owner lease) is ours: make sure the previous driver's
+    trials are gone, then re-read the state (``plan.state`` becomes the one read) and finish
+    what a dead driver left in the folder: its temporary files are removed, the trials' own
+    records merged in, and the trial folders it did not lay out created."""
+    from .storage.lease import host_id, reap_processes
+
+    paths = plan.paths
+    previous = lease.previous
+    if previous is not None and not previous.released:
+        if previous.host_id == host_id():
+            # The dead (or overridden) driver's trials on this machine: kill them
+            # before anything of ours runs, so no ghost writes after this point.
+            reap_processes(previous.token)
+        else:
+            # Trials elsewhere check the lease before every write (at most every
+            # second on object stores): give them the time to see it is gone.
+            time.sleep(max(0.5, paths.storage.poll_interval_s))
+    # Re-read now that we own it: the state may have moved since plan_restore read it.
+    state = load_state(paths)
+    remove_leftover_temps(paths, state)
+    state.merge_trial_records(paths)
+    lay_out_trial_folders(paths, state, only_missing=True)
+    plan.state = state
+    return state
+
+
+def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: TrialFiles) -> None:
+    """Bring every trial up to date with its files and set it to run (or not) as asked; an
+    errored trial that runs again gets a fresh failure budget. Then the state is the
+    controller's to run."""
+    for trial in state.trials:
+        status = trial.status
+        if status == TrialStatus.TERMINATED:
+            continue
+        if status == TrialStatus.ERRORED:
+            if flags.restart_errored:
+                trial_files.reset(trial)
+            elif flags.resume_errored:
+                trial_files.reconcile(trial, state.updated)
+            else:
+                continue
+            trial.failures_forgiven = len(trial.failures)
+            trial.error = None
+            trial.status = TrialStatus.PENDING.value
+            continue
+        trial_files.reconcile(trial, state.updated)
+        if flags.resume_unfinished:
+            trial.status = TrialStatus.PENDING.value
+        else:
+            trial.status = TrialStatus.TERMINATED.value
+            trial.note = "not resumed: restored with resume_unfinished=False"
 
 
 # -- comparing search spaces -------------------------------------------------------------------
@@ -270,6 +532,8 @@ def _substitute(value: Any, mapping: dict[str, ObjectRef]) -> Any:
 
 def missing_objects_message(paths: ExperimentPaths, trainable_name: str,
                             needed: list[tuple[str, str]]) -> str:
+    """The error for a restore without the search space whose trials need the objects
+    ``needed`` (:func:`needed_objects`)."""
     keys = ", ".join(f"{key} ({kind})" for key, kind in needed)
     return (
         f"The experiment at {paths.uri} has trials to resume whose configs hold objects that "
@@ -281,7 +545,44 @@ def missing_objects_message(paths: ExperimentPaths, trainable_name: str,
 
 
 def stored_configs(state: ExperimentState, trial_ids: Optional[set] = None) -> dict[str, Any]:
+    """The trials' configs as stored (objects as placeholders), by trial id: all of them, or
+    those of ``trial_ids``."""
     return {
         t.trial_id: t.config for t in state.trials if trial_ids is None or t.trial_id in trial_ids
     }
 
+
+def with_originals(configs: dict, original: Any, bound: Any) -> dict:
+    """The configs with each ref that ``bind_objects`` made replaced by the caller's own object
+    (what ``Result.config`` should show), pairing the original and bound spaces by position."""
+    from .search import Domain
+
+    originals: dict[str, Any] = {}
+
+    def pair(orig: Any, new: Any) -> None:
+        if isinstance(new, ObjectRef):
+            if not isinstance(orig, ObjectRef):
+                originals[new.id] = orig
+        elif isinstance(new, Domain) and isinstance(orig, Domain):
+            pair(getattr(orig, "categories", None), getattr(new, "categories", None))
+        elif isinstance(new, Mapping) and isinstance(orig, Mapping):
+            for key, value in new.items():
+                pair(orig.get(key), value)
+        elif isinstance(new, (list, tuple)) and isinstance(orig, (list, tuple)):
+            for a, b in zip(orig, new):
+                pair(a, b)
+
+    pair(original, bound)
+    if not originals:
+        return configs
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, ObjectRef):
+            return originals.get(value.id, value)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v) for v in value)
+        return value
+
+    return {trial_id: swap(config) for trial_id, config in configs.items()}

@@ -300,13 +300,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         from .objects import bind_objects
         from .storage import ExperimentPaths, Storage, default_storage_path
-        from .tuner import _start_or_resume
+        from .start_or_resume import start_or_resume
 
         spec: LaunchSpec = cloudpickle.loads(payload)
         space = spec.param_space
         if space is not None:
             space, _ = bind_objects(space, adopt_refs=True)  # ours now: they outlive the kernel
-        tuner, resuming = _start_or_resume(
+        tuner, resuming = start_or_resume(
             spec.trainable, name=spec.name, param_space=space, storage_path=spec.storage_path,
             tune_config=spec.tune_config, run_config=spec.run_config,
             resources_per_trial=spec.resources_per_trial, restart_errored=spec.restart_errored,
@@ -315,7 +315,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(resuming, flush=True)
         announcer.resuming = resuming
         rc = tuner.run_config
-        announcer.paths = tuner._restore.paths if tuner._restore is not None else (
+        announcer.paths = tuner.restore_plan.paths if tuner.restore_plan is not None else (
             ExperimentPaths.of(Storage(rc.storage_path or default_storage_path(),
                                        rc.storage_filesystem), spec.name))
         tuner.origin = spec.origin

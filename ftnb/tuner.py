@@ -1,30 +1,30 @@
-"""Tuner: validate, lay out the experiment directory, run the controller, return results."""
+"""Tuner: the object that runs an experiment (``fit()``), new or restored, and ``ftnb.run``.
+
+What each step does lives in its own module: checking and laying out a new experiment in
+:mod:`ftnb.new_experiment`, restoring one (planning and carrying it out) in :mod:`ftnb.restore`,
+starting or resuming by name in :mod:`ftnb.start_or_resume`, the loop that runs the trials in
+:mod:`ftnb.core.controller`. The Tuner puts them together: the executor, the owner lease, the
+listeners and the line that resumes an interrupted run.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import sys
 import threading
-import time
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from .config import (
-    CheckpointConfig,
-    RunConfig,
-    TuneConfig,
-    callable_name,
-    describe_stop,
-    signature_mismatch,
-)
+from .config import RunConfig, TuneConfig, callable_name
 from .result import ResultGrid
-from .core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus, encode_value
-from .storage import ExperimentPaths, Storage, default_storage_path
+from .core.records import ExperimentState, ExperimentStatus
+from .storage import ExperimentPaths
 
-__all__ = ["Tuner", "run"]
+if TYPE_CHECKING:
+    from .new_experiment import NewExperimentPlan
+    from .restore import RestorePlan
 
+__all__ = ["Tuner", "check_new_experiment", "run"]
+
+#: ``Tuner.restore(stop=...)`` not given: the experiment's own stop criterion.
 _UNSET: Any = object()
 
 
@@ -87,17 +87,18 @@ class Tuner:
         resources_per_trial: Any = None,
     ) -> None:
         from .execution.resources import TrialResources
+        from .input_checks import check_trainable, short_repr
         from .search import validate_param_space
 
-        _check_trainable(trainable, "Tuner")
+        check_trainable(trainable, "Tuner")
         validate_param_space(param_space)
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
             raise TypeError(
-                f"Tuner(tune_config=...) must be an ftnb.TuneConfig; got {_short(tune_config)}."
+                f"Tuner(tune_config=...) must be an ftnb.TuneConfig; got {short_repr(tune_config)}."
             )
         if run_config is not None and not isinstance(run_config, RunConfig):
             raise TypeError(
-                f"Tuner(run_config=...) must be an ftnb.RunConfig; got {_short(run_config)}."
+                f"Tuner(run_config=...) must be an ftnb.RunConfig; got {short_repr(run_config)}."
             )
         self.trainable = trainable
         self.param_space = dict(param_space) if param_space is not None else {}
@@ -108,7 +109,9 @@ class Tuner:
         # Where the caller's objects came from (e.g. {"trainable": "train", "param_space":
         # "space"} for %ftrun), stored in the state so a new kernel can find them again.
         self.origin: Optional[dict] = None
-        self._restore: Optional[_RestorePlan] = None
+        #: The restore that ``fit()`` carries out (:meth:`Tuner.restore`); None for a new
+        #: experiment.
+        self.restore_plan: Optional[RestorePlan] = None
         self._results: Optional[ResultGrid] = None
 
     # -- starting ------------------------------------------------------------------------------
@@ -122,8 +125,8 @@ class Tuner:
         shell). A driver that dies any other way is resumed the same way
         (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
         try:
-            if self._restore is not None:
-                self._results = self._fit_restored(self._restore)
+            if self.restore_plan is not None:
+                self._results = self._fit_restored(self.restore_plan)
             else:
                 self._results = self._fit_new()
         except KeyboardInterrupt as exc:
@@ -138,67 +141,42 @@ class Tuner:
         """The results of the last ``fit()``, or of the restored experiment as it stands."""
         if self._results is not None:
             return self._results
-        if self._restore is not None:
-            plan = self._restore
+        if self.restore_plan is not None:
+            plan = self.restore_plan
             return ResultGrid(plan.paths, plan.state, plan.result_configs)
         raise RuntimeError(
             "Tuner.get_results() has no results yet: call fit() first, or create the Tuner with "
             "Tuner.restore(path, trainable) to read an existing experiment."
         )
 
-    def _check_new(self) -> "_NewPlan":
-        """Everything a new experiment needs checked, before its directory is touched; the
-        detached launcher (``ftnb.launch``) runs this in the caller to report bad input there."""
-        import cloudpickle
-
-        from .objects import bind_objects
-        from .search import generate_variants
-        from .storage import check_outage_settings
-
-        rc, tc = self.run_config, self.tune_config
-        executor = self._executor()
-        executor.check_fits(self.resources)
-        space, _ = bind_objects(self.param_space)
-        variants = generate_variants(space, tc.num_samples, tc.seed)
-        _check_picklable(self.trainable, "trainable", cloudpickle)
-        if callable(rc.stop):
-            _check_picklable(rc.stop, "RunConfig(stop=...)", cloudpickle)
-        check_outage_settings()
-        storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
-        storage.check_writable()
-        name = rc.name or _default_name(self.trainable, storage)
-        paths = ExperimentPaths.of(storage, name)
-        _refuse_existing(paths)
-        return _NewPlan(executor, space, variants, storage, name, paths)
-
     def _fit_new(self) -> ResultGrid:
+        from .core.controller import say_interrupted
+        from .core.trial_files import lay_out_trial_folders
+        from .new_experiment import initial_state, refuse_existing
+        from .objects import walk_placeholders
+        from .restore import with_originals
         from .storage.lease import Lease
-        from .search import encode_space, varying_keys
 
-        plan = self._check_new()
+        plan = check_new_experiment(self)
         paths, space = plan.paths, plan.space
         lease = Lease.acquire(paths, what="start")
         try:
-            _refuse_existing(paths)  # another driver may have created it while we checked
-            state = self._new_state(plan.name, plan.variants, plan.storage)
+            refuse_existing(paths)  # another driver may have created it while we checked
+            state = initial_state(self, plan)
             configs = {t.trial_id: c for t, c in zip(state.trials, plan.variants)}
-            state.settings["varying_keys"] = varying_keys(space)
-            state.param_space = encode_space(space, encode_value)
             plan.storage.makedirs(paths.dir)
             # The state first: a driver killed while it lays out the trial folders leaves an
             # experiment that restore completes, not folders that belong to nothing.
             state.save(paths)
-            hint = self._resume_line(paths, state, bool(_objects_in(state)))
+            hint = self._resume_line(paths, state, bool(walk_placeholders(state.param_space)))
             try:
-                _lay_out_trials(paths, state, check=False)
+                lay_out_trial_folders(paths, state, only_missing=False)
             except KeyboardInterrupt as exc:  # (thousands of trials take a while)
-                from .core.controller import say_interrupted
-
                 say_interrupted(exc, state.name, hint,
                                 "no trial had started (restore lays out the rest)")
                 raise
             return self._run(paths, state, configs, plan.executor, lease, hint,
-                             _with_originals(configs, self.param_space, space))
+                             with_originals(configs, self.param_space, space))
         finally:
             lease.release()
 
@@ -253,51 +231,15 @@ class Tuner:
         controller.run()
         return ResultGrid(paths, state, result_configs)
 
-    def _new_state(self, name: str, variants: list[dict], storage: Storage) -> ExperimentState:
-        rc, tc = self.run_config, self.tune_config
-        ckpt: CheckpointConfig = rc.checkpoint_config
-        prefix = secrets.token_hex(3)[:5]
-        state = ExperimentState(
-            name=name,
-            trainable=callable_name(self.trainable),
-            settings={
-                "metric": tc.metric,
-                "mode": tc.mode,
-                "num_samples": tc.num_samples,
-                "seed": tc.seed,
-                "max_concurrent_trials": tc.max_concurrent_trials,
-                "resources_per_trial": self.resources.as_dict(),
-                "failure_config": vars(rc.failure_config).copy(),
-                "checkpoint_config": vars(ckpt).copy(),
-                "stop": describe_stop(rc.stop),
-                "storage_path": storage.uri(storage.root),
-            },
-        )
-        if self.origin:
-            state.settings["origin"] = self.origin
-        for index, config in enumerate(variants):
-            trial_id = f"{prefix}_{index:05d}"
-            state.trials.append(
-                TrialRecord(trial_id=trial_id, dir_name=trial_id, config=encode_value(config))
-            )
-        return state
-
     # -- restoring -----------------------------------------------------------------------------
     @classmethod
     def can_restore(cls, path: Any, storage_filesystem: Any = None) -> bool:
         """Whether ``path`` is the folder of an ftnb experiment that can be restored (a readable
         state). False, never an error, for a missing path, an empty folder, a folder of
         something else, or a state this ftnb cannot read."""
-        from .core.records import StateFormatError
+        from .restore import can_restore
 
-        try:
-            paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
-            if not paths.has_state():
-                return False
-            ExperimentState.load(paths)
-            return True
-        except (StateFormatError, OSError, ValueError, TypeError):
-            return False
+        return can_restore(path, storage_filesystem)
 
     @classmethod
     def restore(
@@ -336,347 +278,63 @@ class Tuner:
         wrong import). ``allow_different_trainable=True`` resumes with it anyway, for the same
         training under another name (``train_v2``, a fixed version).
         """
-        from .config import FailureConfig
-        from .storage.lease import refuse_if_owned
-        from .storage import check_outage_settings
+        from .restore import plan_restore
 
-        check_outage_settings()
-        from .execution.resources import TrialResources
-        from .restore import (
-            RestoreError,
-            bind_configs,
-            check_same_trainable,
-            load_state,
-            missing_objects_message,
-            needed_objects,
-            stored_configs,
-        )
-
-        _check_trainable(trainable, "Tuner.restore")
-        for flag, value in (("resume_unfinished", resume_unfinished),
-                            ("resume_errored", resume_errored),
-                            ("restart_errored", restart_errored), ("takeover", takeover),
-                            ("allow_different_trainable", allow_different_trainable)):
-            if not isinstance(value, bool):
-                raise TypeError(f"Tuner.restore({flag}={value!r}) must be True or False.")
-        if resume_errored and restart_errored:
-            raise ValueError(
-                "Tuner.restore(resume_errored=True, restart_errored=True) asks for two things at "
-                "once. Fix: resume_errored=True continues errored trials from their latest "
-                "checkpoint; restart_errored=True starts them over from scratch. Pick one."
-            )
-        paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
-        state = load_state(paths)
-        if not takeover:
-            refuse_if_owned(paths, "restore")
-        if not allow_different_trainable:
-            check_same_trainable(paths, state, callable_name(trainable))
-        flags = _RestoreFlags(resume_unfinished, resume_errored, restart_errored)
-        to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
-        if param_space is not None:
-            from .search import validate_param_space
-
-            validate_param_space(param_space)
-            configs, bound = bind_configs(state, stored_configs(state), param_space)
-            result_configs = _with_originals(configs, param_space, bound)
-        else:
-            needed = needed_objects(stored_configs(state, to_run))
-            if needed:
-                raise RestoreError(missing_objects_message(paths, callable_name(trainable),
-                                                           needed))
-            configs = result_configs = stored_configs(state)
-        settings = state.settings
-        stored_stop = settings.get("stop")
-        if stop is _UNSET:
-            if isinstance(stored_stop, dict) and set(stored_stop) == {"function"}:
-                raise RestoreError(
-                    f"The experiment at {paths.uri} was stopped by the function "
-                    f"{stored_stop['function']} (RunConfig(stop=...)), which is not saved with "
-                    "it. Fix: pass it again: Tuner.restore(..., stop=your_stop_function)."
-                )
-            stop = stored_stop
-        run_config = RunConfig(
-            name=paths.name,
-            storage_path=paths.parent_uri,
-            storage_filesystem=storage_filesystem,
-            failure_config=_from_settings(FailureConfig, settings.get("failure_config")),
-            checkpoint_config=_from_settings(CheckpointConfig, settings.get("checkpoint_config")),
-            stop=stop,
-            verbose=verbose,
-        )
+        # Passed on only when given: plan_restore keeps the stored stop criterion otherwise.
+        given_stop = {} if stop is _UNSET else {"stop": stop}
+        plan = plan_restore(
+            path, trainable, resume_unfinished=resume_unfinished, resume_errored=resume_errored,
+            restart_errored=restart_errored, param_space=param_space,
+            storage_filesystem=storage_filesystem, takeover=takeover, verbose=verbose,
+            allow_different_trainable=allow_different_trainable, **given_stop)
         tuner = cls.__new__(cls)
         tuner.trainable = trainable
         tuner.param_space = dict(param_space) if param_space is not None else {}
-        tuner.tune_config = _stored_tune_config(settings)
-        tuner.run_config = run_config
-        tuner.resources = TrialResources.from_user(settings.get("resources_per_trial"))
+        tuner.tune_config = plan.tune_config
+        tuner.run_config = plan.run_config
+        tuner.resources = plan.resources
         tuner.listeners = []
         tuner.origin = None
         tuner._results = None
-        tuner._restore = _RestorePlan(paths, state, configs, result_configs, flags, takeover,
-                                      param_space is not None)
+        tuner.restore_plan = plan
         return tuner
 
-    def _fit_restored(self, plan: "_RestorePlan") -> ResultGrid:
-        import cloudpickle
-
-        from .storage.lease import Lease, host_id, reap_processes
-        from .restore import load_state
+    def _fit_restored(self, plan: RestorePlan) -> ResultGrid:
+        from .core.controller import Controller
+        from .input_checks import check_picklable
+        from .restore import resume_trials, take_over
+        from .storage.lease import Lease
 
         executor = self._executor()
         executor.check_fits(self.resources)
-        _check_picklable(self.trainable, "trainable", cloudpickle)
+        check_picklable(self.trainable, "trainable")
         paths = plan.paths
         lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
         try:
-            previous = lease.previous
-            if previous is not None and not previous.released:
-                if previous.host_id == host_id():
-                    # The dead (or overridden) driver's trials on this machine: kill them
-                    # before anything of ours runs, so no ghost writes after this point.
-                    reap_processes(previous.token)
-                else:
-                    # Trials elsewhere check the lease before every write (at most every
-                    # second on object stores): give them the time to see it is gone.
-                    time.sleep(max(0.5, paths.storage.poll_interval_s))
-            # Re-read now that we own it: the state may have moved since restore() read it.
-            state = load_state(paths)
-            _remove_leftover_temps(paths, state)
-            state.merge_trial_records(paths)
-            _lay_out_trials(paths, state, check=True)
-            plan.state = state
+            state = take_over(plan, lease)
             hint = self._resume_line(paths, state, plan.rebound)
 
-            def prepare(controller: Any) -> None:
-                _apply_restore(controller, state, plan.flags)
+            def prepare(controller: Controller) -> None:
+                resume_trials(state, plan.flags, controller.trial_files)
                 state.status = ExperimentStatus.RUNNING.value
                 state.settings["storage_path"] = paths.parent_uri
                 if self.origin:
                     state.settings["origin"] = self.origin
-                controller._save()
+                controller.save()
 
             return self._run(paths, state, plan.configs, executor, lease, hint, plan.result_configs,
                              prepare=prepare)
         finally:
             lease.release()
 
-class _NewPlan:
-    def __init__(self, executor: Any, space: dict, variants: list, storage: Storage, name: str,
-                 paths: ExperimentPaths) -> None:
-        self.executor, self.space, self.variants = executor, space, variants
-        self.storage, self.name, self.paths = storage, name, paths
 
+def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:
+    """Everything the new experiment that ``tuner`` would start needs checked, before its
+    directory is touched (its name chosen when the run config gives none); ``ftnb.launch`` and
+    ``ftnb run`` call this in the caller to report bad input there."""
+    from .new_experiment import plan_new_experiment
 
-class _RestoreFlags:
-    def __init__(self, resume_unfinished: bool, resume_errored: bool,
-                 restart_errored: bool) -> None:
-        self.resume_unfinished = resume_unfinished
-        self.resume_errored = resume_errored
-        self.restart_errored = restart_errored
-
-    def will_run(self, status: str) -> bool:
-        if status == TrialStatus.TERMINATED:
-            return False
-        if status == TrialStatus.ERRORED:
-            return self.resume_errored or self.restart_errored
-        return self.resume_unfinished
-
-
-@dataclass
-class _RestorePlan:
-    paths: ExperimentPaths
-    state: ExperimentState
-    configs: dict
-    result_configs: dict
-    flags: _RestoreFlags
-    takeover: bool
-    rebound: bool
-
-
-def _apply_restore(controller: Any, state: ExperimentState, flags: _RestoreFlags) -> None:
-    """Bring every trial up to date with its files and set it to run (or not) as asked."""
-    for trial in state.trials:
-        status = trial.status
-        if status == TrialStatus.TERMINATED:
-            continue
-        if status == TrialStatus.ERRORED:
-            if flags.restart_errored:
-                controller.reset_trial(trial)
-            elif flags.resume_errored:
-                controller.reconcile(trial)
-            else:
-                continue
-            trial.failures_forgiven = len(trial.failures)
-            trial.error = None
-            trial.status = TrialStatus.PENDING.value
-            continue
-        controller.reconcile(trial)
-        if flags.resume_unfinished:
-            trial.status = TrialStatus.PENDING.value
-        else:
-            trial.status = TrialStatus.TERMINATED.value
-            trial.note = "not resumed: restored with resume_unfinished=False"
-
-
-def _lay_out_trials(paths: ExperimentPaths, state: ExperimentState, check: bool) -> None:
-    """Create each trial's folder with its ``params.json`` (only the missing ones if
-    ``check``: a driver may have died while laying them out)."""
-    storage = paths.storage
-    for trial in state.trials:
-        trial_paths = paths.trial(trial.dir_name)
-        if check and storage.exists(trial_paths.params):
-            continue
-        storage.makedirs(trial_paths.dir)
-        storage.write_atomic(
-            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n"
-        )
-
-
-def _remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> None:
-    """Delete the temporary files of atomic writes that a dead driver or trial left (a driver
-    killed while it laid out the experiment leaves ``.experiment_state.prev.json.<hex>.tmp``).
-    Only as the owner, once the previous owner's processes are gone: only files that the owner
-    and its trials write, never ``owner.json`` (a would-be owner writes it before it owns)
-    nor ``control/`` (its senders')."""
-    paths.remove_leftover_temps()
-    for trial in state.trials:
-        paths.trial(trial.dir_name).remove_leftover_temps()
-
-
-def _refuse_existing(paths: ExperimentPaths) -> None:
-    if not paths.has_state():
-        return
-    from .restore import RestoreError, load_state
-
-    try:
-        load_state(paths, what="start a new experiment at")
-    except RestoreError as exc:
-        if "newer than this ftnb" in str(exc):
-            raise
-    raise ValueError(
-        f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
-        "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "
-        f"ftnb.Tuner.restore({paths.uri!r}, trainable).fit() (or use ftnb.run(...), which "
-        "starts or resumes), choose another RunConfig(name=...), or delete that folder to "
-        "start over."
-    )
-
-
-def _with_originals(configs: dict, original: Any, bound: Any) -> dict:
-    """The configs with each ref that ``bind_objects`` made replaced by the caller's own object
-    (what ``Result.config`` should show), pairing the original and bound spaces by position."""
-    from .objects import ObjectRef
-    from .search import Domain
-
-    originals: dict[str, Any] = {}
-
-    def pair(orig: Any, new: Any) -> None:
-        if isinstance(new, ObjectRef):
-            if not isinstance(orig, ObjectRef):
-                originals[new.id] = orig
-        elif isinstance(new, Domain) and isinstance(orig, Domain):
-            pair(getattr(orig, "categories", None), getattr(new, "categories", None))
-        elif isinstance(new, Mapping) and isinstance(orig, Mapping):
-            for key, value in new.items():
-                pair(orig.get(key), value)
-        elif isinstance(new, (list, tuple)) and isinstance(orig, (list, tuple)):
-            for a, b in zip(orig, new):
-                pair(a, b)
-
-    pair(original, bound)
-    if not originals:
-        return configs
-
-    def swap(value: Any) -> Any:
-        if isinstance(value, ObjectRef):
-            return originals.get(value.id, value)
-        if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(swap(v) for v in value)
-        return value
-
-    return {trial_id: swap(config) for trial_id, config in configs.items()}
-
-
-def _objects_in(state: ExperimentState) -> list:
-    from .objects import walk_placeholders
-
-    return walk_placeholders(state.param_space)
-
-
-
-def _stored_tune_config(settings: dict) -> TuneConfig:
-    """The experiment's TuneConfig as stored, not checked again: it was when the experiment
-    started, and an older ftnb accepted what this one may refuse (mode without metric)."""
-    config = TuneConfig.__new__(TuneConfig)
-    config.__dict__.update(
-        num_samples=settings.get("num_samples") or 1,
-        max_concurrent_trials=settings.get("max_concurrent_trials"),
-        metric=settings.get("metric"),
-        mode=settings.get("mode"),
-        seed=settings.get("seed"),
-    )
-    return config
-
-
-def _from_settings(cls: type, data: Any) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in (data or {}).items() if k in names})
-
-
-def _path_str(path: Any) -> str:
-    if isinstance(path, os.PathLike):
-        return os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise TypeError(
-            f"path={path!r} must be the experiment's folder: a local path or an fsspec URL "
-            "such as 's3://bucket/experiments/sweep1'."
-        )
-    return path
-
-
-def _check_trainable(trainable: Any, where: str) -> None:
-    if not callable(trainable):
-        raise TypeError(
-            f"{where}(trainable=...) must be a function that takes a config dict; got "
-            f"{type(trainable).__name__}: {_short(trainable)}. Fix: define "
-            "`def train(config): ...` and pass `train` (not `train()`)."
-        )
-    problem = signature_mismatch(trainable, ("config",))
-    if problem:
-        name = callable_name(trainable)
-        raise TypeError(
-            f"{where}(trainable={name}) cannot be called as {name}(config), the way each trial "
-            f"calls it with its config dict: {problem}. Fix: define it as "
-            f"`def {name if name.isidentifier() else 'train'}(config): ...`; give it other "
-            "inputs through param_space (or functools.partial)."
-        )
-
-
-def _default_name(trainable: Any, storage: Storage) -> str:
-    base = f"{callable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    name, n = base, 1
-    while storage.exists(ExperimentPaths.of(storage, name).dir):
-        n += 1
-        name = f"{base}_{n}"
-    return name
-
-
-def _check_picklable(obj: Any, what: str, cloudpickle: Any) -> None:
-    try:
-        cloudpickle.dumps(obj)
-    except Exception as exc:
-        raise TypeError(
-            f"{what}={_short(obj)} cannot be sent to a trial process: {type(exc).__name__}: "
-            f"{exc}. Fix: do not capture unpicklable objects (open files, locks, live "
-            "connections) in the function; create them inside it instead."
-        ) from exc
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return plan_new_experiment(tuner, tuner._executor())
 
 
 def run(
@@ -710,7 +368,9 @@ def run(
     if name is None:
         raise ValueError("ftnb.run(name=None): ftnb.run needs the experiment's name to find it "
                          "again. Fix: pass name='my_sweep'.")
-    tuner, resuming = _start_or_resume(
+    from .start_or_resume import start_or_resume
+
+    tuner, resuming = start_or_resume(
         trainable, name=name, param_space=param_space, storage_path=storage_path,
         tune_config=tune_config, run_config=run_config,
         resources_per_trial=resources_per_trial, takeover=takeover,
@@ -718,66 +378,3 @@ def run(
     if resuming and tuner.run_config.verbose:
         print(resuming, flush=True)
     return tuner.fit()
-
-
-def _start_or_resume(
-    trainable: Callable[[dict], Any],
-    *,
-    name: Optional[str],
-    param_space: Optional[Mapping[str, Any]],
-    storage_path: Optional[str],
-    tune_config: Optional[TuneConfig],
-    run_config: Optional[RunConfig],
-    resources_per_trial: Any,
-    takeover: bool = False,
-    restart_errored: bool = False,
-    allow_different_trainable: bool = False,
-    caller: str,
-) -> tuple[Tuner, Optional[str]]:
-    """The Tuner that starts experiment ``name`` or resumes it (then also the line that says
-    so); ``ftnb.run`` fits it here, ``ftnb.launch`` in a detached supervisor."""
-    import dataclasses
-
-    if name is not None and (not isinstance(name, str) or not name or "/" in name
-                             or name in (".", "..")):
-        raise ValueError(
-            f"{caller}(name={name!r}) must be a non-empty folder name without '/'. Fix: pass "
-            "name='my_sweep'; the experiment lives in <storage_path>/<name>."
-        )
-    if run_config is not None and not isinstance(run_config, RunConfig):
-        raise TypeError(f"{caller}(run_config=...) must be an ftnb.RunConfig; got {run_config!r}.")
-    rc = run_config or RunConfig()
-    rc = dataclasses.replace(rc, name=name or rc.name,
-                             storage_path=storage_path or rc.storage_path)
-    if rc.name:
-        storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
-        paths = ExperimentPaths.of(storage, rc.name)
-        if Tuner.can_restore(paths.uri, rc.storage_filesystem):
-            state = ExperimentState.load(paths)
-            counts = state.counts()
-            line = (
-                f"ftnb: resuming experiment {rc.name!r} at {paths.uri} "
-                f"({counts.get('TERMINATED', 0)} of {len(state.trials)} trials finished, "
-                f"{counts.get('ERRORED', 0)} errored)"
-            )
-            tuner = Tuner.restore(
-                paths.uri,
-                trainable,
-                resume_errored=not restart_errored,
-                restart_errored=restart_errored,
-                param_space=param_space,
-                storage_filesystem=rc.storage_filesystem,
-                stop=rc.stop if rc.stop is not None else _UNSET,  # else: the stored one
-                takeover=takeover,
-                verbose=rc.verbose,
-                allow_different_trainable=allow_different_trainable,
-            )
-            return tuner, line
-    tuner = Tuner(
-        trainable,
-        param_space=param_space,
-        tune_config=tune_config,
-        run_config=rc,
-        resources_per_trial=resources_per_trial,
-    )
-    return tuner, None

@@ -227,7 +227,8 @@ def _paths_of(kwargs: dict) -> Any:
 def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
     from ..handle import ExperimentHandle, finished_experiment
     from ..storage.lease import live_lease
-    from ..tuner import _start_or_resume
+    from ..start_or_resume import start_or_resume
+    from ..tuner import check_new_experiment
 
     verb = "ftnb resume" if resume_only else "ftnb run"
     out = sys.stderr if as_json else sys.stdout
@@ -248,7 +249,7 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
                   f"(`ftnb status {paths.name}` shows it).", file=out, flush=True)
             return _report_end(ExperimentHandle(paths), as_json, interrupted=False)
     with _user_errors(verb):
-        tuner, resuming = _start_or_resume(
+        tuner, resuming = start_or_resume(
             trainable, name=kwargs["name"], param_space=kwargs["param_space"],
             storage_path=kwargs["storage_path"], tune_config=kwargs["tune_config"],
             run_config=rc, resources_per_trial=kwargs["resources_per_trial"],
@@ -257,10 +258,10 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
         if not resuming:
             # Checked here, where the error belongs, before the experiment's folder exists;
             # also names an experiment started without --name.
-            name = tuner._check_new().name
+            name = check_new_experiment(tuner).name
             tuner.run_config = dataclasses.replace(tuner.run_config, name=name)
             kwargs = dict(kwargs, name=name)
-    paths = tuner._restore.paths if tuner._restore is not None else _paths_of(kwargs)
+    paths = tuner.restore_plan.paths if tuner.restore_plan is not None else _paths_of(kwargs)
     tuner.origin = kwargs["origin"]
     if resuming:
         print(resuming, file=out, flush=True)

@@ -2,10 +2,13 @@
 persist the experiment state.
 
 The loop is single-threaded and owns the experiment state. It knows nothing of a machine: it
-hands an :class:`~ftnb.execution.contract.Executor` typed attempt specifications and reads back typed
-events; the executor owns processes, resources, environments and output files. Every decision
-(retry, preemption, repeated error, fail-fast, retention) comes from :mod:`ftnb.core.policy` and
-is carried out here. UIs are listeners: they are told what happened and never steer.
+hands an :class:`~ftnb.execution.contract.Executor` typed attempt specifications and reads back
+typed events; the executor owns processes, resources, environments and output files. Every
+decision (retry, preemption, repeated error, fail-fast, retention) comes from
+:mod:`ftnb.core.policy` and is carried out here; the trials' files are kept in line with their
+records by :class:`~ftnb.core.trial_files.TrialFiles`. UIs are listeners: they are told what
+happened and never steer. Restoring an experiment (bringing its records up to date before this
+loop runs) is :mod:`ftnb.restore`'s.
 """
 
 from __future__ import annotations
@@ -34,9 +37,7 @@ from ..execution.contract import (
 )
 from ..storage.lease import Lease, LeaseLostError
 from ..execution.resources import TrialResources
-from ..storage.result_log import ResultLog
 from .records import (
-    AttemptOutcome,
     AttemptRecord,
     ExperimentState,
     ExperimentStatus,
@@ -44,7 +45,8 @@ from .records import (
     TrialRecord,
     TrialStatus,
 )
-from ..storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
+from .trial_files import TrialFiles
+from ..storage import ExperimentPaths, checkpoint_index
 
 __all__ = ["Controller", "ExperimentListener"]
 
@@ -154,6 +156,9 @@ class Controller:
         self.lease = lease
         self.resume_hint = resume_hint
         self.control = control
+        #: The trials' files kept in line with their records (result rows a restarted attempt
+        #: redoes, checkpoint debris, retention); restore uses it before the loop runs.
+        self.trial_files = TrialFiles(paths, run_config.checkpoint_config, lease)
         self.live: dict[str, _Live] = {}
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
@@ -185,12 +190,12 @@ class Controller:
                     raise LeaseLostError(self.lease.lost)
                 self._emit("on_tick", self.state)
                 if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
-                    self._save()
+                    self.save()
         except BaseException as exc:
             self._interrupt(exc)
             raise
         self.state.status = self._final_status()
-        self._save(final=True)
+        self.save(final=True)
         self._emit("on_experiment_end", self.state)
         return self.state
 
@@ -251,7 +256,7 @@ class Controller:
     def _start_attempt(self, trial: TrialRecord) -> None:
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
-        rows = self._rows_up_to(trial, start_iteration)
+        rows = self.trial_files.rows_up_to(trial, start_iteration)
         attempt = AttemptRecord(
             number=len(trial.attempts) + 1,
             started=time.time(),
@@ -300,111 +305,6 @@ class Controller:
         self._dirty = True
         self._emit("on_trial_start", self.state, trial)
 
-    def _rows_up_to(self, trial: TrialRecord, iteration: int) -> list[dict]:
-        """The trial's result rows up to ``iteration``; rows past it (reported after the
-        checkpoint the trial restarts from) are removed from its files, so that no
-        ``training_iteration`` appears twice once the attempt redoes them."""
-        if not trial.attempts:
-            return []  # a trial that never ran has no rows and no checkpoints yet
-        trial_paths = self.paths.trial(trial.dir_name)
-        rows = trial_paths.read_results()
-        keep = [r for r in rows if r.get("training_iteration", 0) <= iteration]
-        if len(keep) != len(rows):
-            self._guard()
-            ResultLog(trial_paths, existing=keep).rewrite(keep)
-            lost = len(rows) - len(keep)
-            trial.attempts[-1].lost_iterations = lost
-            failure = trial.failures[-1] if trial.failures else None
-            if failure is not None and failure.attempt == trial.attempts[-1].number:
-                failure.lost_iterations = lost
-        self._remove_checkpoint_debris(trial)
-        return keep
-
-    def _remove_checkpoint_debris(self, trial: TrialRecord) -> None:
-        """Delete checkpoint folders that no acknowledged report names (an attempt died while
-        writing them) and temporary copies, so the next attempt can reuse their numbers."""
-        trial_paths = self.paths.trial(trial.dir_name)
-        known = {c["dir_name"] for c in trial.checkpoints}
-        latest = trial.latest_checkpoint
-        if latest:
-            known.add(latest["dir_name"])
-        for name in self.storage.listdir(trial_paths.dir):
-            index = checkpoint_index(name)
-            debris = is_temporary_checkpoint(name) or (
-                index is not None and name not in known and index >= trial.next_checkpoint_index
-            )
-            if debris:
-                self._guard()
-                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
-
-    # -- restore -------------------------------------------------------------------------------
-    def reconcile(self, trial: TrialRecord) -> None:
-        """Bring a trial's record up to date with its files, after its driver died.
-
-        The trial's process wrote every acknowledged report (``result.json``) and checkpoint
-        itself; the driver's record of them may lag. The files are the truth: the trial resumes
-        from the newest complete checkpoint that a result row acknowledged.
-        """
-        trial_paths = self.paths.trial(trial.dir_name)
-        rows = trial_paths.read_results()
-        attr = self.checkpoint_config.checkpoint_score_attribute
-        by_name = {c["dir_name"]: c for c in trial.checkpoints}
-        highest = trial.next_checkpoint_index - 1
-        for row in rows:
-            name = row.get("checkpoint_dir_name")
-            if not name:
-                continue
-            highest = max(highest, checkpoint_index(name) or 0)
-            if name not in by_name:
-                entry = {
-                    "dir_name": name,
-                    "iteration": row.get("training_iteration", 0),
-                    "time_total_s": row.get("time_total_s", 0.0),
-                }
-                if attr:
-                    entry["score"] = row.get(attr)
-                by_name[name] = entry
-        present = set(trial_paths.checkpoint_dirs())
-        trial.checkpoints = sorted(
-            (c for name, c in by_name.items() if name in present), key=lambda c: c["iteration"]
-        )
-        trial.latest_checkpoint = dict(trial.checkpoints[-1]) if trial.checkpoints else None
-        trial.next_checkpoint_index = highest + 1
-        if rows:
-            trial.iteration = rows[-1].get("training_iteration", trial.iteration)
-            trial.last_result = rows[-1]
-        seen_attempts = {r.get("attempt") for r in rows if isinstance(r.get("attempt"), int)}
-        for number in sorted(a for a in seen_attempts if a > len(trial.attempts)):
-            first = next(r for r in rows if r.get("attempt") == number)
-            trial.attempts.append(
-                AttemptRecord(number=number, started=first.get("timestamp", 0.0),
-                              start_iteration=first.get("training_iteration", 1) - 1)
-            )
-        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
-            attempt = trial.attempts[-1]
-            own = [r for r in rows if r.get("attempt") == attempt.number]
-            attempt.outcome = AttemptOutcome.INTERRUPTED.value
-            attempt.ended = own[-1].get("timestamp") if own else self.state.updated
-            attempt.end_iteration = trial.iteration
-        if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
-            self._apply_retention(trial)
-
-    def reset_trial(self, trial: TrialRecord) -> None:
-        """Start a trial over from scratch (restore with ``restart_errored``): its results and
-        checkpoints go; its id, folder and history of attempts and failures stay."""
-        trial_paths = self.paths.trial(trial.dir_name)
-        self._guard()
-        ResultLog(trial_paths, existing=[]).rewrite([])
-        for name in self.storage.listdir(trial_paths.dir):
-            if checkpoint_index(name) is not None or is_temporary_checkpoint(name):
-                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
-        trial.checkpoints = []
-        trial.latest_checkpoint = None
-        trial.iteration = 0
-        trial.last_result = None
-        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
-            trial.attempts[-1].outcome = AttemptOutcome.INTERRUPTED.value
-
     # -- events --------------------------------------------------------------------------------
     def _handle(self, event: AttemptEvent) -> None:
         if isinstance(event, OutputEvent):
@@ -452,21 +352,9 @@ class Controller:
             index = checkpoint_index(name)
             if index is not None:
                 trial.next_checkpoint_index = max(trial.next_checkpoint_index, index + 1)
-            self._apply_retention(trial)
+            self.trial_files.apply_retention(trial)
         self._dirty = True
         self._emit("on_result", self.state, trial, row)
-
-    def _apply_retention(self, trial: TrialRecord) -> None:
-        doomed = policy.checkpoints_to_delete(trial.checkpoints, self.checkpoint_config)
-        if not doomed:
-            return
-        self._guard()
-        for entry in doomed:
-            self.storage.remove(
-                self.paths.trial(trial.dir_name).checkpoint(entry["dir_name"]), recursive=True
-            )
-        names = {e["dir_name"] for e in doomed}
-        trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
 
     def _on_exit(self, trial: TrialRecord, live: _Live, exit_event: ExitEvent) -> None:
         self.live.pop(trial.trial_id, None)
@@ -563,7 +451,7 @@ class Controller:
                 if trial.status == TrialStatus.RUNNING:
                     trial.status = TrialStatus.PAUSED.value
             self.state.status = ExperimentStatus.INTERRUPTED.value
-            self._save(final=True)
+            self.save(final=True)
         except BaseException:
             pass  # the original exception matters more; the state on disk stays resumable
         if isinstance(exc, KeyboardInterrupt) and self.resume_hint:
@@ -593,7 +481,9 @@ class Controller:
         data = json.dumps(trial.to_json(), default=str, allow_nan=True)
         self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
 
-    def _save(self, final: bool = False) -> None:
+    def save(self, final: bool = False) -> None:
+        """Persist the experiment state now (the loop saves it at most once a second;
+        ``final``: the driver's last save)."""
         self._guard()
         self.state.save(self.paths, final=final)
         self._dirty = False

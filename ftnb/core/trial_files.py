@@ -1,0 +1,194 @@
+"""A trial's record against its files.
+
+A trial's own process writes every acknowledged report (``result.json``) and checkpoint; the
+record the driver keeps (``trial.json``, the experiment state) follows them and may lag behind.
+:class:`TrialFiles` keeps the two in line: it brings a record up to date with the files after a
+driver died (:meth:`~TrialFiles.reconcile`), starts a trial over (:meth:`~TrialFiles.reset`),
+drops the result rows that a restarted attempt redoes (:meth:`~TrialFiles.rows_up_to`), and deletes
+checkpoint debris and the checkpoints that retention drops. The controller uses it at every attempt
+start and result; restore (:mod:`ftnb.restore`) before it resumes trials. The experiment's trial
+folders themselves are laid out by :func:`lay_out_trial_folders`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+from ..config import CheckpointConfig
+from ..storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
+from ..storage.lease import Lease
+from ..storage.result_log import ResultLog
+from . import policy
+from .records import AttemptOutcome, AttemptRecord, ExperimentState, TrialRecord
+
+__all__ = ["TrialFiles", "lay_out_trial_folders", "remove_leftover_temps"]
+
+
+class TrialFiles:
+    """The files of an experiment's trials, kept in line with their records.
+
+    Every write first checks that ``lease`` (when given) is still ours, so that a driver that
+    lost the experiment to another never harms the new owner's files.
+    """
+
+    def __init__(self, paths: ExperimentPaths, checkpoint_config: CheckpointConfig,
+                 lease: Optional[Lease] = None) -> None:
+        self.paths = paths
+        self.storage = paths.storage
+        self.checkpoint_config = checkpoint_config
+        self.lease = lease
+
+    def _guard(self) -> None:
+        """Before any write that could harm another owner: are we still the owner?"""
+        if self.lease is not None:
+            self.lease.check()
+
+    # -- starting an attempt -------------------------------------------------------------------
+    def rows_up_to(self, trial: TrialRecord, iteration: int) -> list[dict]:
+        """The trial's result rows up to ``iteration``; rows past it (reported after the
+        checkpoint the trial restarts from) are removed from its files, so that no
+        ``training_iteration`` appears twice once the attempt redoes them."""
+        if not trial.attempts:
+            return []  # a trial that never ran has no rows and no checkpoints yet
+        trial_paths = self.paths.trial(trial.dir_name)
+        rows = trial_paths.read_results()
+        keep = [r for r in rows if r.get("training_iteration", 0) <= iteration]
+        if len(keep) != len(rows):
+            self._guard()
+            ResultLog(trial_paths, existing=keep).rewrite(keep)
+            lost = len(rows) - len(keep)
+            trial.attempts[-1].lost_iterations = lost
+            failure = trial.failures[-1] if trial.failures else None
+            if failure is not None and failure.attempt == trial.attempts[-1].number:
+                failure.lost_iterations = lost
+        self.remove_checkpoint_debris(trial)
+        return keep
+
+    def remove_checkpoint_debris(self, trial: TrialRecord) -> None:
+        """Delete checkpoint folders that no acknowledged report names (an attempt died while
+        writing them) and temporary copies, so the next attempt can reuse their numbers."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        known = {c["dir_name"] for c in trial.checkpoints}
+        latest = trial.latest_checkpoint
+        if latest:
+            known.add(latest["dir_name"])
+        for name in self.storage.listdir(trial_paths.dir):
+            index = checkpoint_index(name)
+            debris = is_temporary_checkpoint(name) or (
+                index is not None and name not in known and index >= trial.next_checkpoint_index
+            )
+            if debris:
+                self._guard()
+                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
+
+    # -- retention -----------------------------------------------------------------------------
+    def apply_retention(self, trial: TrialRecord) -> None:
+        """Delete the checkpoints that the checkpoint config no longer keeps
+        (:func:`ftnb.core.policy.checkpoints_to_delete`) and drop them from the record."""
+        doomed = policy.checkpoints_to_delete(trial.checkpoints, self.checkpoint_config)
+        if not doomed:
+            return
+        self._guard()
+        for entry in doomed:
+            self.storage.remove(
+                self.paths.trial(trial.dir_name).checkpoint(entry["dir_name"]), recursive=True
+            )
+        names = {e["dir_name"] for e in doomed}
+        trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
+
+    # -- restore -------------------------------------------------------------------------------
+    def reconcile(self, trial: TrialRecord, driver_last_saved: float) -> None:
+        """Bring a trial's record up to date with its files, after its driver died.
+
+        The trial's process wrote every acknowledged report (``result.json``) and checkpoint
+        itself; the driver's record of them may lag. The files are the truth: the trial resumes
+        from the newest complete checkpoint that a result row acknowledged. An attempt left
+        running that reported nothing ends at ``driver_last_saved`` (the state's ``updated``).
+        """
+        trial_paths = self.paths.trial(trial.dir_name)
+        rows = trial_paths.read_results()
+        attr = self.checkpoint_config.checkpoint_score_attribute
+        by_name = {c["dir_name"]: c for c in trial.checkpoints}
+        highest = trial.next_checkpoint_index - 1
+        for row in rows:
+            name = row.get("checkpoint_dir_name")
+            if not name:
+                continue
+            highest = max(highest, checkpoint_index(name) or 0)
+            if name not in by_name:
+                entry = {
+                    "dir_name": name,
+                    "iteration": row.get("training_iteration", 0),
+                    "time_total_s": row.get("time_total_s", 0.0),
+                }
+                if attr:
+                    entry["score"] = row.get(attr)
+                by_name[name] = entry
+        present = set(trial_paths.checkpoint_dirs())
+        trial.checkpoints = sorted(
+            (c for name, c in by_name.items() if name in present), key=lambda c: c["iteration"]
+        )
+        trial.latest_checkpoint = dict(trial.checkpoints[-1]) if trial.checkpoints else None
+        trial.next_checkpoint_index = highest + 1
+        if rows:
+            trial.iteration = rows[-1].get("training_iteration", trial.iteration)
+            trial.last_result = rows[-1]
+        seen_attempts = {r.get("attempt") for r in rows if isinstance(r.get("attempt"), int)}
+        for number in sorted(a for a in seen_attempts if a > len(trial.attempts)):
+            first = next(r for r in rows if r.get("attempt") == number)
+            trial.attempts.append(
+                AttemptRecord(number=number, started=first.get("timestamp", 0.0),
+                              start_iteration=first.get("training_iteration", 1) - 1)
+            )
+        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
+            attempt = trial.attempts[-1]
+            own = [r for r in rows if r.get("attempt") == attempt.number]
+            attempt.outcome = AttemptOutcome.INTERRUPTED.value
+            attempt.ended = own[-1].get("timestamp") if own else driver_last_saved
+            attempt.end_iteration = trial.iteration
+        if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
+            self.apply_retention(trial)
+
+    def reset(self, trial: TrialRecord) -> None:
+        """Start a trial over from scratch (restore with ``restart_errored``): its results and
+        checkpoints go; its id, folder and history of attempts and failures stay."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        self._guard()
+        ResultLog(trial_paths, existing=[]).rewrite([])
+        for name in self.storage.listdir(trial_paths.dir):
+            if checkpoint_index(name) is not None or is_temporary_checkpoint(name):
+                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
+        trial.checkpoints = []
+        trial.latest_checkpoint = None
+        trial.iteration = 0
+        trial.last_result = None
+        if trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.RUNNING:
+            trial.attempts[-1].outcome = AttemptOutcome.INTERRUPTED.value
+
+
+def lay_out_trial_folders(paths: ExperimentPaths, state: ExperimentState,
+                          only_missing: bool) -> None:
+    """Create each trial's folder with its ``params.json`` (only the missing ones if
+    ``only_missing``: a driver may have died while laying them out)."""
+    storage = paths.storage
+    for trial in state.trials:
+        trial_paths = paths.trial(trial.dir_name)
+        if only_missing and storage.exists(trial_paths.params):
+            continue
+        storage.makedirs(trial_paths.dir)
+        storage.write_atomic(
+            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n"
+        )
+
+
+def remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> None:
+    """Delete the temporary files of atomic writes that a dead driver or trial left (a driver
+    killed while it laid out the experiment leaves ``.experiment_state.prev.json.<hex>.tmp``).
+    Only as the owner, once the previous owner's processes are gone: only files that the owner
+    and its trials write, never ``owner.json`` (a would-be owner writes it before it owns)
+    nor ``control/`` (its senders')."""
+    paths.remove_leftover_temps()
+    for trial in state.trials:
+        paths.trial(trial.dir_name).remove_leftover_temps()

@@ -1,0 +1,127 @@
+"""A new experiment: what is checked before its folder is touched (:func:`plan_new_experiment`),
+its first state (:func:`initial_state`), and the rule that none starts where an experiment is
+already stored (:func:`refuse_existing`).
+
+``Tuner.fit()`` plans, lays out and runs it; ``ftnb.launch`` and ``ftnb run`` plan it in the
+caller first (:func:`ftnb.tuner.check_new_experiment`), so that bad input is reported there.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .config import CheckpointConfig, callable_name, describe_stop
+from .core.records import ExperimentState, TrialRecord, encode_value
+from .input_checks import check_picklable
+from .restore import RestoreError, load_state
+from .storage import ExperimentPaths, Storage, default_storage_path
+
+if TYPE_CHECKING:
+    from .execution.contract import Executor
+    from .tuner import Tuner
+
+__all__ = ["NewExperimentPlan", "initial_state", "plan_new_experiment", "refuse_existing"]
+
+
+@dataclass
+class NewExperimentPlan:
+    """A new experiment checked and ready to lay out (:func:`plan_new_experiment`)."""
+
+    executor: "Executor"  # what its trials will run on (the resources fit on it)
+    space: dict  # the search space, its objects bound to refs (``ftnb.put``)
+    variants: list  # one config per trial, in trial order
+    storage: Storage
+    name: str
+    paths: ExperimentPaths
+
+
+def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPlan:
+    """Everything the new experiment of ``tuner`` needs checked, before its directory is
+    touched: its resources fit ``executor``, its space generates its configs, its functions can
+    travel to trial processes, its storage is writable, and no experiment is stored under its
+    name (chosen here when the run config gives none)."""
+    from .objects import bind_objects
+    from .search import generate_variants
+    from .storage import check_outage_settings
+
+    rc, tc = tuner.run_config, tuner.tune_config
+    executor.check_fits(tuner.resources)
+    space, _ = bind_objects(tuner.param_space)
+    variants = generate_variants(space, tc.num_samples, tc.seed)
+    check_picklable(tuner.trainable, "trainable")
+    if callable(rc.stop):
+        check_picklable(rc.stop, "RunConfig(stop=...)")
+    check_outage_settings()
+    storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
+    storage.check_writable()
+    name = rc.name or _default_name(tuner.trainable, storage)
+    paths = ExperimentPaths.of(storage, name)
+    refuse_existing(paths)
+    return NewExperimentPlan(executor, space, variants, storage, name, paths)
+
+
+def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
+    """The state the experiment starts with: its settings, its search space (encoded, objects
+    as placeholders) and one PENDING trial per variant, with ids unique to this experiment."""
+    from .search import encode_space, varying_keys
+
+    rc, tc = tuner.run_config, tuner.tune_config
+    ckpt: CheckpointConfig = rc.checkpoint_config
+    prefix = secrets.token_hex(3)[:5]
+    state = ExperimentState(
+        name=plan.name,
+        trainable=callable_name(tuner.trainable),
+        settings={
+            "metric": tc.metric,
+            "mode": tc.mode,
+            "num_samples": tc.num_samples,
+            "seed": tc.seed,
+            "max_concurrent_trials": tc.max_concurrent_trials,
+            "resources_per_trial": tuner.resources.as_dict(),
+            "failure_config": vars(rc.failure_config).copy(),
+            "checkpoint_config": vars(ckpt).copy(),
+            "stop": describe_stop(rc.stop),
+            "storage_path": plan.storage.uri(plan.storage.root),
+        },
+    )
+    if tuner.origin:
+        state.settings["origin"] = tuner.origin
+    for index, config in enumerate(plan.variants):
+        trial_id = f"{prefix}_{index:05d}"
+        state.trials.append(
+            TrialRecord(trial_id=trial_id, dir_name=trial_id, config=encode_value(config))
+        )
+    state.settings["varying_keys"] = varying_keys(plan.space)
+    state.param_space = encode_space(plan.space, encode_value)
+    return state
+
+
+def refuse_existing(paths: ExperimentPaths) -> None:
+    """Raise a ValueError that says how to resume it when an experiment is stored at
+    ``paths`` (a RestoreError when its state is newer than this ftnb)."""
+    if not paths.has_state():
+        return
+    try:
+        load_state(paths, what="start a new experiment at")
+    except RestoreError as exc:
+        if "newer than this ftnb" in str(exc):
+            raise
+    raise ValueError(
+        f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
+        "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "
+        f"ftnb.Tuner.restore({paths.uri!r}, trainable).fit() (or use ftnb.run(...), which "
+        "starts or resumes), choose another RunConfig(name=...), or delete that folder to "
+        "start over."
+    )
+
+
+def _default_name(trainable: Any, storage: Storage) -> str:
+    base = f"{callable_name(trainable)}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    name, n = base, 1
+    while storage.exists(ExperimentPaths.of(storage, name).dir):
+        n += 1
+        name = f"{base}_{n}"
+    return name
