@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Optional
 
 from ..storage import ExperimentPaths
@@ -28,6 +28,10 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "encode_value",
+    "merge_trial_records",
+    "newer_record",
+    "parse_trial_record",
+    "without_driver",
 ]
 
 FORMAT = "ftnb.experiment"
@@ -274,10 +278,8 @@ class ExperimentState:
         raise KeyError(trial_id)
 
     def without_driver(self) -> "ExperimentState":
-        """A copy as a RUNNING experiment whose driver is gone reads (INTERRUPTED, the trials it
-        ran too): :func:`ftnb.ui.read_model.without_driver`, where every reader gets it."""
-        from ..ui.read_model import without_driver
-
+        """A copy as a RUNNING experiment whose driver is gone reads: see
+        :func:`without_driver`."""
         return without_driver(self)
 
     def begin_driver_session(self) -> None:
@@ -367,12 +369,8 @@ class ExperimentState:
         self._last_bytes = data
 
     def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":
-        """Replace each trial's record by its own ``trial.json`` where that is newer (the
-        controller writes it at every transition, the whole state at most once a second):
-        :func:`ftnb.ui.read_model.merge_trial_records`, where every reader gets it. Returns self.
-        """
-        from ..ui.read_model import merge_trial_records
-
+        """Each trial's record replaced by its own ``trial.json`` where that is newer: see
+        :func:`merge_trial_records`. Returns self."""
         return merge_trial_records(self, paths)
 
     @classmethod
@@ -520,3 +518,45 @@ def _metric_value(value: Any, key: str) -> Any:
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- how a record reads after its driver died (the rules every reader and restore share) -------
+def without_driver(state: ExperimentState) -> ExperimentState:
+    """A copy of ``state`` as it reads once its driver is gone: INTERRUPTED, and so are the
+    trials it was running (their attempts died with it; a resume continues them from their
+    checkpoints). ``state`` itself is not changed."""
+    trials = [replace(t, status=INTERRUPTED) if t.status == TrialStatus.RUNNING else t
+              for t in state.trials]
+    return replace(state, status=INTERRUPTED, trials=trials)
+
+
+def parse_trial_record(data: bytes, trial_id: str) -> Optional[TrialRecord]:
+    """The trial record in ``data`` (a ``trial.json``), or None if it is unreadable or another
+    trial's."""
+    try:
+        record = TrialRecord.from_json(json.loads(data))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return record if record.trial_id == trial_id else None
+
+
+def newer_record(current: Optional[TrialRecord],
+                 candidate: Optional[TrialRecord]) -> Optional[TrialRecord]:
+    """The record to believe: ``candidate`` (a trial's own ``trial.json``) when its ``seq`` is
+    higher than ``current``'s (the one in the state), else ``current``."""
+    if candidate is not None and (current is None or candidate.seq > current.seq):
+        return candidate
+    return current
+
+
+def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> ExperimentState:
+    """Replace each trial's record in ``state`` by its own ``trial.json`` where that is newer
+    (after a driver died, the trial records are its latest word). Returns ``state``."""
+    storage = paths.storage
+    for i, trial in enumerate(state.trials):
+        try:
+            data = storage.read_bytes(paths.trial(trial.dir_name).record)
+        except FileNotFoundError:
+            continue
+        state.trials[i] = newer_record(trial, parse_trial_record(data, trial.trial_id)) or trial
+    return state

@@ -13,10 +13,18 @@ that ran it (:func:`supervisor_log`) and the one-experiment summary of a listing
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
-from ..core.records import INTERRUPTED, ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
+from ..core.records import (
+    INTERRUPTED,
+    ExperimentState,
+    ExperimentStatus,
+    merge_trial_records,
+    newer_record,
+    parse_trial_record,
+    without_driver,
+)
 from ..storage import ExperimentPaths
 from ..storage.lease import LeaseInfo, read_lease
 
@@ -80,15 +88,6 @@ def read_driver(paths: ExperimentPaths) -> DriverStatus:
     return DriverStatus.of(read_lease(paths))
 
 
-def without_driver(state: ExperimentState) -> ExperimentState:
-    """A copy of ``state`` as it reads once its driver is gone: INTERRUPTED, and so are the
-    trials it was running (their attempts died with it; a resume continues them from their
-    checkpoints). ``state`` itself is not changed."""
-    trials = [replace(t, status=INTERRUPTED) if t.status == TrialStatus.RUNNING else t
-              for t in state.trials]
-    return replace(state, status=INTERRUPTED, trials=trials)
-
-
 def as_read(state: ExperimentState, driver: DriverStatus) -> ExperimentState:
     """``state`` as every view shows it: :func:`without_driver` if its driver is gone."""
     return without_driver(state) if driver.gone(state.status) else state
@@ -104,38 +103,6 @@ def read_status(paths: ExperimentPaths) -> str:
 
 
 # -- its trials ------------------------------------------------------------------------------------
-def parse_trial_record(data: bytes, trial_id: str) -> Optional[TrialRecord]:
-    """The trial record in ``data`` (a ``trial.json``), or None if it is unreadable or another
-    trial's."""
-    try:
-        record = TrialRecord.from_json(json.loads(data))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return record if record.trial_id == trial_id else None
-
-
-def newer_record(current: Optional[TrialRecord],
-                 candidate: Optional[TrialRecord]) -> Optional[TrialRecord]:
-    """The record to believe: ``candidate`` (a trial's own ``trial.json``) when its ``seq`` is
-    higher than ``current``'s (the one in the state), else ``current``."""
-    if candidate is not None and (current is None or candidate.seq > current.seq):
-        return candidate
-    return current
-
-
-def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> ExperimentState:
-    """Replace each trial's record in ``state`` by its own ``trial.json`` where that is newer
-    (after a driver died, the trial records are its latest word). Returns ``state``."""
-    storage = paths.storage
-    for i, trial in enumerate(state.trials):
-        try:
-            data = storage.read_bytes(paths.trial(trial.dir_name).record)
-        except FileNotFoundError:
-            continue
-        state.trials[i] = newer_record(trial, parse_trial_record(data, trial.trial_id)) or trial
-    return state
-
-
 def read_state(paths: ExperimentPaths) -> ExperimentState:
     """The experiment's state as its files have it, trial records merged (not as read: see
     :func:`as_read`). Raises :class:`ftnb.core.records.StateFormatError` where there is none."""

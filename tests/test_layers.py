@@ -1,0 +1,141 @@
+"""The layers of ftnb (ARCHITECTURE.md): front-ends (notebook, cli) -> the public API -> the read
+side (ui) and the core -> storage and the executor contract. A lower layer never imports a higher
+one, not even lazily inside a function: every import statement of every module is checked."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ftnb"
+
+# Layer of a module: the first prefix that matches (longest prefixes first where they nest).
+LAYERS = [
+    ("ftnb.notebook", "front-end"),
+    ("ftnb.cli", "front-end"),
+    ("ftnb.__main__", "front-end"),
+    ("ftnb.ui", "read side"),
+    ("ftnb.core", "core"),
+    ("ftnb.execution", "execution"),
+    ("ftnb.storage", "storage"),
+    ("ftnb.session", "trainable API"),
+    ("ftnb.checkpoint", "base"),
+    ("ftnb.config", "base"),
+    ("ftnb.wording", "base"),
+    ("ftnb.search", "base"),
+    ("ftnb.objects", "base"),
+]
+API = "public API"  # everything else: ftnb/__init__, tuner, restore, result, handle, ...
+
+# What each layer may import, besides itself.
+ALLOWED = {
+    "storage": {"base"},
+    "execution contract": {"base", "storage"},
+    "base": {"base", "storage"},
+    "execution": {"base", "storage", "trainable API"},
+    "trainable API": {"base", "storage", "core"},
+    "core": {"base", "storage", "execution contract"},
+    "read side": {"base", "storage", "core", "execution contract"},
+    API: {"base", "storage", "core", "execution contract", "execution", "trainable API",
+          "read side", API},
+    "front-end": {"base", "storage", "core", "execution contract", "execution", "trainable API",
+                  "read side", API},
+}
+# The executor contract and the resource requests it names are what the core may know of
+# execution; a concrete executor (local, inprocess, ...) is chosen by the API through the
+# registry, never by the core.
+CONTRACT = {"ftnb.execution.contract", "ftnb.execution.resources"}
+
+# Known exceptions, each with its reason.
+EXCEPTIONS = {
+    # handle.widget()/display() build the notebook widget, lazily, for the notebook user.
+    ("ftnb.handle", "ftnb.notebook.widget"),
+    # `%load_ext ftnb` looks for load_ipython_extension in the package itself.
+    ("ftnb", "ftnb.notebook.magics"),
+}
+
+
+def layer(module: str) -> str:
+    if module in CONTRACT:
+        return "execution contract"
+    for prefix, name in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return name
+    return API
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, module) for every ftnb module that ``path`` imports, at any depth."""
+    module = _module_name(path)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from . import policy` imports a module
+                candidate = f"{target}.{alias.name}"
+                is_module = (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).exists() or \
+                    (PACKAGE.parent / candidate.replace(".", "/")).is_dir()
+                found.append((node.lineno, candidate if is_module else target))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+    return [(line, target) for line, target in found if target.split(".")[0] == "ftnb"]
+
+
+def _violations() -> list[str]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        mine = layer(module)
+        for line, target in _imports(path):
+            theirs = layer(target)
+            if theirs == mine or (module, target) in EXCEPTIONS:
+                continue
+            if theirs == "execution contract" and mine == "execution":
+                continue
+            if theirs not in ALLOWED[mine]:
+                out.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {module} ({mine}) "
+                           f"imports {target} ({theirs})")
+    return out
+
+
+def test_no_layer_imports_a_higher_one():
+    assert _violations() == []
+
+
+@pytest.mark.parametrize("module, expected", [
+    ("ftnb.core.controller", "core"),
+    ("ftnb.execution.local", "execution"),
+    ("ftnb.execution.contract", "execution contract"),
+    ("ftnb.storage.lease", "storage"),
+    ("ftnb.ui.read_model", "read side"),
+    ("ftnb.tuner", API),
+    ("ftnb.notebook.magics", "front-end"),
+])
+def test_modules_are_placed_in_their_layer(module, expected):
+    assert layer(module) == expected
+
+
+def test_the_check_sees_a_lazy_import_inside_a_function(tmp_path, monkeypatch):
+    # The scan must catch `def f(): from ..execution.local import X` in the core.
+    fake = tmp_path / "ftnb" / "core"
+    fake.mkdir(parents=True)
+    (tmp_path / "ftnb" / "execution").mkdir()
+    (tmp_path / "ftnb" / "execution" / "local.py").write_text("")
+    (fake / "bad.py").write_text("def f():\n    from ..execution.local import LocalProcessExecutor\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "ftnb")
+    assert _violations() == [
+        "ftnb/core/bad.py:2: ftnb.core.bad (core) imports ftnb.execution.local (execution)"]
