@@ -1,3 +1,10 @@
-"""The read side: one read model of an experiment (``read_model``), the view model every UI
-renders (``view``), the incremental monitor behind the live widget (``monitor``) and the terminal
-table (``terminal``). Readers never write to an experiment."""
+"""The read side. Readers never write to an experiment.
+
+- ``read_model``: the one read model every UI uses (re-exports the four below): ``location``
+  (what is at a path), ``status`` (status and driver: a dead driver reads as INTERRUPTED),
+  ``resume_lines`` (the line that resumes it, worded for where it is read), ``snapshot`` (the
+  experiment as a UI shows it, and its JSON).
+- ``view``: the view model (rows, counts, times) and the text table.
+- ``monitor``: the incremental reader behind the live widget.
+- ``terminal``: the status table a script prints while it runs.
+"""
