@@ -1,4 +1,5 @@
-"""Tests for ftnb.execution.resources: parsing, detection, and the CPU/GPU pool."""
+"""Tests for ftnb.execution.resources (parsing, the CPU/GPU pool) and ftnb.execution.machine
+(detection)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from ftnb.execution import resources
+from ftnb.execution import machine
+from ftnb.execution.machine import (
+    clear_detection_cache,
+    detect_cpus,
+    detect_gpus,
+    pool_of_this_machine,
+)
 from ftnb.execution.resources import (
     Allocation,
     ResourcePool,
     TrialResources,
     check_fits,
-    clear_detection_cache,
-    detect_cpus,
-    detect_gpus,
     max_concurrency,
 )
 
@@ -134,8 +138,8 @@ def test_direct_construction_is_validated() -> None:
 
 def _no_hardware(monkeypatch: pytest.MonkeyPatch, count: int | None = None) -> None:
     """Make the NVML probe report ``count`` GPUs (None: no NVML) and /dev report none."""
-    monkeypatch.setattr(resources, "_nvml_gpu_count", lambda: count)
-    monkeypatch.setattr(resources, "_dev_gpu_count", lambda: None)
+    monkeypatch.setattr(machine, "_nvml_gpu_count", lambda: count)
+    monkeypatch.setattr(machine, "_dev_gpu_count", lambda: None)
 
 
 def test_ftnb_num_gpus_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,16 +190,16 @@ def test_cuda_visible_devices(
 
 
 def test_nvml_then_dev_then_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resources, "_nvml_gpu_count", lambda: 2)
-    monkeypatch.setattr(resources, "_dev_gpu_count", lambda: 4)
+    monkeypatch.setattr(machine, "_nvml_gpu_count", lambda: 2)
+    monkeypatch.setattr(machine, "_dev_gpu_count", lambda: 4)
     assert detect_gpus() == ["0", "1"]
 
     clear_detection_cache()
-    monkeypatch.setattr(resources, "_nvml_gpu_count", lambda: None)
+    monkeypatch.setattr(machine, "_nvml_gpu_count", lambda: None)
     assert detect_gpus() == ["0", "1", "2", "3"]
 
     clear_detection_cache()
-    monkeypatch.setattr(resources, "_dev_gpu_count", lambda: None)
+    monkeypatch.setattr(machine, "_dev_gpu_count", lambda: None)
     assert detect_gpus() == []
 
 
@@ -206,7 +210,7 @@ def test_probe_is_cached_until_cleared(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(1)
         return 1
 
-    monkeypatch.setattr(resources, "_nvml_gpu_count", fake_nvml)
+    monkeypatch.setattr(machine, "_nvml_gpu_count", fake_nvml)
     assert detect_gpus() == ["0"]
     assert detect_gpus() == ["0"]
     assert len(calls) == 1
@@ -220,8 +224,8 @@ def test_probe_is_cached_until_cleared(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_nvml_missing_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resources, "_NVML_LIB", "libftnb-does-not-exist.so.1")
-    assert resources._nvml_gpu_count() is None
+    monkeypatch.setattr(machine, "_NVML_LIB", "libftnb-does-not-exist.so.1")
+    assert machine._nvml_gpu_count() is None
 
 
 def test_nvml_failure_codes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,28 +247,28 @@ def test_nvml_failure_codes(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for init_rc, count_rc, expected in [(0, 0, 3), (9, 0, None), (0, 9, None)]:
         lib = FakeLib(init_rc, count_rc, 3)
-        monkeypatch.setattr(resources.ctypes, "CDLL", lambda name, lib=lib: lib)
-        assert resources._nvml_gpu_count() == expected
+        monkeypatch.setattr(machine.ctypes, "CDLL", lambda name, lib=lib: lib)
+        assert machine._nvml_gpu_count() == expected
         assert lib.shutdowns == (1 if init_rc == 0 else 0)
 
     class NoSymbols:
         pass
 
-    monkeypatch.setattr(resources.ctypes, "CDLL", lambda name: NoSymbols())
-    assert resources._nvml_gpu_count() is None
+    monkeypatch.setattr(machine.ctypes, "CDLL", lambda name: NoSymbols())
+    assert machine._nvml_gpu_count() is None
 
 
 def test_dev_gpu_count(tmp_path: Path) -> None:
-    assert resources._dev_gpu_count(tmp_path) is None
+    assert machine._dev_gpu_count(tmp_path) is None
     for name in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-modeset", "null"):
         (tmp_path / name).touch()
-    assert resources._dev_gpu_count(tmp_path) == 2
-    assert resources._dev_gpu_count(tmp_path / "missing") is None
+    assert machine._dev_gpu_count(tmp_path) == 2
+    assert machine._dev_gpu_count(tmp_path / "missing") is None
 
 
 def test_import_does_not_import_torch() -> None:
     code = (
-        "import sys, ftnb.execution.resources as r; r.detect_gpus(); r.detect_cpus(); "
+        "import sys, ftnb.execution.machine as r; r.detect_gpus(); r.detect_cpus(); "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(
@@ -286,27 +290,27 @@ def test_ftnb_num_cpus_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_detect_cpus_uses_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
-    monkeypatch.setattr(resources.os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(resources, "_cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(machine, "_cgroup_cpu_limit", lambda: None)
     assert detect_cpus() == 3
 
 
 def test_detect_cpus_falls_back_to_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(resources.os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(resources.os, "cpu_count", lambda: 6)
-    monkeypatch.setattr(resources, "_cgroup_cpu_limit", lambda: None)
+    monkeypatch.delattr(machine.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(machine, "_cgroup_cpu_limit", lambda: None)
     assert detect_cpus() == 6
-    monkeypatch.setattr(resources.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: None)
     assert detect_cpus() == 1
 
 
 def test_detect_cpus_limited_by_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
     affinity = set(range(16))
-    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: affinity, raising=False)
-    monkeypatch.setattr(resources, "_cgroup_cpu_limit", lambda: 4)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    monkeypatch.setattr(machine, "_cgroup_cpu_limit", lambda: 4)
     assert detect_cpus() == 4
-    monkeypatch.setattr(resources, "_cgroup_cpu_limit", lambda: 32)
+    monkeypatch.setattr(machine, "_cgroup_cpu_limit", lambda: 32)
     assert detect_cpus() == 16
 
 
@@ -330,7 +334,7 @@ def test_detect_cpus_real_machine() -> None:
 def test_read_cpu_max(tmp_path: Path, content: str, expected: int | None) -> None:
     path = tmp_path / "cpu.max"
     path.write_text(content)
-    assert resources._read_cpu_max(path) == expected
+    assert machine._read_cpu_max(path) == expected
 
 
 def test_cgroup_limit_walks_own_cgroup_and_ancestors(tmp_path: Path) -> None:
@@ -342,15 +346,15 @@ def test_cgroup_limit_walks_own_cgroup_and_ancestors(tmp_path: Path) -> None:
     (leaf / "cpu.max").write_text("max 100000\n")
     proc = tmp_path / "proc_cgroup"
     proc.write_text("0::/user.slice/job/task\n")
-    assert resources._cgroup_cpu_limit(root, proc) == 3
+    assert machine._cgroup_cpu_limit(root, proc) == 3
 
     # A container sees only its namespace root.
     proc.write_text("0::/\n")
     (root / "cpu.max").write_text("100000 100000\n")
-    assert resources._cgroup_cpu_limit(root, proc) == 1
+    assert machine._cgroup_cpu_limit(root, proc) == 1
 
     # Neither file readable: no limit.
-    assert resources._cgroup_cpu_limit(tmp_path / "nope", tmp_path / "nope2") is None
+    assert machine._cgroup_cpu_limit(tmp_path / "nope", tmp_path / "nope2") is None
 
 
 # ------------------------------------------------------------------------------ pool
@@ -519,7 +523,7 @@ def test_pool_validation_and_repr() -> None:
 def test_pool_from_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FTNB_NUM_CPUS", "5")
     monkeypatch.setenv("FTNB_NUM_GPUS", "2")
-    pool = ResourcePool.from_machine()
+    pool = pool_of_this_machine()
     assert pool.cpus == 5 and pool.gpu_ids == ("0", "1")
 
 

@@ -273,7 +273,7 @@ def test_chaos_sweep_on_s3(s3_storage):
             assert "SIGKILL" in fs.cat_file(posixpath.join(trial_dir, "error.txt")).decode()
 
     # Two trials ran at a time (when the machine has 2 CPUs for them), never more.
-    from ftnb.execution.resources import detect_cpus
+    from ftnb.execution.machine import detect_cpus
 
     spans = [(a["started"], a["ended"]) for t in state["trials"] for a in t["attempts"]]
     most = max(sum(1 for s, e in spans if s <= t0 < e) for t0, _ in spans)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .machine import pool_of_this_machine
 from .contract import (
     AttemptEvent,
     AttemptSpec,
@@ -127,7 +128,7 @@ class InProcessExecutor:
     name = "inprocess"
 
     def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
-        self._pool = pool if pool is not None else ResourcePool.from_machine()
+        self._pool = pool if pool is not None else pool_of_this_machine()
         self._output_events = output_events
         self._events: "queue.Queue[Any]" = queue.Queue()
         self._attempts: dict[str, _Attempt] = {}

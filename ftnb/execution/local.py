@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .machine import pool_of_this_machine
 from .contract import (
     AttemptEvent,
     AttemptSpec,
@@ -171,7 +172,7 @@ class LocalProcessExecutor:
     name = "local"
 
     def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
-        self._pool = pool if pool is not None else ResourcePool.from_machine()
+        self._pool = pool if pool is not None else pool_of_this_machine()
         self._output_events = output_events
         self._running: dict[str, _Running] = {}
         # Per trial folder: where its output is staged on an object store, kept across its

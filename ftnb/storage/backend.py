@@ -1,0 +1,420 @@
+"""The storage backend: :class:`Storage`, an fsspec filesystem and a root folder on it, with the
+atomic operations ftnb needs (the contract is in :mod:`ftnb.storage`).
+
+Every operation that differs between this machine's disk and remote storage branches here, and
+nowhere else: local writes go through :mod:`~ftnb.storage.local_disk`, remote writes are one PUT
+each, retried through an outage (:mod:`~ftnb.storage.outage`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import posixpath
+import shutil
+import sys
+import time
+import uuid
+from typing import Any, Callable, Iterator, Optional
+
+from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
+from .file_versions import FileVersions
+from .growing_files import LineLog, StagedFile
+from .local_disk import copy_file_atomically, persist_folder, write_file_atomically
+from .outage import (
+    OUTAGE_ENV,
+    RETRY_FIRST_S,
+    RETRY_MAX_S,
+    StorageUnavailableError,
+    call_deadline,
+    is_transient,
+    outage_limit_s,
+)
+
+#: How often readers poll a local disk and an object store (see Storage.poll_interval_s).
+LOCAL_POLL_S = 0.2
+REMOTE_POLL_S = 2.0
+
+
+class Storage:
+    """An fsspec filesystem and a root folder on it, with the atomic operations ftnb needs.
+
+    ``Storage`` is picklable: trial processes receive the controller's instance and write through
+    the same filesystem (same credentials, same endpoint).
+    """
+
+    def __init__(self, url: str, filesystem: Any = None) -> None:
+        import fsspec.core
+
+        url = os.fspath(url)
+        if filesystem is None and _is_local_path_with_colons(url):
+            # fsspec would read "::" as a chain of filesystems and cut the path there.
+            fs, path = fsspec.filesystem("file"), os.path.abspath(os.path.expanduser(url))
+        elif filesystem is None:
+            fs, path = fsspec.core.url_to_fs(os.path.expanduser(url))
+        else:
+            fs = filesystem
+            path = fs._strip_protocol(url)
+        self.fs = fs
+        self.root = path.rstrip("/") if path != "/" else path
+        self.url = url
+        self.is_local = is_local_fs(fs)
+        if self.is_local:
+            self.root = os.path.abspath(self.root)
+        self._down_since: Optional[float] = None  # when remote writes started failing
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_down_since"] = None  # another process has its own view of the outage
+        return state
+
+    def __repr__(self) -> str:
+        return f"Storage({self.uri(self.root)!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+    def join(self, *parts: str) -> str:
+        if self.is_local:
+            return os.path.join(*parts)
+        return posixpath.join(*parts)
+
+    def uri(self, path: str) -> str:
+        """A path a user can paste: plain for local disk, with the protocol otherwise."""
+        if self.is_local:
+            return path
+        return self.fs.unstrip_protocol(path)
+
+    def parent(self, path: str) -> str:
+        """The folder holding ``path``."""
+        if self.is_local:
+            return os.path.dirname(path.rstrip(os.sep)) or os.sep
+        return posixpath.dirname(path.rstrip("/"))
+
+    # -- how to use it -------------------------------------------------------------------------
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a reader (a widget, ``ftnb watch``, a driver's control inbox) should look
+        for changes: a local disk answers in microseconds, an object store request costs a
+        round trip (and money)."""
+        return LOCAL_POLL_S if self.is_local else REMOTE_POLL_S
+
+    @property
+    def user_filesystem(self) -> Any:
+        """The fsspec filesystem to hand to a user's call (``storage_filesystem=``): None for
+        the local disk, which needs none."""
+        return None if self.is_local else self.fs
+
+    def staged_file(self, path: str, staging_dir: Optional[str] = None,
+                    local_path: Optional[str] = None) -> "StagedFile":
+        """A file that a process appends to through the OS (a log, a trial's stdout) and that
+        ends up at ``path``: the file itself on a local disk, else the local file
+        ``local_path`` (default: one of the same name in ``staging_dir``, by default a new
+        temporary folder) copied to ``path`` by :meth:`StagedFile.publish`."""
+        return StagedFile(self, path, staging_dir, local_path)
+
+    @contextlib.contextmanager
+    def exclusive_lock(self, path: str) -> Iterator[bool]:
+        """Hold an exclusive lock on the file ``path`` (created if missing) for a ``with``
+        block. Yields True where the lock excludes every other process (a local or NFS disk:
+        ``flock``), False where the storage has no such lock (object stores and other remote
+        filesystems): the block then runs unserialized and the caller settles races another
+        way (write, wait, read back)."""
+        if not self.is_local:
+            yield False
+            return
+        import fcntl
+
+        os.makedirs(self.parent(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield True
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def cheap_version(self, path: str) -> Optional[tuple]:
+        """A value that changes whenever the file ``path`` is written or replaced, when one can
+        be had without a request: on a local disk its inode, modification time and size (a
+        ``stat``; :class:`FileNotFoundError` when it is missing). None elsewhere, where it would
+        cost a round trip: read the file itself, at most every so often."""
+        if not self.is_local:
+            return None
+        st = os.stat(path)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def missing_local_folder(self, path: str) -> bool:
+        """Whether ``path`` is on this machine's disk and is not a folder there. Remote storage
+        is not asked (False): that costs a request, and may need credentials that are set up
+        only where the folder is read."""
+        return self.is_local and not os.path.isdir(path)
+
+    @contextlib.contextmanager
+    def local_folder(self, path: str) -> Iterator[str]:
+        """A folder of this machine with the files of the folder ``path``, for reading: on a
+        local disk ``path`` itself, without a copy (do not modify it); elsewhere a temporary
+        download, deleted after the ``with`` block."""
+        if self.is_local:
+            yield path
+            return
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="ftnb-checkpoint-")
+        try:
+            self._download_folder(path, tmp)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def copy_folder_to_local(self, path: str, target: str) -> None:
+        """Copy the files of the folder ``path`` into the local folder ``target`` (created if
+        missing; files already there are overwritten)."""
+        os.makedirs(target, exist_ok=True)
+        if self.is_local:
+            shutil.copytree(path, target, dirs_exist_ok=True)
+        else:
+            self._download_folder(path, target)
+
+    def _download_folder(self, path: str, target: str) -> None:
+        self.fs.get(path.rstrip("/") + "/", target.rstrip("/") + "/", recursive=True)
+
+    def line_log(self, path: str, contents: Callable[[], bytes]) -> "LineLog":
+        """The file ``path``, to grow by whole lines (see :class:`LineLog`)."""
+        return LineLog(self, path, contents)
+
+    # -- reads ---------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        if self.is_local:
+            return os.path.exists(path)
+        return self.fs.exists(path, **self._deadline())
+
+    def isdir(self, path: str) -> bool:
+        if self.is_local:
+            return os.path.isdir(path)
+        return self.fs.isdir(path, **self._deadline())
+
+    def read_bytes(self, path: str) -> bytes:
+        if self.is_local:
+            with open(path, "rb") as f:
+                return f.read()
+        return self.fs.cat_file(path, **self._deadline())
+
+    def _deadline(self, nbytes: int = 0) -> dict:
+        return call_deadline(self.fs, nbytes)
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def listdir(self, path: str) -> list[str]:
+        """Names (not paths) of the entries of a folder; [] if it does not exist."""
+        if self.is_local:
+            try:
+                return sorted(os.listdir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            entries = self.fs.ls(path, detail=False, refresh=True, **self._deadline())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        names = [posixpath.basename(e.rstrip("/")) for e in entries]
+        return sorted(n for n in names if n)
+
+    # -- reads that poll (the read model's readers: ftnb.ui.monitor, `ftnb logs`) -----------------
+    # Added for issue 13, item 5 (one read model); see ftnb.storage.file_versions.
+    def file_versions(self, folder: str) -> "FileVersions":
+        """The versions of the files under ``folder`` as they are now (:class:`FileVersions`)."""
+        return FileVersions(self, folder)
+
+    def read_from(self, path: str, offset: int, size: Optional[int] = None) -> tuple[int, bytes]:
+        """``(start, data)``: the bytes of the file ``path`` from ``offset`` to its end, with
+        ``start == offset``; or the whole file with ``start == 0`` when it is now shorter than
+        ``offset`` (it was replaced). ``size``: its size if the caller knows it (from
+        :class:`FileVersions`), which saves an object store a request. FileNotFoundError if
+        it is missing."""
+        if self.is_local:
+            with open(path, "rb") as f:
+                start = offset if offset <= os.fstat(f.fileno()).st_size else 0
+                f.seek(start)
+                return start, f.read()
+        if offset:
+            if size is None:
+                size = self.fs.info(path, **self._deadline())["size"]
+            if offset > size:
+                offset = 0
+            elif offset == size:
+                return offset, b""
+        if not offset:
+            return 0, self.fs.cat_file(path, **self._deadline(size or 0))
+        return offset, self.fs.cat_file(path, start=offset, **self._deadline(size - offset))
+
+    # -- writes --------------------------------------------------------------------------------
+    def makedirs(self, path: str) -> None:
+        if self.is_local:
+            os.makedirs(path, exist_ok=True)
+        elif _is_object_store(self.fs):
+            # Folders are implicit there; s3fs's makedirs would *create a bucket* for a
+            # mistyped storage_path (and fail where HeadBucket is denied but the prefix is not).
+            return
+        else:
+            self.fs.makedirs(path, exist_ok=True)
+
+    def write_atomic(self, path: str, data: bytes | str, durable: bool = True) -> None:
+        """Replace ``path`` with ``data`` so that readers see the old or the new file, whole.
+
+        ``durable=False`` skips the fsyncs on a local disk: the file still survives the death
+        of any process, but not necessarily a machine crash (for records that have a durable
+        fallback).
+        """
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if self.is_local:
+            write_file_atomically(path, data, durable)
+        else:
+            # One PUT of the complete object: object stores never expose a partial object.
+            self._retrying(f"writing {self.uri(path)}", self.fs.pipe_file, path, data,
+                           **self._deadline(len(data)))
+
+    def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried through an outage of remote storage (see
+        :mod:`ftnb.storage.outage`). One outage shares one deadline across all the writes that
+        meet it."""
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                limit = outage_limit_s()
+                if self._down_since is None:
+                    self._down_since = now
+                    print(f"ftnb: storage {self.uri(self.root)} is not answering ({what}: "
+                          f"{type(exc).__name__}: {exc}); waiting for it for up to "
+                          f"{limit:.0f} s ({OUTAGE_ENV}).", file=sys.stderr, flush=True)
+                left = self._down_since + limit - now
+                if left <= 0:
+                    raise StorageUnavailableError(
+                        f"storage {self.uri(self.root)} has not answered for "
+                        f"{now - self._down_since:.0f} s ({what}: {type(exc).__name__}: {exc}). "
+                        f"Fix: check the network and the storage service; the experiment can "
+                        f"be resumed once it is back (wait longer with {OUTAGE_ENV})."
+                    ) from exc
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            if self._down_since is not None:
+                print(f"ftnb: storage {self.uri(self.root)} is answering again after "
+                      f"{time.monotonic() - self._down_since:.0f} s.", file=sys.stderr, flush=True)
+                self._down_since = None
+            return result
+
+    def remove_leftover_temps(self, folder: str, targets: frozenset[str]) -> list[str]:
+        """Delete the temporary files that :meth:`write_atomic` left in ``folder`` for the files
+        named in ``targets`` (their writer died between writing and renaming); return their
+        names. Call it only as the owner of those files, once no earlier writer can be alive:
+        a live writer's temporary file would be pulled from under it. Nothing else is touched.
+        """
+        if not self.is_local:
+            return []  # object stores replace files with one PUT: there is no temporary file
+        removed = []
+        for name in self.listdir(folder):
+            match = TEMPORARY_FILE_NAME.match(name)
+            if match and match.group("target") in targets:
+                self.remove(self.join(folder, name))
+                removed.append(name)
+        return removed
+
+    def write_json_atomic(self, path: str, obj: Any) -> None:
+        self.write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        try:
+            if self.is_local:
+                if recursive and os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+            else:
+                self._retrying(f"removing {self.uri(path)}", self.fs.rm, path,
+                               recursive=recursive, **self._deadline())
+        except FileNotFoundError:
+            pass
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        """Replace ``path`` with a copy of the local file ``local_path`` (readers see the old
+        or the new file, whole)."""
+        if self.is_local:
+            copy_file_atomically(local_path, path)
+        else:
+            self._retrying(f"uploading {self.uri(path)}", self.fs.put_file, local_path, path,
+                           **self._deadline(os.path.getsize(local_path)))
+
+    def check_writable(self) -> None:
+        """Create the root and write+delete a probe file; raise a clear error if that fails."""
+        probe = self.join(self.root, f".ftnb-write-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            # Not through the outage retries: storage that is down before anything started is
+            # a mistake to report now (a wrong endpoint, say), not an outage to wait out.
+            self.makedirs(self.root)
+            if self.is_local:
+                self.write_atomic(probe, b"ok")
+                self.remove(probe)
+            else:
+                self.fs.pipe_file(probe, b"ok", **self._deadline())
+                self.fs.rm(probe, **self._deadline())
+        except Exception as exc:  # any backend error means the same thing to the user
+            raise ValueError(
+                f"storage_path={self.uri(self.root)!r} is not writable: "
+                f"{type(exc).__name__}: {exc}. Fix: pass a storage_path you can write to "
+                "(a local folder, an NFS mount, or an s3:// / gs:// URL with credentials), or "
+                "set FTNB_STORAGE_PATH."
+            ) from exc
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def persist_directory(self, source: str, dest: str, marker: dict) -> None:
+        """Copy the local folder ``source`` to ``dest`` durably, then write the marker.
+
+        Locally the copy goes to a hidden temporary folder that is fsynced and renamed into place,
+        so ``dest`` either does not exist or is complete. On object stores the files are uploaded
+        and the marker goes last: a folder without a marker is incomplete.
+        """
+        marker_bytes = json.dumps(marker).encode("utf-8")
+        if self.is_local:
+            persist_folder(source, dest, marker_bytes)
+        else:
+            # Both steps are idempotent: a retry after an outage uploads the folder again.
+            size = sum(os.path.getsize(os.path.join(root, name))
+                       for root, _, names in os.walk(source) for name in names)
+            self._retrying(f"uploading {self.uri(dest)}", self.fs.put,
+                           source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True,
+                           **self._deadline(size))
+            self._retrying(f"writing {self.uri(dest)}", self.fs.pipe_file,
+                           self.join(dest, CHECKPOINT_MARKER), marker_bytes, **self._deadline())
+
+
+_OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def _is_local_path_with_colons(url: str) -> bool:
+    """Whether ``url`` is a local path with ``::`` in it, not a chain of fsspec filesystems
+    (``simplecache::s3://bucket/runs``): no protocol before its first ``::``."""
+    from fsspec.core import split_protocol
+    from fsspec.registry import known_implementations
+
+    if "::" not in url:
+        return False
+    head = url.split("::", 1)[0]
+    return split_protocol(head)[0] is None and head not in known_implementations
+
+
+def _protocols(fs: Any) -> set[str]:
+    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+
+
+def _is_object_store(fs: Any) -> bool:
+    return bool(_protocols(fs) & _OBJECT_STORE_PROTOCOLS)
+
+
+def is_local_fs(fs: Any) -> bool:
+    """Whether an fsspec filesystem is this machine's disk."""
+    return bool(_protocols(fs) & {"file", "local"})

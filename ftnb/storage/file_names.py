@@ -1,0 +1,69 @@
+"""The names of an experiment's files and folders: the on-disk format, read by every ftnb
+version since. :class:`~ftnb.storage.paths.ExperimentPaths` and
+:class:`~ftnb.storage.paths.TrialPaths` turn them into paths; everyone else asks those for paths.
+
+Temporary names (a file or folder being written into place on a local disk) are made here too,
+so that a sweep of a dead writer's leftovers recognizes exactly what a writer makes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from typing import Optional
+
+STATE_FILE = "experiment_state.json"
+STATE_BACKUP_FILE = "experiment_state.prev.json"
+CHECKPOINT_MARKER = ".ftnb_checkpoint.json"
+LEASE_FILE = "owner.json"
+LEASE_LOCK_FILE = ".owner.lock"
+CONTROL_DIR = "control"
+CONTROL_REQUEST_SUFFIX = ".json"
+SUPERVISOR_FILE = "supervisor.json"
+SUPERVISOR_LOG = "supervisor.log"
+TRIAL_RECORD_FILE = "trial.json"
+PARAMS_FILE = "params.json"
+RESULTS_FILE = "result.json"
+PROGRESS_FILE = "progress.csv"
+ERROR_FILE = "error.txt"
+STDOUT_FILE = "stdout"
+STDERR_FILE = "stderr"
+_CHECKPOINT_PREFIX = "checkpoint_"
+# A folder being copied into place on a local disk (see Storage.persist_directory).
+_TEMP_FOLDER_PREFIX = ".tmp-"
+
+
+def checkpoint_dir_name(index: int) -> str:
+    """The name of a trial's checkpoint folder number ``index`` (``checkpoint_000003``)."""
+    return f"{_CHECKPOINT_PREFIX}{index:06d}"
+
+
+def checkpoint_index(dir_name: str) -> Optional[int]:
+    """The number of the checkpoint folder ``dir_name``, or None for any other name."""
+    prefix = _CHECKPOINT_PREFIX
+    if dir_name.startswith(prefix) and dir_name[len(prefix) :].isdigit():
+        return int(dir_name[len(prefix) :])
+    return None
+
+
+def is_temporary_checkpoint(dir_name: str) -> bool:
+    """Whether ``dir_name`` is a checkpoint folder still being copied into place (debris once
+    its writer is dead)."""
+    return dir_name.startswith(_TEMP_FOLDER_PREFIX + _CHECKPOINT_PREFIX)
+
+
+def temporary_folder_name(name: str) -> str:
+    """``.tmp-<name>-<8 hex digits>``: the folder a local copy of ``name`` is built in."""
+    return f"{_TEMP_FOLDER_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+
+
+#: ``.<target name>.<12 hex digits>.tmp``: the temporary file of an atomic local write.
+TEMPORARY_FILE_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
+
+
+def temporary_file_path(path: str) -> str:
+    """Where a new version of the local file ``path`` is written before it is renamed over it:
+    ``.<name>.<12 hex digits>.tmp`` next to it (see :data:`TEMPORARY_FILE_NAME`)."""
+    parent, name = os.path.split(path)
+    return os.path.join(parent, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
