@@ -7,6 +7,10 @@ the experiment. The ``%ftrun`` family of magics is a thin layer over this module
 
     >>> h = ftnb.launch(train, param_space=space, name="sweep1")   # doctest: +SKIP
     >>> h.status(), h.wait().get_dataframe()                        # doctest: +SKIP
+
+(Over 500 lines because :class:`ExperimentHandle` is the whole public surface of a detached
+experiment, one method each for watch, wait, stop, resume and read; launching and attaching are
+the two ways to get one.)
 """
 
 from __future__ import annotations

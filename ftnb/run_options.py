@@ -13,6 +13,10 @@ CheckpointConfig, and the resources per trial. A search space may also be given 
 (``'{"lr": 0.1}'``, Python or JSON), which :func:`space_literal` reads.
 
 No IPython here: ``ftnb run`` parses with these tables without it.
+
+(Over 500 lines because the shared option table is one long declaration, kept next to the
+function that turns its options into configs, so that an option and what it does change in one
+diff.)
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 No user code and no pickles live here: only plain JSON that any later version of ftnb (and a
 human with ``jq``) can read. Configs are stored with placeholders for values that are not JSON
 (live objects are re-specified by the caller on restore).
+
+(Over 500 lines because this is the whole schema of ``experiment_state.json`` and ``trial.json``:
+every record, its enums and its JSON codec in one place, so that a format change is one diff.)
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ failures (traceback on demand), and controls: stop a trial, stop the experiment,
 interrupted one (with the exact line that does it), choose the metric.
 
 Outside a notebook the same view is :func:`text_view`. Needs ``ftnb[notebook]``.
+
+(Over 500 lines because its parts, the header, table, chart, failure view and controls, share one
+lock and one update path; split, they would each need the other's state.)
 """
 
 from __future__ import annotations
