@@ -9,10 +9,10 @@ from typing import Any
 
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from .core.records import TrialStatus
 from .result import Result, ResultGrid, TrialError
 from .search import choice, grid_search, loguniform, randint, sample_from, uniform
 from .session import TrialContext, get_checkpoint, get_context, report
-from .core.records import TrialStatus
 from .tuner import Tuner, run
 
 __version__ = "0.1.0"

@@ -23,10 +23,10 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from .ui import read_model
 from .config import RunConfig, TuneConfig
 from .core.records import ExperimentState, ExperimentStatus, TrialStatus
 from .storage import ExperimentPaths, Storage, default_storage_path
+from .ui import read_model
 
 __all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
 
@@ -74,10 +74,10 @@ def launch(
     can resume with them (:meth:`ExperimentHandle.resume`).
     """
     from . import supervisor
-    from .storage.lease import ExperimentLockedError
-    from .objects import bind_objects
     from .input_checks import check_trainable
+    from .objects import bind_objects
     from .start_or_resume import start_or_resume
+    from .storage.lease import ExperimentLockedError
     from .tuner import check_new_experiment
 
     check_trainable(trainable, "ftnb.launch")

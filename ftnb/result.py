@@ -6,9 +6,9 @@ import math
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .checkpoint import Checkpoint
-from .storage.result_log import flatten_row
 from .core.records import ExperimentState, TrialRecord, TrialStatus
 from .storage import ExperimentPaths
+from .storage.result_log import flatten_row
 
 if TYPE_CHECKING:
     import pandas

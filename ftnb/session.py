@@ -18,8 +18,8 @@ from .core.records import encode_metrics
 from .storage import NONFINITE_KEY
 
 if TYPE_CHECKING:
-    from .storage.result_log import ResultLog
     from .storage import Storage, TrialPaths
+    from .storage.result_log import ResultLog
 
 __all__ = ["TrialContext", "get_checkpoint", "get_context", "report"]
 

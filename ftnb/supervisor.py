@@ -299,8 +299,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         import cloudpickle
 
         from .objects import bind_objects
-        from .storage import ExperimentPaths, Storage, default_storage_path
         from .start_or_resume import start_or_resume
+        from .storage import ExperimentPaths, Storage, default_storage_path
 
         spec: LaunchSpec = cloudpickle.loads(payload)
         space = spec.param_space

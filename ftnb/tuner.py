@@ -14,8 +14,8 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig, callable_name
-from .result import ResultGrid
 from .core.records import ExperimentState, ExperimentStatus
+from .result import ResultGrid
 from .storage import ExperimentPaths
 
 if TYPE_CHECKING:
@@ -203,8 +203,8 @@ class Tuner:
         """Run the controller on ``executor`` (which it shuts down when it ends); the results
         show ``result_configs`` (the caller's own objects where the trials were given refs to
         copies)."""
-        from .storage.control import ControlInbox
         from .core.controller import Controller
+        from .storage.control import ControlInbox
         from .ui.terminal import TerminalReporter
 
         rc, tc = self.run_config, self.tune_config

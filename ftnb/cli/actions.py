@@ -12,11 +12,11 @@ import argparse
 import sys
 from typing import Any, Optional
 
-from ..wording import plural
+from ..core.records import ExperimentStatus, TrialStatus
 from ..run_options import CommandSpec, amount, opt
+from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
-from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["RM", "STOP", "cmd_rm", "cmd_stop"]
 

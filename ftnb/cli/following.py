@@ -15,11 +15,11 @@ import sys
 import time
 from typing import Any, Optional
 
+from ..core.records import ExperimentStatus, TrialStatus
 from ..run_options import CommandSpec, opt
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
 from .output import print_json
-from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 

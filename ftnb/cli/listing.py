@@ -12,9 +12,7 @@ import dataclasses
 import difflib
 import os
 import sys
-from typing import Optional
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ..core.records import ExperimentState, ExperimentStatus, StateFormatError, TrialStatus
 from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path

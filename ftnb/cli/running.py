@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any, Iterator, Optional
 
-from ..wording import plural
+from ..core.records import ExperimentStatus, TrialStatus
 from ..run_options import (
     CommandSpec,
     FrontEnd,
@@ -37,9 +37,9 @@ from ..run_options import (
     run_options,
     space_from,
 )
+from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
 from .references import SPACE_FORMS, ReferenceNames, absolute_reference
-from ..core.records import ExperimentStatus, TrialStatus
 
 __all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
 
@@ -226,8 +226,8 @@ def _paths_of(kwargs: dict) -> Any:
 
 def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
     from ..handle import ExperimentHandle, finished_experiment
-    from ..storage.lease import live_lease
     from ..start_or_resume import start_or_resume
+    from ..storage.lease import live_lease
     from ..tuner import check_new_experiment
 
     verb = "ftnb resume" if resume_only else "ftnb run"

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 from ..config import RunConfig
-from . import policy
-from ..storage.control import STOP_TRIAL, ControlInbox
 from ..execution.contract import (
     AttemptEvent,
     AttemptFence,
@@ -35,8 +33,11 @@ from ..execution.contract import (
     ResultEvent,
     StartedEvent,
 )
-from ..storage.lease import Lease, LeaseLostError
 from ..execution.resources import TrialResources
+from ..storage import ExperimentPaths, checkpoint_index
+from ..storage.control import STOP_TRIAL, ControlInbox
+from ..storage.lease import Lease, LeaseLostError
+from . import policy
 from .records import (
     AttemptRecord,
     ExperimentState,
@@ -46,7 +47,6 @@ from .records import (
     TrialStatus,
 )
 from .trial_files import TrialFiles
-from ..storage import ExperimentPaths, checkpoint_index
 
 __all__ = ["Controller", "ExperimentListener"]
 

@@ -71,8 +71,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     """
     from .. import session as session_mod
     from ..objects import ObjectUnavailableError, resolve_refs
-    from ..storage.result_log import ResultLog
     from ..storage import ExperimentPaths
+    from ..storage.result_log import ResultLog
 
     def send_result(kind: str, row: Any) -> None:
         # The session's one message: a persisted report.

@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .resources import Allocation, ResourcePool, TrialResources, check_fits
-from .machine import pool_of_this_machine
 from .contract import (
     AttemptEvent,
     AttemptSpec,
@@ -44,6 +42,8 @@ from .contract import (
     StartedEvent,
     group_refused,
 )
+from .machine import pool_of_this_machine
+from .resources import Allocation, ResourcePool, TrialResources, check_fits
 
 __all__ = ["AttemptKilled", "InProcessExecutor"]
 

@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from .resources import Allocation, ResourcePool, TrialResources, check_fits
-from .machine import pool_of_this_machine
 from .contract import (
     AttemptEvent,
     AttemptSpec,
@@ -43,6 +41,8 @@ from .contract import (
     OutputEvent,
     group_refused,
 )
+from .machine import pool_of_this_machine
+from .resources import Allocation, ResourcePool, TrialResources, check_fits
 from .trial_process import ProcessLaunch, attempt_main
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import time
 from typing import TYPE_CHECKING, Any, Optional
+
 from ..core.records import TrialStatus
 
 if TYPE_CHECKING:

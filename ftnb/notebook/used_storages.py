@@ -33,6 +33,7 @@ class UsedStorages:
         given), or a name under the default storage, else under the storages this kernel used
         (the last one first)."""
         import ftnb
+
         from ..handle import ExperimentNotFoundError
         from ..ui.read_model import names_a_folder
 
@@ -52,6 +53,7 @@ class UsedStorages:
         """Experiment ``name`` under the storages this kernel used, or an error that says where
         it was looked for."""
         import ftnb
+
         from ..handle import ExperimentNotFoundError
         from ..storage import default_storage_path
 

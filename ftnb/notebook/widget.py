@@ -30,9 +30,9 @@ from typing import Any, Optional
 
 import ipywidgets as widgets
 
-from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..core.records import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
 from ..storage import is_transient
+from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..ui.view import URGENCY, format_value, plural
 from .plots import TrialChart
 

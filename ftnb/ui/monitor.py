@@ -43,6 +43,14 @@ import os
 import time
 from typing import Any, Optional, Union
 
+from ..core.records import (
+    ExperimentState,
+    ExperimentStatus,
+    StateFormatError,
+    StateVersionError,
+    TrialRecord,
+)
+from ..storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
 from ..storage.lease import LeaseInfo
 from .read_model import (
     DriverStatus,
@@ -57,8 +65,6 @@ from .read_model import (
     same_storage_path,
     with_rows,
 )
-from ..core.records import ExperimentState, ExperimentStatus, StateFormatError, StateVersionError, TrialRecord
-from ..storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
 from .view import render_table
 
 __all__ = [
