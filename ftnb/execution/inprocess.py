@@ -35,15 +35,12 @@ from typing import Any, Optional
 from .contract import (
     AttemptEvent,
     AttemptSpec,
-    Capacity,
     ExitEvent,
-    NoRoomError,
     OutputEvent,
     StartedEvent,
-    group_refused,
 )
-from .machine import pool_of_this_machine
-from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .one_machine import OneMachineExecutor
+from .resources import Allocation, ResourcePool
 
 __all__ = ["AttemptKilled", "InProcessExecutor"]
 
@@ -118,7 +115,7 @@ class _KilledGuard:
             raise FencedError("the executor killed this attempt; it writes nothing more")
 
 
-class InProcessExecutor:
+class InProcessExecutor(OneMachineExecutor):
     """Runs each attempt in a thread of this process (see the module docstring).
 
     ``pool``: the CPUs and GPUs to count (default: what this machine has). ``output_events``:
@@ -128,26 +125,13 @@ class InProcessExecutor:
     name = "inprocess"
 
     def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
-        self._pool = pool if pool is not None else pool_of_this_machine()
+        super().__init__(pool)
         self._output_events = output_events
         self._events: "queue.Queue[Any]" = queue.Queue()
         self._attempts: dict[str, _Attempt] = {}
         self._threads: list[threading.Thread] = []  # killed ones may run on for a while
         self._closed = False
         self._routing = False
-
-    # -- resources -------------------------------------------------------------------------------
-    def capacity(self) -> Capacity:
-        return Capacity(self._pool.cpus, self._pool.gpu_ids)
-
-    def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
-        if num_workers != 1:
-            raise group_refused(self.name, num_workers)
-        check_fits(resources, self._pool)
-
-    def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
-        self.check_fits(resources, num_workers)
-        return self._pool.fits_now(resources)
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
@@ -159,12 +143,7 @@ class InProcessExecutor:
         if spec.trial_id in self._attempts:
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         payload = cloudpickle.dumps(spec)
-        allocation = self._pool.try_acquire(spec.resources)
-        if allocation is None:
-            raise NoRoomError(
-                f"no room for trial {spec.trial_id!r} ({spec.resources.as_dict()}) now: "
-                f"{self._pool!r}"
-            )
+        allocation = self._allocate(spec)
         attempt = _Attempt(spec, allocation, self._output_events)
         if not self._routing:
             _route_output(True)

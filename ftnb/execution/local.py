@@ -35,14 +35,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from .contract import (
     AttemptEvent,
     AttemptSpec,
-    Capacity,
     ExitEvent,
-    NoRoomError,
     OutputEvent,
-    group_refused,
 )
-from .machine import pool_of_this_machine
-from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .one_machine import OneMachineExecutor
+from .resources import Allocation, ResourcePool
 from .trial_process import ProcessLaunch, attempt_main
 
 if TYPE_CHECKING:
@@ -161,7 +158,7 @@ class _Running:
     conn_open: bool = True
 
 
-class LocalProcessExecutor:
+class LocalProcessExecutor(OneMachineExecutor):
     """Runs each attempt in its own process on this machine (see the module docstring).
 
     ``pool``: the CPUs and GPUs to hand out (default: what this machine has, see
@@ -172,26 +169,13 @@ class LocalProcessExecutor:
     name = "local"
 
     def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
-        self._pool = pool if pool is not None else pool_of_this_machine()
+        super().__init__(pool)
         self._output_events = output_events
         self._running: dict[str, _Running] = {}
         # Per trial folder: where its output is staged on an object store, kept across its
         # attempts (each appends), removed at shutdown.
         self._staging: dict[tuple[str, str], str] = {}
         self._closed = False
-
-    # -- resources -------------------------------------------------------------------------------
-    def capacity(self) -> Capacity:
-        return Capacity(self._pool.cpus, self._pool.gpu_ids)
-
-    def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
-        if num_workers != 1:
-            raise group_refused(self.name, num_workers)
-        check_fits(resources, self._pool)
-
-    def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
-        self.check_fits(resources, num_workers)
-        return self._pool.fits_now(resources)
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
@@ -203,12 +187,7 @@ class LocalProcessExecutor:
         if spec.trial_id in self._running:
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         payload = cloudpickle.dumps(spec)
-        allocation = self._pool.try_acquire(spec.resources)
-        if allocation is None:
-            raise NoRoomError(
-                f"no room for trial {spec.trial_id!r} ({spec.resources.as_dict()}) now: "
-                f"{self._pool!r}"
-            )
+        allocation = self._allocate(spec)
         try:
             self._spawn(spec, payload, allocation)
         except BaseException:
