@@ -14,7 +14,7 @@ import time
 import pytest
 
 import ftnb
-from clirun import cli_in, literal, strict_json, write
+from clirun import cli_in, literal, strict_json
 from procs import wait_for
 
 pytestmark = pytest.mark.timeout(180)

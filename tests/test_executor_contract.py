@@ -7,7 +7,6 @@ folder in tmp_path. A new executor is done when this suite passes on it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -382,12 +381,19 @@ def test_an_unknown_executor_names_the_known_ones():
                                "'local'?). Fix: use one of 'local', 'inprocess', 'ray'.")
 
 
-def test_ray_says_how_to_install_it_or_that_it_is_not_there_yet(monkeypatch):
-    if importlib.util.find_spec("ray") is None:
-        with pytest.raises(ImportError, match=r"Fix: pip install 'ftnb\[ray\]'"):
-            create_executor("ray")
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name == "ray" else real(name, *a))
-    with pytest.raises(NotImplementedError, match="not available yet"):
+def test_a_reserved_name_says_it_is_not_there_yet_whatever_is_installed():
+    with pytest.raises(NotImplementedError, match="'ray' is not available yet .* "
+                                                  "Fix: use executor='local'"):
         create_executor("ray")
+
+
+def test_a_missing_extra_says_how_to_install_it(monkeypatch):
+    from ftnb import execution
+
+    monkeypatch.setitem(execution._REGISTRY, "fake", execution._Entry(
+        "ftnb.execution.local", "LocalProcessExecutor", ("no_such_module_for_ftnb",),
+        "pip install 'ftnb[fake]'"))
+    with pytest.raises(ImportError, match=r"executor='fake' needs the 'no_such_module_for_ftnb' "
+                                          r"package, which is not installed. "
+                                          r"Fix: pip install 'ftnb\[fake\]'"):
+        create_executor("fake")

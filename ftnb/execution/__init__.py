@@ -55,16 +55,16 @@ def executor_class(name: str) -> type:
             f"executor={name!r} is not an executor ftnb knows{guess}. Fix: use one of "
             f"{', '.join(repr(n) for n in _REGISTRY)}."
         )
+    if entry.cls is None:  # (before the extra: installing it would not help)
+        raise NotImplementedError(
+            f"executor={name!r} is not available yet in this version of ftnb. Fix: use "
+            "executor='local' (trials as processes on this machine)."
+        )
     missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(
             f"executor={name!r} needs the {missing[0]!r} package, which is not installed. "
             f"Fix: {entry.install}."
-        )
-    if entry.cls is None:
-        raise NotImplementedError(
-            f"executor={name!r} is not available yet in this version of ftnb. Fix: use "
-            "executor='local' (trials as processes on this machine)."
         )
     return getattr(importlib.import_module(entry.module), entry.cls)
 
