@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from .checkpoint import Checkpoint
 from .core.records import encode_metrics
-from .storage import NONFINITE_KEY
+from .storage import AUTO_KEYS, NONFINITE_KEY
 
 if TYPE_CHECKING:
     from .storage import Storage, TrialPaths
@@ -23,16 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TrialContext", "get_checkpoint", "get_context", "report"]
 
-# Keys ftnb fills in on every result row; a trainable may not report them itself.
-AUTO_KEYS = (
-    "training_iteration",
-    "trial_id",
-    "time_this_iter_s",
-    "time_total_s",
-    "timestamp",
-    "attempt",
-    "checkpoint_dir_name",
-)
 
 
 class UsageError(Exception):

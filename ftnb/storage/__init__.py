@@ -59,7 +59,14 @@ from .file_names import (
 )
 from .file_versions import FileVersion, FileVersions
 from .growing_files import LineLog, StagedFile
-from .json_lines import NONFINITE_KEY, CorruptFileError, json_line, parse_json_line, read_json_lines
+from .json_lines import (
+    AUTO_KEYS,
+    NONFINITE_KEY,
+    CorruptFileError,
+    json_line,
+    parse_json_line,
+    read_json_lines,
+)
 from .outage import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
@@ -85,6 +92,7 @@ __all__ = [
     "LEASE_FILE",
     "LEASE_LOCK_FILE",
     "LOCAL_POLL_S",
+    "AUTO_KEYS",
     "NONFINITE_KEY",
     "OUTAGE_ENV",
     "PARAMS_FILE",

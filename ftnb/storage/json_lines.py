@@ -21,6 +21,18 @@ from .file_names import RESULTS_FILE
 #: values are named by a dict of the same shape (list items by their index as a string), each
 #: leaf "NaN", "Infinity" or "-Infinity". :func:`parse_json_line` restores them.
 NONFINITE_KEY = "__ftnb_nonfinite__"
+
+#: The keys ftnb fills in on every ``result.json`` row (a trainable may not report them itself;
+#: views do not show them as metrics).
+AUTO_KEYS = (
+    "training_iteration",
+    "trial_id",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "attempt",
+    "checkpoint_dir_name",
+)
 _NONFINITE_TOKENS = frozenset({"NaN", "Infinity", "-Infinity"})
 
 

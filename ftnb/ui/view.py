@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ..core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
+from ..storage import AUTO_KEYS
 from ..wording import plural
 
 __all__ = [
@@ -24,15 +25,7 @@ __all__ = [
     "run_times",
 ]
 
-_AUTO = {
-    "training_iteration",
-    "trial_id",
-    "time_this_iter_s",
-    "time_total_s",
-    "timestamp",
-    "attempt",
-    "checkpoint_dir_name",
-}
+_AUTO = frozenset(AUTO_KEYS)  # not metrics: ftnb fills them in on every row
 
 #: When a table is cut, the trials shown first (lower first).
 URGENCY = {TrialStatus.ERRORED: 0, TrialStatus.RUNNING: 1, ExperimentStatus.INTERRUPTED: 1, TrialStatus.PAUSED: 2,
