@@ -227,6 +227,13 @@ class FrontEnd:
     resume_default: str
 
 
+def target_option() -> Opt:
+    """The ``NAME_OR_PATH`` of a command that acts on one experiment."""
+    return opt("target", metavar="NAME_OR_PATH",
+               help="the experiment's name under the storage path, or its folder (a path or "
+                    "an fsspec URL)")
+
+
 def storage_option(front: FrontEnd) -> Opt:
     """``--storage PATH`` (dest ``storage_path``)."""
     return opt("--storage", metavar="PATH", dest="storage_path",
@@ -309,8 +316,7 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
 def resume_options(front: FrontEnd) -> tuple[Item, ...]:
     """The options of resuming an experiment; the front-end appends its own."""
     return (
-        opt("target", metavar="NAME_OR_PATH",
-            help="the experiment's name under the storage path, or its folder"),
+        target_option(),
         opt("--trainable", metavar="NAME",
             help=f"the function to run; {front.names} (default: {front.resume_default})"),
         opt("-p", "--param-space", metavar="SPACE",

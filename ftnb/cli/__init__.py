@@ -181,8 +181,9 @@ def _dedent(text: str) -> str:
 
 
 def _status_and_ls() -> tuple[CommandSpec, CommandSpec]:
-    from ..run_options import opt
+    from ..run_options import opt, storage_option, target_option
     from .listing import DEFAULT_MAX_ROWS
+    from .running import CLI
 
     status = CommandSpec(
         "status",
@@ -192,11 +193,8 @@ def _status_and_ls() -> tuple[CommandSpec, CommandSpec]:
     ftnb status s3://bucket/runs/sweep1 --json
     """,
         (
-            opt("target", metavar="NAME_OR_PATH",
-                help="the experiment's name under the storage path, or its folder (a local "
-                     "path or an fsspec URL)"),
-            opt("--storage", metavar="PATH", dest="storage_path",
-                help="where NAME is (default: $FTNB_STORAGE_PATH, else ~/ftnb_results)"),
+            target_option(),
+            storage_option(CLI),
             opt("--metric", metavar="NAME", help="the metric shown in the first column"),
             opt("--all", action="store_true",
                 help=f"show every trial (default: the first {DEFAULT_MAX_ROWS})"),

@@ -13,17 +13,16 @@ import sys
 from typing import Any, Optional
 
 from ..core.records import ExperimentStatus, TrialStatus
-from ..run_options import CommandSpec, amount, opt
+from ..run_options import CommandSpec, amount, opt, storage_option, target_option
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
+from .running import CLI
 
 __all__ = ["RM", "STOP", "cmd_rm", "cmd_stop"]
 
-_TARGET = opt("target", metavar="NAME_OR_PATH",
-              help="the experiment's name under the storage path, or its folder")
-_STORAGE = opt("--storage", metavar="PATH", dest="storage_path",
-               help="where NAME is (default: $FTNB_STORAGE_PATH, else ~/ftnb_results)")
+_TARGET = target_option()
+_STORAGE = storage_option(CLI)
 
 STOP = CommandSpec(
     "stop",

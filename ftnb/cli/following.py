@@ -16,19 +16,18 @@ import time
 from typing import Any, Optional
 
 from ..core.records import ExperimentStatus, TrialStatus
-from ..run_options import CommandSpec, opt
+from ..run_options import CommandSpec, opt, storage_option, target_option
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
 from .output import print_json
+from .running import CLI
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 
 _FINAL_TRIAL = (TrialStatus.TERMINATED, TrialStatus.ERRORED)
 
-_TARGET = opt("target", metavar="NAME_OR_PATH",
-              help="the experiment's name under the storage path, or its folder")
-_STORAGE = opt("--storage", metavar="PATH", dest="storage_path",
-               help="where NAME is (default: $FTNB_STORAGE_PATH, else ~/ftnb_results)")
+_TARGET = target_option()
+_STORAGE = storage_option(CLI)
 
 LOGS = CommandSpec(
     "logs",

@@ -23,6 +23,7 @@ from ..run_options import (
     resume_options,
     run_options,
     storage_option,
+    target_option,
 )
 
 __all__ = [
@@ -145,8 +146,7 @@ FTATTACH = MagicSpec(
     %ftattach s3://bucket/runs/sweep1 -o h
     """,
     (
-        opt("target", metavar="NAME_OR_PATH",
-            help="an experiment's name under the storage path, or its folder (path or URL)"),
+        target_option(),
         _STORAGE,
         _FILESYSTEM,
         opt("--metric", metavar="NAME", help="the metric the widget plots first"),
@@ -173,8 +173,7 @@ FTSTOP = MagicSpec(
     %ftstop sweep1 --trial 3f2a1_00002
     """,
     (
-        opt("target", metavar="NAME_OR_PATH",
-            help="the experiment's name under the storage path, or its folder"),
+        target_option(),
         opt("--trial", metavar="ID", help="stop only this trial (it ends TERMINATED)"),
         _STORAGE,
         _FILESYSTEM,
