@@ -130,20 +130,11 @@ class InProcessExecutor(OneMachineExecutor):
         self._events: "queue.Queue[Any]" = queue.Queue()
         self._attempts: dict[str, _Attempt] = {}
         self._threads: list[threading.Thread] = []  # killed ones may run on for a while
-        self._closed = False
         self._routing = False
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
-        import cloudpickle
-
-        if self._closed:
-            raise RuntimeError("this executor was shut down: it starts nothing more")
-        self.check_fits(spec.resources, spec.num_workers)
-        if spec.trial_id in self._attempts:
-            raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
-        payload = cloudpickle.dumps(spec)
-        allocation = self._allocate(spec)
+        payload, allocation = self._admit(spec)
         attempt = _Attempt(spec, allocation, self._output_events)
         if not self._routing:
             _route_output(True)

@@ -175,19 +175,10 @@ class LocalProcessExecutor(OneMachineExecutor):
         # Per trial folder: where its output is staged on an object store, kept across its
         # attempts (each appends), removed at shutdown.
         self._staging: dict[tuple[str, str], str] = {}
-        self._closed = False
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
-        import cloudpickle
-
-        if self._closed:
-            raise RuntimeError("this executor was shut down: it starts nothing more")
-        self.check_fits(spec.resources, spec.num_workers)
-        if spec.trial_id in self._running:
-            raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
-        payload = cloudpickle.dumps(spec)
-        allocation = self._allocate(spec)
+        payload, allocation = self._admit(spec)
         try:
             self._spawn(spec, payload, allocation)
         except BaseException:

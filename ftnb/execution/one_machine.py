@@ -22,6 +22,10 @@ class OneMachineExecutor:
 
     def __init__(self, pool: Optional[ResourcePool] = None) -> None:
         self._pool = pool if pool is not None else pool_of_this_machine()
+        self._closed = False  # set by shutdown(): nothing more starts
+
+    def running(self) -> list[str]:  # pragma: no cover - every subclass says
+        raise NotImplementedError
 
     def capacity(self) -> Capacity:
         return Capacity(self._pool.cpus, self._pool.gpu_ids)
@@ -34,6 +38,20 @@ class OneMachineExecutor:
     def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
         self.check_fits(resources, num_workers)
         return self._pool.fits_now(resources)
+
+    def _admit(self, spec: AttemptSpec) -> tuple[bytes, Allocation]:
+        """The checks every start makes (not shut down, fits, no attempt of that trial running
+        here), then ``spec`` pickled to travel and its resources taken from the pool (or
+        :class:`NoRoomError`). The caller releases the allocation if it cannot start."""
+        import cloudpickle
+
+        if self._closed:
+            raise RuntimeError("this executor was shut down: it starts nothing more")
+        self.check_fits(spec.resources, spec.num_workers)
+        if spec.trial_id in self.running():
+            raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
+        payload = cloudpickle.dumps(spec)
+        return payload, self._allocate(spec)
 
     def _allocate(self, spec: AttemptSpec) -> Allocation:
         """Take ``spec``'s resources from the pool, or raise :class:`NoRoomError`."""
