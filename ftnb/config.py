@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointConfig",
     "FailureConfig",
     "RunConfig",
+    "ScalingConfig",
     "TuneConfig",
 ]
 
@@ -287,6 +288,112 @@ class RunConfig:
                 f"RunConfig(verbose={self.verbose!r}) is invalid. Fix: use 0 (silent), "
                 "1 (status table and trial output) or 2 (also every result)."
             )
+
+
+#: ScalingConfig's default hang limit: a dead or stopped peer is found in half a minute, while
+#: an all-reduce of a real model (milliseconds to seconds) is far inside it.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ScalingConfig:
+    """How many ranks a data-parallel run has, and what each one gets (Ray Train's names).
+
+    Args:
+        num_workers: ranks of the group (processes running ``train_loop_per_worker``, joined in
+            one ``torch.distributed`` process group). The group starts, fails and restarts as
+            one unit.
+        use_gpu: give each rank one GPU of its own (it sees only that one through
+            ``CUDA_VISIBLE_DEVICES``) and use NCCL; else CPUs and gloo.
+        resources_per_worker: ``{"CPU": n, "GPU": m}`` for each rank (default 1 CPU, and 1 GPU
+            with ``use_gpu``). A trial of ``num_workers`` ranks takes ``num_workers`` times this.
+        collective_timeout_s: how long a rank may wait on its peers (an all-reduce, a barrier,
+            the rendezvous) or stay stopped before the group counts as hung and is restarted from
+            its latest checkpoint. The default (30 s) finds a dead or stopped peer in half a
+            minute and leaves every real all-reduce far inside it; raise it when one rank does
+            long work alone (rank 0 downloading a dataset) while the others wait in a collective.
+        placement_strategy: accepted for Ray compatibility ("PACK", "SPREAD", ...); on one
+            machine every rank is on the same node.
+
+    Example:
+        >>> ScalingConfig(num_workers=2).worker_resources()
+        TrialResources(cpu=1.0, gpu=0.0)
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: Optional[dict] = None
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) \
+                or self.num_workers < 1:
+            raise ValueError(
+                f"ScalingConfig(num_workers={self.num_workers!r}) must be a whole number >= 1 "
+                "(the ranks of the group). Fix: ScalingConfig(num_workers=2)."
+            )
+        if not isinstance(self.use_gpu, bool):
+            raise TypeError(
+                f"ScalingConfig(use_gpu={self.use_gpu!r}) must be True or False."
+            )
+        if not _is_number(self.collective_timeout_s) or not self.collective_timeout_s > 0 \
+                or not math.isfinite(self.collective_timeout_s):
+            raise ValueError(
+                f"ScalingConfig(collective_timeout_s={self.collective_timeout_s!r}) must be a "
+                "number of seconds > 0. Fix: ScalingConfig(collective_timeout_s=60)."
+            )
+        if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            raise ValueError(
+                f"ScalingConfig(placement_strategy={self.placement_strategy!r}) is not one of "
+                "'PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD'."
+            )
+        if self.resources_per_worker is not None and not isinstance(self.resources_per_worker,
+                                                                    Mapping):
+            raise TypeError(
+                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}) must be a "
+                "dict like {'CPU': 2, 'GPU': 1}."
+            )
+        resources = self.worker_resources()
+        if resources.gpu and not self.use_gpu:
+            raise ValueError(
+                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}) asks for GPUs "
+                "but use_gpu=False. Fix: ScalingConfig(use_gpu=True, ...)."
+            )
+        if self.use_gpu and resources.gpu == 0:
+            raise ValueError(
+                f"ScalingConfig(use_gpu=True, resources_per_worker={self.resources_per_worker!r})"
+                " gives each rank no GPU. Fix: leave 'GPU' out (one per rank) or set it to 1."
+            )
+        if self.num_workers > 1 and 0 < resources.gpu < 1:
+            raise ValueError(
+                f"ScalingConfig(num_workers={self.num_workers}, resources_per_worker="
+                f"{self.resources_per_worker!r}): the ranks of a group cannot share a GPU (NCCL "
+                "refuses two ranks on one device). Fix: give each rank a whole GPU ('GPU': 1), or "
+                "use num_workers=1 to share GPUs between trials."
+            )
+
+    def worker_resources(self) -> Any:
+        """What each rank asks for, as a :class:`~ftnb.execution.resources.TrialResources`."""
+        from .execution.resources import TrialResources
+
+        given = dict(self.resources_per_worker or {})
+        keys = {str(k).lower() for k in given}
+        if "cpu" not in keys:
+            given["cpu"] = 1
+        if "gpu" not in keys and self.use_gpu:
+            given["gpu"] = 1
+        try:
+            return TrialResources.from_user(given)
+        except (TypeError, ValueError) as exc:
+            message = str(exc).replace("resources_per_trial", "resources_per_worker")
+            raise type(exc)(f"ScalingConfig: {message}") from None
+
+    @property
+    def total_resources(self) -> dict:
+        """What the whole group takes: ``num_workers`` times :meth:`worker_resources`."""
+        one = self.worker_resources()
+        return {"CPU": one.cpu * self.num_workers, "GPU": one.gpu * self.num_workers}
 
 
 def _validate_name(name: Any) -> None:

@@ -119,6 +119,7 @@ class _Live:
     outcome: Optional[str] = None
     preempted: bool = False
     stop_requested_at: Optional[float] = None
+    reported: bool = False  # a result of this attempt arrived
 
 
 class Controller:
@@ -139,6 +140,8 @@ class Controller:
         lease: Optional[Lease] = None,
         resume_hint: Optional[str] = None,
         control: Optional[ControlInbox] = None,
+        num_workers: int = 1,
+        collective_timeout_s: float = 30.0,
     ) -> None:
         self.paths = paths
         self.storage = paths.storage
@@ -150,7 +153,9 @@ class Controller:
         self.checkpoint_config = run_config.checkpoint_config
         self.max_concurrent = max_concurrent or sys.maxsize
         self.resources = resources
-        self.num_workers = 1  # ranks per attempt (the data-parallel trainer will set it)
+        #: Ranks per attempt (a group: TorchTrainer), each asking for ``resources``.
+        self.num_workers = num_workers
+        self.collective_timeout_s = collective_timeout_s
         self.executor = executor
         self.listeners = listeners
         self.lease = lease
@@ -262,6 +267,7 @@ class Controller:
             started=time.time(),
             start_iteration=start_iteration,
             restored_from=latest["dir_name"] if latest else None,
+            num_workers=self.num_workers,
         )
         trial.attempts.append(attempt)
         trial.status = TrialStatus.RUNNING.value
@@ -293,6 +299,7 @@ class Controller:
             metric=self.state.settings.get("metric"),
             preemption_grace_period_s=self.failure_config.preemption_grace_period_s,
             fence=fence,
+            collective_timeout_s=self.collective_timeout_s,
         )
         self.live[trial.trial_id] = _Live(attempt.number)
         try:
@@ -318,10 +325,15 @@ class Controller:
         kind = event.kind
         if kind is EventKind.RESULT:
             assert isinstance(event, ResultEvent)
+            if not live.reported:
+                live.reported = True
+                self._note_recovery(trial)
             self._on_result(trial, event.row)
         elif kind is EventKind.STARTED:
             assert isinstance(event, StartedEvent)
             trial.attempts[-1].pid = event.pids[0] if event.pids else None
+            if len(event.pids) > 1:
+                trial.attempts[-1].pids = list(event.pids)
         elif kind is EventKind.ERROR:
             assert isinstance(event, ErrorEvent)
             live.errors.setdefault(event.rank, event)
@@ -333,6 +345,15 @@ class Controller:
         elif kind is EventKind.EXIT:
             assert isinstance(event, ExitEvent)
             self._on_exit(trial, live, event)
+
+    def _note_recovery(self, trial: TrialRecord) -> None:
+        """The attempt's first report: if it follows a failure of the attempt before, record how
+        long the restart took (from the failure to this first step from the checkpoint)."""
+        if not trial.failures:
+            return
+        failure = trial.failures[-1]
+        if failure.attempt == trial.attempts[-1].number - 1 and failure.recovered_s is None:
+            failure.recovered_s = round(max(0.0, time.time() - failure.time), 3)
 
     def _on_result(self, trial: TrialRecord, row: dict) -> None:
         trial.iteration = row.get("training_iteration", trial.iteration)
@@ -361,9 +382,16 @@ class Controller:
         attempt = trial.attempts[-1]
         attempt.ended = time.time()
         attempt.end_iteration = trial.iteration
-        # In a group, the cause is the error of the rank that failed first.
-        error = live.errors.get(exit_event.first_failing_rank) or next(
-            iter(live.errors.values()), None)
+        group = len(exit_event.ranks) > 1
+        cause = exit_event.cause
+        if group:
+            # The cause is the rank that failed first: its error, or (killed, hung) its exit.
+            first = exit_event.first_failing_rank
+            error = live.errors.get(first) if first is not None else next(
+                iter(live.errors.values()), None)
+        else:
+            error = live.errors.get(exit_event.first_failing_rank) or next(
+                iter(live.errors.values()), None)
         end = policy.AttemptEnd(
             outcome=live.outcome,
             error=error.as_failure() if error is not None else None,
@@ -371,6 +399,9 @@ class Controller:
             exit_code=exit_event.exit_code, oom_killed=exit_event.oom_killed,
             stop_requested=live.stop_requested_at is not None,
             node_lost=exit_event.node_lost, node=exit_event.node,
+            rank=exit_event.first_failing_rank if group else None,
+            hung=bool(group and cause is not None and cause.hung),
+            ranks=tuple(_rank_entries(exit_event, live.errors)) if group else (),
         )
         ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
                                      now=time.time())
@@ -495,3 +526,28 @@ class Controller:
             if fn is not None:
                 fn(*args)
 
+
+
+def _rank_entries(exit_event: ExitEvent, errors: dict[int, ErrorEvent]) -> list[dict]:
+    """How each rank of a group attempt ended (:attr:`FailureRecord.ranks`), in rank order."""
+    from ..execution.contract import is_peer_error
+
+    entries = []
+    for rank_exit in exit_event.ranks:
+        error = errors.get(rank_exit.rank)
+        if rank_exit.hung:
+            ended, detail = "hung", "stopped making progress; killed"
+        elif error is not None:
+            what = f"{error.type}: {error.message}" if error.type else error.message
+            detail = what.strip().splitlines()[0][:200] if what.strip() else ""
+            ended = "peer" if is_peer_error(error.type, error.message) else "error"
+        elif rank_exit.collateral:
+            ended, detail = "stopped", "ended by ftnb with the group"
+        elif rank_exit.exit_code == 0:
+            ended, detail = "clean", ""
+        elif rank_exit.signal_number is not None:
+            ended, detail = "signal", policy.signal_name(rank_exit.signal_number)
+        else:
+            ended, detail = "exit", f"code {rank_exit.exit_code}"
+        entries.append({"rank": rank_exit.rank, "ended": ended, "detail": detail})
+    return entries

@@ -63,6 +63,11 @@ class AttemptEnd:
     stop_requested: bool = False
     node_lost: bool = False
     node: Optional[str] = None
+    #: In a group: the first failing rank (the cause: ``error``, ``exit_code`` and ``oom_killed``
+    #: are its), whether it hung, and how every rank ended (FailureRecord.ranks' entries).
+    rank: Optional[int] = None
+    hung: bool = False
+    ranks: tuple = ()
 
     @property
     def signal_number(self) -> Optional[int]:
@@ -105,10 +110,21 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
         return Ending(AttemptOutcome.PREEMPTED, FailureRecord(
             attempt=attempt, time=now, iteration=iteration, kind=FailureKind.PREEMPTION.value,
             signal="SIGTERM", message="preempted (SIGTERM)", counted=False))
-    return Ending(AttemptOutcome.FAILED, _failure(end, attempt=attempt, iteration=iteration, now=now))
+    failure = _failure(end, attempt=attempt, iteration=iteration, now=now)
+    if end.rank is not None:
+        failure.rank = end.rank
+        failure.ranks = [dict(entry) for entry in end.ranks]
+    return Ending(AttemptOutcome.FAILED, failure)
 
 
 def _failure(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -> FailureRecord:
+    if end.hung and end.error is None:
+        return FailureRecord(
+            attempt=attempt, time=now, iteration=iteration, kind=FailureKind.HANG.value,
+            message=f"rank {end.rank} stopped making progress (stopped, deadlocked or cut off) "
+                    "and was killed: see ScalingConfig(collective_timeout_s)",
+            exit_code=end.exit_code, signal=signal_name(end.signal_number) if end.signal_number else None,
+        )
     err = end.error
     if err is not None:
         kind = err.get("kind") or FailureKind.EXCEPTION.value

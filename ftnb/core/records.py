@@ -114,6 +114,7 @@ class FailureKind(str, enum.Enum):
     OOM = "oom"  # the OOM killer, MemoryError, or torch's OutOfMemoryError (CUDA, MPS)
     PREEMPTION = "preemption"  # SIGTERM: the machine or scheduler took the process away
     NODE_LOST = "node_lost"  # the machine running the attempt is gone (a cluster's executor)
+    HANG = "hang"  # a rank of a group stopped responding (SIGSTOP, a deadlock, a partition)
     USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
 
     def counts_as_failure(self) -> bool:
@@ -140,6 +141,17 @@ class FailureRecord:
     signal: Optional[str] = None
     counted: bool = True
     lost_iterations: int = 0
+    #: In a group attempt (several ranks): the rank whose failure came first (the cause; the
+    #: error fields above are its), None for a single-worker attempt.
+    rank: Optional[int] = None
+    #: In a group attempt: how every rank ended, in rank order, each ``{"rank", "ended",
+    #: "detail"}`` where ``ended`` is ``error``, ``signal``, ``exit``, ``hung``, ``peer`` (it
+    #: failed because a peer did: a reset connection, a collective's timeout), ``stopped`` (ended
+    #: by ftnb with the group) or ``clean``.
+    ranks: list = field(default_factory=list)
+    #: Seconds from this failure until the next attempt's first report (every rank past its first
+    #: step from the checkpoint): how long the restart took. None until then.
+    recovered_s: Optional[float] = None
 
     def summary(self) -> str:
         """One line for tables: 'exception ValueError: boom (attempt 2, iter 4)'."""
@@ -154,7 +166,8 @@ class FailureRecord:
         else:
             what = self.message
         line = f"{self.kind} {what}".strip().replace("\n", " ")
-        return f"{line} (attempt {self.attempt}, iter {self.iteration})"
+        where = f" in rank {self.rank}" if self.rank is not None else ""
+        return f"{line}{where} (attempt {self.attempt}, iter {self.iteration})"
 
     def describe(self) -> str:
         """Several lines for error.txt."""
@@ -175,6 +188,13 @@ class FailureRecord:
             lines.append(
                 f"Iterations reported after the last checkpoint, to be redone: {self.lost_iterations}"
             )
+        if self.rank is not None:
+            lines.append(f"First failing rank: {self.rank} (the cause; the others ended with it)")
+            for entry in self.ranks:
+                detail = f": {entry.get('detail')}" if entry.get("detail") else ""
+                lines.append(f"  rank {entry.get('rank')}: {entry.get('ended')}{detail}")
+        if self.recovered_s is not None:
+            lines.append(f"Restarted and past its first step again after {self.recovered_s:.1f} s")
         if self.traceback:
             lines += ["", self.traceback.rstrip()]
         return "\n".join(lines) + "\n"
@@ -182,7 +202,8 @@ class FailureRecord:
 
 @dataclass
 class AttemptRecord:
-    """One run of a trial in one process."""
+    """One run of a trial: one process, or a group of ``num_workers`` ranks (``pids`` in rank
+    order; ``pid`` is rank 0's)."""
 
     number: int
     started: float
@@ -192,6 +213,8 @@ class AttemptRecord:
     end_iteration: Optional[int] = None
     outcome: str = AttemptOutcome.RUNNING.value  # an AttemptOutcome
     pid: Optional[int] = None
+    num_workers: int = 1
+    pids: list = field(default_factory=list)
     # Rows this attempt reported after its last checkpoint, dropped when the next attempt
     # restarted from that checkpoint (they were redone).
     lost_iterations: int = 0

@@ -83,6 +83,7 @@ __all__ = [
     "RankExit",
     "ResultEvent",
     "StartedEvent",
+    "is_peer_error",
 ]
 
 #: The exit code of an attempt that was preempted (SIGTERM, 128 + 15) and ended itself, whether
@@ -122,7 +123,8 @@ class AttemptSpec:
     Where it writes: ``storage``, the experiment folder ``experiment_dir`` (named
     ``experiment_name``) and the trial's folder ``trial_dir_name`` in it. What it needs:
     ``resources`` for each of its ``num_workers`` ranks (a group that starts, fails and stops as
-    one unit; 1 for an ordinary trial). Where it resumes: ``restore_checkpoint`` (a checkpoint
+    one unit; 1 for an ordinary trial; a group's ranks learn their rank from the executor, and
+    only rank 0 persists reports). Where it resumes: ``restore_checkpoint`` (a checkpoint
     folder name in the trial's folder, or None for a fresh start), ``start_iteration`` and
     ``time_offset_s`` (what that checkpoint's report said), ``next_checkpoint_index`` (the number
     of its next checkpoint folder) and ``rows`` (the trial's result rows up to that checkpoint,
@@ -152,6 +154,10 @@ class AttemptSpec:
     metric: Optional[str] = None
     preemption_grace_period_s: float = 30.0
     fence: Optional[AttemptFence] = None
+    #: A group's hang limit: a rank that makes no progress for this long (stopped by SIGSTOP,
+    #: waiting on a dead peer) ends the group (:class:`ftnb.ScalingConfig`'s
+    #: ``collective_timeout_s``). Unused by single-worker attempts.
+    collective_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -297,11 +303,15 @@ class OutputEvent(AttemptEvent):
 @dataclass(frozen=True)
 class RankExit:
     """How one rank's process ended: ``exit_code`` (negative: killed by that signal; None:
-    unknown, as when its node was lost) and whether the kernel's OOM killer did it."""
+    unknown, as when its node was lost) and whether the kernel's OOM killer did it. In a group:
+    ``hung``, the rank stopped making progress (the executor's liveness check) and was killed
+    for it; ``collateral``, the executor ended it because another rank failed first."""
 
     rank: int
     exit_code: Optional[int]
     oom_killed: bool = False
+    hung: bool = False
+    collateral: bool = False
 
     @property
     def signal_number(self) -> Optional[int]:
@@ -362,6 +372,34 @@ class ExitEvent(AttemptEvent):
         """The exit of a single-worker attempt."""
         rank = RankExit(0, exit_code, oom_killed)
         return cls(trial_id, attempt, (rank,), 0 if rank.failed else None)
+
+
+#: What the collectives (gloo, NCCL) and the rendezvous store say when the failure is a peer's:
+#: a rank that reports one of these failed because another rank died, hung or left.
+_PEER_ERROR_TYPES = frozenset({"DistNetworkError", "DistStoreError", "DistBackendError"})
+_PEER_ERROR_WORDS = (
+    "connection closed by peer", "connection reset by peer", "broken pipe", "timed out",
+    "timeout", "connection refused", "socket closed", "communicator was aborted",
+    "nccl communicator", "peer", "watchdog", "process group", "processgroup",
+)
+
+
+def is_peer_error(type_name: Optional[str], message: str) -> bool:
+    """Whether a rank's error (its type's name and message) is the collectives' reaction to
+    another rank's failure, not a failure of its own (see :attr:`RankExit.collateral`).
+
+    >>> is_peer_error("RuntimeError", "[pair.cc:553] Connection closed by peer [127.0.0.1]:5")
+    True
+    >>> is_peer_error("ValueError", "bad learning rate")
+    False
+    """
+    if type_name in _PEER_ERROR_TYPES:
+        return True
+    if type_name not in ("RuntimeError", "DistError", "TimeoutError", "ConnectionError",
+                         "ConnectionResetError", "BrokenPipeError", "OSError"):
+        return False
+    text = message.lower()
+    return any(word in text for word in _PEER_ERROR_WORDS)
 
 
 # ---- the executor ------------------------------------------------------------------------------
