@@ -8,11 +8,11 @@ restarts, and an experiment directory that is always the whole truth.
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .core.records import TrialStatus
 from .result import Result, ResultGrid, TrialError
 from .search import choice, grid_search, loguniform, randint, sample_from, uniform
-from .session import TrialContext, get_checkpoint, get_context, report
+from .session import TrialContext, get_checkpoint, get_context, get_dataset_shard, report
 from .tuner import Tuner, run
 
 __version__ = "0.1.0"
@@ -26,6 +26,9 @@ _LAZY = {
     "ObjectRef": "objects",
     "RestoreError": "restore",
     "StorageUnavailableError": "storage",
+    "TorchConfig": "train.torch_trainer",
+    "TorchTrainer": "train.torch_trainer",
+    "TrainingFailedError": "train.torch_trainer",
     "attach": "handle",
     "get": "objects",
     "launch": "handle",
@@ -34,6 +37,12 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "torch":  # ftnb.torch: prepare_model, prepare_data_loader (imports torch)
+        import importlib
+
+        value = importlib.import_module(".torch", __name__)
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ftnb' has no attribute {name!r}")
@@ -45,7 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"torch"})
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -67,7 +76,11 @@ __all__ = [
     "Result",
     "ResultGrid",
     "RunConfig",
+    "ScalingConfig",
     "StorageUnavailableError",
+    "TorchConfig",
+    "TorchTrainer",
+    "TrainingFailedError",
     "TrialContext",
     "TrialError",
     "TrialStatus",
@@ -79,6 +92,7 @@ __all__ = [
     "get",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "grid_search",
     "launch",
     "loguniform",

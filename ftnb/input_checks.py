@@ -13,7 +13,10 @@ __all__ = ["check_picklable", "check_trainable", "short_repr"]
 
 def check_trainable(trainable: Any, where: str) -> None:
     """Raise a TypeError unless ``trainable`` can be called as ``trainable(config)``;
-    ``where`` names the call it was given to (``"Tuner"``, ``"ftnb.launch"``)."""
+    ``where`` names the call it was given to (``"Tuner"``, ``"ftnb.launch"``). A
+    :class:`ftnb.TorchTrainer` is a trainable too (it checked its loop when it was built)."""
+    if getattr(trainable, "_ftnb_trainer", False):
+        return
     if not callable(trainable):
         raise TypeError(
             f"{where}(trainable=...) must be a function that takes a config dict; got "

@@ -48,7 +48,7 @@ def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPl
     from .storage import check_outage_settings
 
     rc, tc = tuner.run_config, tuner.tune_config
-    executor.check_fits(tuner.resources)
+    executor.check_fits(tuner.resources, tuner.num_workers)
     space, _ = bind_objects(tuner.param_space)
     variants = generate_variants(space, tc.num_samples, tc.seed)
     check_picklable(tuner.trainable, "trainable")
@@ -80,11 +80,11 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
             "num_samples": tc.num_samples,
             "seed": tc.seed,
             "max_concurrent_trials": tc.max_concurrent_trials,
-            "resources_per_trial": tuner.resources.as_dict(),
             "failure_config": vars(rc.failure_config).copy(),
             "checkpoint_config": vars(ckpt).copy(),
             "stop": describe_stop(rc.stop),
             "storage_path": plan.storage.uri(plan.storage.root),
+            **tuner.group_settings(),
         },
     )
     if tuner.origin:

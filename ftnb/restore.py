@@ -207,7 +207,9 @@ class RestorePlan:
     rebound: bool  # a param_space was given (the resume line then asks for it again)
     run_config: RunConfig  # the stored one, with the stop criterion and verbosity asked for
     tune_config: TuneConfig  # as stored
-    resources: "TrialResources"  # per trial, as stored
+    resources: "TrialResources"  # per trial (per rank of a group), as stored
+    num_workers: int = 1  # ranks per trial, as stored
+    collective_timeout_s: float = 30.0
 
 
 #: ``plan_restore(stop=...)`` not given: the experiment's own stop criterion.
@@ -289,7 +291,9 @@ def plan_restore(
     tune_config = _stored_tune_config(settings)
     resources = TrialResources.from_user(settings.get("resources_per_trial"))
     return RestorePlan(paths, state, configs, result_configs, flags, takeover,
-                       param_space is not None, run_config, tune_config, resources)
+                       param_space is not None, run_config, tune_config, resources,
+                       int(settings.get("num_workers") or 1),
+                       float(settings.get("collective_timeout_s") or 30.0))
 
 
 def _stored_tune_config(settings: dict) -> TuneConfig:

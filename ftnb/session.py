@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .storage import Storage, TrialPaths
     from .storage.result_log import ResultLog
 
-__all__ = ["TrialContext", "get_checkpoint", "get_context", "report"]
+__all__ = ["TrialContext", "get_checkpoint", "get_context", "get_dataset_shard", "report"]
 
 
 
@@ -54,6 +54,19 @@ class _Fenced(_AttemptEnd):
     outcome = "fenced"
 
 
+#: How rank 0 tells the other ranks of a group that the attempt ends at a report.
+_ENDS: dict[str, type[_AttemptEnd]] = {
+    "stop_criterion": _StopCriterionMet,
+    "stopped": _StopRequested,
+    "preempted": _Preempted,
+    "fenced": _Fenced,
+}
+
+
+def _end_name(end: _AttemptEnd) -> str:
+    return next(name for name, cls in _ENDS.items() if type(end) is cls)
+
+
 @dataclass
 class TrialContext:
     """Facts about the running trial, as returned by :func:`get_context`.
@@ -67,6 +80,11 @@ class TrialContext:
     experiment_path: str
     trial_dir: str
     attempt: int
+    world_rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
     _session: Any = None
 
     @property
@@ -93,6 +111,29 @@ class TrialContext:
     def get_trial_dir(self) -> str:
         return self.trial_dir
 
+    def get_world_rank(self) -> int:
+        """This rank's place in its group (0 for an ordinary trial)."""
+        return self.world_rank
+
+    def get_world_size(self) -> int:
+        """How many ranks the group has (1 for an ordinary trial)."""
+        return self.world_size
+
+    def get_local_rank(self) -> int:
+        """This rank's place among the group's ranks on its node."""
+        return self.local_rank
+
+    def get_local_world_size(self) -> int:
+        """How many of the group's ranks run on this node."""
+        return self.local_world_size
+
+    def get_node_rank(self) -> int:
+        """The index of this rank's node among the group's nodes."""
+        return self.node_rank
+
+    def get_experiment_path(self) -> str:
+        return self.experiment_path
+
 
 class TrialSession:
     """The state of one attempt inside its process."""
@@ -114,6 +155,7 @@ class TrialSession:
         checkpoint_score_attribute: Optional[str],
         metric: Optional[str] = None,
         fence: Any = None,
+        group: Any = None,
     ) -> None:
         self.context = context
         self.context._session = self
@@ -131,6 +173,11 @@ class TrialSession:
         # TuneConfig.metric, checked against the first report; None once checked (or unset).
         self.metric_to_check = metric
         self.fence = fence
+        #: The attempt's :class:`~ftnb.execution.rank_group.RankGroup` when it is a group.
+        self.group = group
+        #: ``TorchTrainer(datasets=...)``, resolved: :func:`get_dataset_shard` shards them.
+        self.datasets: dict = {}
+        self._shards: dict = {}
         self.started = time.time()
         self.last_report = self.started
         self.preempted = False
@@ -168,8 +215,14 @@ class TrialSession:
                 "checkpoint_score_attribute."
             )
 
-        now = time.time()
         self.iteration += 1
+        if self.group is not None and self.group.rank != 0:
+            # Only rank 0 persists; the others go on once it has, and end where it ends.
+            end = self.group.decision(self.iteration)
+            if end is not None:
+                raise _ENDS[end]()
+            return
+        now = time.time()
         row = dict(values)
         row.update(
             training_iteration=self.iteration,
@@ -188,7 +241,11 @@ class TrialSession:
         if checkpoint is not None:
             self.log.sync()
         self.send("result", row)
-        self._after_report(row, checkpoint is not None)
+        end = self._decide_end(row, checkpoint is not None)
+        if self.group is not None:
+            self.group.publish(self.iteration, _end_name(end) if end is not None else None)
+        if end is not None:
+            raise end
 
     def _check_fence(self, force: bool) -> None:
         """Nothing is written once another driver owns the experiment (see ftnb.storage.lease)."""
@@ -217,7 +274,9 @@ class TrialSession:
             self.storage.persist_directory(local, dest, marker)
         return name
 
-    def _after_report(self, row: dict, with_checkpoint: bool) -> None:
+    def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[_AttemptEnd]:
+        """Whether the attempt ends at this report, and how (None: it goes on). Raises
+        :class:`UsageError` for a metric or stop criterion the trainable does not report."""
         if self.metric_to_check is not None:
             metric, self.metric_to_check = self.metric_to_check, None
             _check_metric_reported(metric, row)
@@ -232,13 +291,29 @@ class TrialSession:
                     )
                 self._stop_keys_checked = True
             if _stop_met(self.stop, self.context.trial_id, row):
-                raise _StopCriterionMet()
+                return _StopCriterionMet()
         if not self.stop_requested and self.poll_stop():
             self.stop_requested = True
         if self.stop_requested:
-            raise _StopRequested()
+            return _StopRequested()
         if self.preempted and with_checkpoint:
-            raise _Preempted()
+            return _Preempted()
+        return None
+
+    def get_dataset_shard(self, name: str) -> Any:
+        if name not in self.datasets:
+            given = ", ".join(repr(k) for k in self.datasets) or "none"
+            raise UsageError(
+                f"get_dataset_shard({name!r}): no dataset of that name was given to the "
+                f"trainer (given: {given}). Fix: TorchTrainer(..., datasets={{{name!r}: data}})."
+            )
+        if name not in self._shards:
+            from .train.shards import shard_of
+
+            ctx = self.context
+            self._shards[name] = shard_of(self.datasets[name], ctx.world_rank, ctx.world_size,
+                                          name=name)
+        return self._shards[name]
 
     def get_checkpoint(self) -> Optional[Checkpoint]:
         if self.restore_checkpoint is None:
@@ -320,6 +395,20 @@ def get_checkpoint() -> Optional[Checkpoint]:
     """The checkpoint this attempt should resume from (the trial's latest persisted one), or
     None on a fresh start."""
     return _current("get_checkpoint").get_checkpoint()
+
+
+def get_dataset_shard(name: str) -> Any:
+    """This rank's share of the dataset ``name`` given to ``TorchTrainer(datasets=...)``: the
+    shards of the group's ranks are disjoint, contiguous and together cover the dataset once
+    (their sizes differ by at most one). A numpy array gives a view, a DataFrame an ``iloc``
+    slice, a torch ``Dataset`` a ``Subset``, a list a list (see :mod:`ftnb.train.shards`).
+
+    Example:
+        >>> def train_loop(config):  # doctest: +SKIP
+        ...     shard = ftnb.get_dataset_shard("train")
+        ...     loader = torch.utils.data.DataLoader(shard, batch_size=32, drop_last=True)
+    """
+    return _current("get_dataset_shard").get_dataset_shard(name)
 
 
 def get_context() -> TrialContext:

@@ -91,6 +91,11 @@ class Tuner:
         from .search import validate_param_space
 
         check_trainable(trainable, "Tuner")
+        group = _GroupSettings.of(trainable, resources_per_trial, "Tuner")
+        if group.trainer is not None:
+            param_space = group.trainer.param_space(param_space)
+            run_config = run_config or group.trainer.run_config
+            trainable = group.trainer.worker_loop()
         validate_param_space(param_space)
         if tune_config is not None and not isinstance(tune_config, TuneConfig):
             raise TypeError(
@@ -104,7 +109,12 @@ class Tuner:
         self.param_space = dict(param_space) if param_space is not None else {}
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
-        self.resources = TrialResources.from_user(resources_per_trial)
+        self.resources = group.resources or TrialResources.from_user(resources_per_trial)
+        #: Ranks per trial (a TorchTrainer's ScalingConfig), and their hang limit.
+        self.num_workers = group.num_workers
+        self.collective_timeout_s = group.collective_timeout_s
+        #: A TorchTrainer's code, written to ``trainer.pkl`` (see ExperimentPaths.trainer).
+        self.trainer_pickle = group.pickle
         self.listeners: list[Any] = []
         # Where the caller's objects came from (e.g. {"trainable": "train", "param_space":
         # "space"} for %ftrun), stored in the state so a new kernel can find them again.
@@ -180,6 +190,12 @@ class Tuner:
         finally:
             lease.release()
 
+    def group_settings(self) -> dict:
+        """What the state records of the trials' size: resources per rank, ranks, hang limit."""
+        return {"resources_per_trial": self.resources.as_dict(),
+                "num_workers": self.num_workers,
+                "collective_timeout_s": self.collective_timeout_s}
+
     def _resume_line(self, paths: ExperimentPaths, state: ExperimentState,
                      with_space: bool) -> str:
         """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
@@ -224,7 +240,11 @@ class Tuner:
             lease=lease,
             resume_hint=hint,
             control=ControlInbox(paths, epoch=lease.info.epoch),
+            num_workers=self.num_workers,
+            collective_timeout_s=self.collective_timeout_s,
         )
+        if self.trainer_pickle is not None:
+            paths.storage.write_atomic(paths.trainer, self.trainer_pickle)
         if prepare is not None:
             prepare(controller)
         lease.start_heartbeat()
@@ -280,6 +300,12 @@ class Tuner:
         """
         from .restore import plan_restore
 
+        group = _GroupSettings.of(trainable, None, "Tuner.restore")
+        if group.trainer is not None:
+            # Its space (with its datasets) must match the stored one; its scaling is the one
+            # the run goes on with (fewer workers after a GPU was lost, say).
+            param_space = group.trainer.param_space(param_space)
+            trainable = group.trainer.worker_loop()
         # Passed on only when given: plan_restore keeps the stored stop criterion otherwise.
         given_stop = {} if stop is _UNSET else {"stop": stop}
         plan = plan_restore(
@@ -292,7 +318,11 @@ class Tuner:
         tuner.param_space = dict(param_space) if param_space is not None else {}
         tuner.tune_config = plan.tune_config
         tuner.run_config = plan.run_config
-        tuner.resources = plan.resources
+        tuner.resources = group.resources or plan.resources
+        tuner.num_workers = group.num_workers if group.trainer else plan.num_workers
+        tuner.collective_timeout_s = (group.collective_timeout_s if group.trainer
+                                      else plan.collective_timeout_s)
+        tuner.trainer_pickle = group.pickle
         tuner.listeners = []
         tuner.origin = None
         tuner._results = None
@@ -306,7 +336,7 @@ class Tuner:
         from .storage.lease import Lease
 
         executor = self._executor()
-        executor.check_fits(self.resources)
+        executor.check_fits(self.resources, self.num_workers)
         check_picklable(self.trainable, "trainable")
         paths = plan.paths
         lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
@@ -318,6 +348,7 @@ class Tuner:
                 resume_trials(state, plan.flags, controller.trial_files)
                 state.status = ExperimentStatus.RUNNING.value
                 state.settings["storage_path"] = paths.parent_uri
+                state.settings.update(self.group_settings())
                 if self.origin:
                     state.settings["origin"] = self.origin
                 controller.save()
@@ -326,6 +357,40 @@ class Tuner:
                              prepare=prepare)
         finally:
             lease.release()
+
+
+class _GroupSettings:
+    """How big each trial is: one worker, or a TorchTrainer's group (its ScalingConfig)."""
+
+    def __init__(self, trainer: Any = None) -> None:
+        from .config import DEFAULT_COLLECTIVE_TIMEOUT_S
+
+        self.trainer = trainer
+        self.resources: Any = None
+        self.num_workers = 1
+        self.collective_timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
+        self.pickle: Optional[bytes] = None
+        if trainer is not None:
+            from .train.torch_trainer import trainer_pickle
+
+            scaling = trainer.scaling_config
+            self.resources = scaling.worker_resources()
+            self.num_workers = scaling.num_workers
+            self.collective_timeout_s = (trainer.torch_config.timeout_s
+                                         or scaling.collective_timeout_s)
+            self.pickle = trainer_pickle(trainer)
+
+    @classmethod
+    def of(cls, trainable: Any, resources_per_trial: Any, where: str) -> "_GroupSettings":
+        if not getattr(trainable, "_ftnb_trainer", False):
+            return cls()
+        if resources_per_trial is not None:
+            raise ValueError(
+                f"{where}(TorchTrainer, resources_per_trial={resources_per_trial!r}): a trainer's "
+                "ScalingConfig says what each of its ranks gets. Fix: leave resources_per_trial "
+                "out and use ScalingConfig(num_workers=..., resources_per_worker=...)."
+            )
+        return cls(trainable)
 
 
 def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:

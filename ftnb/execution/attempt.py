@@ -35,6 +35,7 @@ from .contract import (
 
 if TYPE_CHECKING:
     from ..session import TrialSession
+    from .rank_group import RankPlace
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -49,6 +50,10 @@ class AttemptChannel(Protocol):
     def stop_requested(self) -> bool:
         """Whether the executor asked the attempt to stop; called at every report, so cheap."""
 
+    def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
+        """A group's rank 0: hand the executor its store's ``port``; any other rank (``None``):
+        wait for rank 0's ``(address, port)``. Only channels of group ranks need it."""
+
 
 class WriteGuard(Protocol):
     """A fence check: ``check(force)`` raises :class:`ftnb.storage.lease.FencedError` when the attempt
@@ -60,8 +65,13 @@ class WriteGuard(Protocol):
 def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
                 this_thread_only: bool = False, guard: Optional[WriteGuard] = None,
                 on_session: Optional[Callable[["TrialSession"], None]] = None,
-                passthrough: tuple[type[BaseException], ...] = ()) -> int:
+                passthrough: tuple[type[BaseException], ...] = (),
+                place: Optional["RankPlace"] = None) -> int:
     """Run the attempt ``spec`` as rank ``rank``; returns the exit code the rank should end with.
+
+    ``place``: where this rank is in its group, for a group attempt (``spec.num_workers > 1``):
+    it joins the group's rendezvous (:mod:`ftnb.execution.rank_group`) before the trainable
+    runs, and only rank 0 persists reports.
 
     ``this_thread_only``: the trainable's ``ftnb.report`` & co. find the session in this thread
     only (an executor running several attempts in threads of one process). ``guard``: a check
@@ -89,6 +99,19 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         fences.append(Fence(experiment, spec.fence.as_lease_spec()))
     if guard is not None:
         fences.append(guard)
+    ids = (spec.trial_id, spec.attempt)
+    group = None
+    if place is not None and place.world_size > 1:
+        from .rank_group import RankGroup
+
+        rank = place.rank
+        try:
+            group = RankGroup.join(place, channel.rendezvous, spec.collective_timeout_s)
+        except passthrough:
+            raise
+        except BaseException as exc:  # a peer died during the rendezvous, or torch is missing
+            report_exception(channel, ids, exc, "exception", rank=rank)
+            return EXIT_ERROR
     context = session_mod.TrialContext(
         trial_id=spec.trial_id,
         trial_name=spec.trial_id,
@@ -97,6 +120,10 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         trial_dir=storage.uri(paths.dir),
         attempt=spec.attempt,
     )
+    if place is not None:
+        context.world_rank, context.world_size = place.rank, place.world_size
+        context.local_rank, context.local_world_size = place.local_rank, place.local_world_size
+        context.node_rank = place.node_rank
     session = session_mod.TrialSession(
         context=context,
         storage=storage,
@@ -112,12 +139,12 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         checkpoint_score_attribute=spec.checkpoint_score_attribute,
         metric=spec.metric,
         fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
+        group=group,
     )
     session_mod._set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:
         on_session(session)
 
-    ids = (spec.trial_id, spec.attempt)
     try:
         config = resolve_refs(spec.config)
     except ObjectUnavailableError as exc:  # the driver that put it is gone: retrying cannot help
@@ -132,6 +159,11 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         outcome = end.outcome
         if isinstance(end, session_mod._Fenced):
             print(f"ftnb: {end}", file=sys.stderr, flush=True)
+            if group is not None and rank == 0:  # the others wait on this report: tell them
+                try:
+                    group.publish(session.iteration, "fenced")
+                except Exception:
+                    pass
     except session_mod.UsageError as exc:
         report_exception(channel, ids, exc, "usage", rank=rank)
         return EXIT_ERROR
@@ -155,6 +187,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         log.close()
         if this_thread_only:
             session_mod._set_session(None, this_thread_only=True)
+    if group is not None:
+        group.finish()
     channel.send(DoneEvent(*ids, outcome=outcome, iteration=session.iteration))
     return EXIT_OK
 

@@ -186,8 +186,8 @@ def group_refused(executor: str, num_workers: Any) -> GroupNotSupportedError:
     """The one-line error of an executor that runs single-worker attempts only."""
     return GroupNotSupportedError(
         f"num_workers={num_workers!r}: the {executor!r} executor runs an attempt as one worker "
-        "(num_workers=1) for now; groups of ranks come with the data-parallel trainer. "
-        "Fix: use num_workers=1."
+        "(num_workers=1); groups of ranks (ScalingConfig(num_workers=N)) run on the 'local' "
+        "executor. Fix: use num_workers=1, or the 'local' executor."
     )
 
 

@@ -134,7 +134,7 @@ class InProcessExecutor(OneMachineExecutor):
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
-        payload, allocation = self._admit(spec)
+        payload, (allocation,) = self._admit(spec)
         attempt = _Attempt(spec, allocation, self._output_events)
         if not self._routing:
             _route_output(True)

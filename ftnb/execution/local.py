@@ -16,7 +16,13 @@ attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial
 directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
 staged locally and published when the attempt ends on object stores) and the tailing of them into
 output events, and the sweep of ``ftnb.put`` files that a killed attempt could not remove.
-An attempt is one process: a group of ranks (``num_workers > 1``) is refused at start.
+An attempt is one process, or for a group (``num_workers > 1``) one process per rank, each with
+its own allocation (its own GPU), the rank's variables (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``...) and a fresh rendezvous store per attempt
+(:mod:`ftnb.execution.rank_group`). A group fails as one: the first rank to fail (an exception,
+a signal, an exit, a stopped process for longer than the collective timeout) is the cause, the
+others are killed at once (a peer's error, such as a reset connection, waits a moment for the
+failure that caused it), and one exit event reports every rank.
 """
 
 from __future__ import annotations
@@ -35,10 +41,17 @@ from typing import TYPE_CHECKING, Any, Optional
 from .contract import (
     AttemptEvent,
     AttemptSpec,
+    DoneEvent,
+    ErrorEvent,
     ExitEvent,
     OutputEvent,
+    PreemptedEvent,
+    RankExit,
+    StartedEvent,
+    is_peer_error,
 )
 from .one_machine import OneMachineExecutor
+from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
 from .trial_process import ProcessLaunch, attempt_main
 
@@ -54,7 +67,7 @@ _ALWAYS_PRELOAD = [
 ]
 # Imported in the fork server too when the caller has already imported them: a notebook that
 # trains with torch will have trials that need torch, and importing it once saves seconds a trial.
-_PRELOAD_IF_LOADED = ["numpy", "pandas", "torch", "sklearn", "s3fs"]
+_PRELOAD_IF_LOADED = ["numpy", "pandas", "torch", "torch.distributed", "sklearn", "s3fs"]
 
 _context_lock = threading.Lock()
 _context: Optional[Any] = None
@@ -146,20 +159,59 @@ class _OutputTail:
         return data[:end].decode("utf-8", "replace")
 
 
+#: After a rank fails with a peer's error (a reset connection, a collective's timeout), how long
+#: the group waits for the failure that caused it (a rank killed, one that raised) before it
+#: takes the peer error as the cause.
+_SETTLE_S = 2.0
+#: How long the first failing rank may take to exit on its own (its traceback printed, its
+#: files flushed) once the rest of its group is ended.
+_ROOT_EXIT_S = 2.0
+
+
 @dataclass
-class _Running:
-    launch: ProcessLaunch
+class _Rank:
+    """One process of an attempt (rank ``index`` of its group; 0 for a single worker)."""
+
+    index: int
     process: Any
     conn: Any
-    oom_before: int
     allocation: Allocation
-    outputs: list["StagedFile"]
-    tails: list[_OutputTail] = field(default_factory=list)
     conn_open: bool = True
+    started: bool = False
+    exit_code: Optional[int] = None
+    exited: bool = False
+    error: Optional[ErrorEvent] = None
+    killed_by_us: bool = False  # ended because another rank failed first
+    hung: bool = False
+    stopped_since: Optional[float] = None
+
+
+@dataclass
+class _Running:
+    launch: ProcessLaunch  # rank 0's
+    ranks: list[_Rank]
+    oom_before: int
+    outputs: list["StagedFile"]
+    timeout_s: float
+    tails: list[_OutputTail] = field(default_factory=list)
+    started_sent: bool = False
+    cause: Optional[int] = None  # the first failing rank, once known
+    failures: list[tuple[int, bool]] = field(default_factory=list)  # (rank, peer) as seen
+    settle_until: Optional[float] = None
+    kill_cause_at: Optional[float] = None
+
+    @property
+    def group(self) -> bool:
+        return len(self.ranks) > 1
+
+    @property
+    def allocations(self) -> list[Allocation]:
+        return [rank.allocation for rank in self.ranks]
 
 
 class LocalProcessExecutor(OneMachineExecutor):
-    """Runs each attempt in its own process on this machine (see the module docstring).
+    """Runs each attempt in its own process on this machine, a group attempt in one process per
+    rank (see the module docstring).
 
     ``pool``: the CPUs and GPUs to hand out (default: what this machine has, see
     :mod:`ftnb.execution.resources`). ``output_events``: tail the trials' stdout and stderr into
@@ -167,6 +219,7 @@ class LocalProcessExecutor(OneMachineExecutor):
     """
 
     name = "local"
+    runs_groups = True
 
     def __init__(self, *, pool: Optional[ResourcePool] = None, output_events: bool = True) -> None:
         super().__init__(pool)
@@ -178,14 +231,15 @@ class LocalProcessExecutor(OneMachineExecutor):
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
-        payload, allocation = self._admit(spec)
+        payload, allocations = self._admit(spec)
         try:
-            self._spawn(spec, payload, allocation)
+            self._spawn(spec, payload, allocations)
         except BaseException:
-            self._pool.release(allocation)
+            for allocation in allocations:
+                self._pool.release(allocation)
             raise
 
-    def _spawn(self, spec: AttemptSpec, payload: bytes, allocation: Allocation) -> None:
+    def _spawn(self, spec: AttemptSpec, payload: bytes, allocations: list[Allocation]) -> None:
         from ..storage import ExperimentPaths
 
         trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
@@ -195,34 +249,54 @@ class LocalProcessExecutor(OneMachineExecutor):
             self._staging[key] = os.path.dirname(stdout.local_path)
         stderr = spec.storage.staged_file(trial_paths.stderr, self._staging.get(key))
         token = spec.fence.token if spec.fence is not None else None
-        launch = ProcessLaunch(
-            trial_id=spec.trial_id,
-            attempt=spec.attempt,
-            payload=payload,
-            env=_trial_environment(spec, allocation),
-            stdout_path=stdout.local_path,
-            stderr_path=stderr.local_path,
-            sys_path=list(sys.path),
-            cwd=os.getcwd(),
-            lease_token=token,
-        )
         tails = []
         if self._output_events:
             tails = [_OutputTail("stdout", stdout.local_path),
                      _OutputTail("stderr", stderr.local_path)]
         ctx = _fork_server_context()
-        parent_conn, child_conn = ctx.Pipe(duplex=True)
-        process = ctx.Process(
-            target=attempt_main,
-            args=(launch, child_conn),
-            name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}",
-            daemon=False,
-        )
+        world = spec.num_workers
+        launches = []
+        for index, allocation in enumerate(allocations):
+            place = None
+            env = _trial_environment(spec, allocation)
+            if world > 1:
+                place = RankPlace(rank=index, world_size=world, local_rank=index,
+                                  local_world_size=world, node_rank=0)
+                env.update(rank_environment(place, "127.0.0.1"))
+            launches.append(ProcessLaunch(
+                trial_id=spec.trial_id,
+                attempt=spec.attempt,
+                payload=payload,
+                env=env,
+                stdout_path=stdout.local_path,
+                stderr_path=stderr.local_path,
+                sys_path=list(sys.path),
+                cwd=os.getcwd(),
+                lease_token=token,
+                place=place,
+            ))
         oom_before = _oom_kill_count()
-        process.start()
-        child_conn.close()
-        self._running[launch.trial_id] = _Running(
-            launch, process, parent_conn, oom_before, allocation, [stdout, stderr], tails
+        ranks: list[_Rank] = []
+        try:
+            for index, (launch, allocation) in enumerate(zip(launches, allocations)):
+                parent_conn, child_conn = ctx.Pipe(duplex=True)
+                suffix = f"-rank{index}" if world > 1 else ""
+                process = ctx.Process(
+                    target=attempt_main,
+                    args=(launch, child_conn),
+                    name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}{suffix}",
+                    daemon=False,
+                )
+                process.start()
+                child_conn.close()
+                ranks.append(_Rank(index, process, parent_conn, allocation))
+        except BaseException:
+            for rank in ranks:  # a group starts whole or not at all
+                _kill_group(rank.process.pid)
+                rank.process.join(5)
+            raise
+        self._running[spec.trial_id] = _Running(
+            launches[0], ranks, oom_before, [stdout, stderr], spec.collective_timeout_s, tails
         )
 
     def running(self) -> list[str]:
@@ -233,42 +307,145 @@ class LocalProcessExecutor(OneMachineExecutor):
         if not self._running:
             time.sleep(min(timeout, 0.05))
             return []
-        waitables: dict[Any, _Running] = {}
+        waitables: dict[Any, tuple[_Running, _Rank, bool]] = {}
         for run in self._running.values():
-            if run.conn_open:
-                waitables[run.conn] = run
-            waitables[run.process.sentinel] = run
+            if run.group:  # the liveness check runs at least every 0.25 s
+                timeout = min(timeout, 0.25)
+            for rank in run.ranks:
+                if rank.conn_open:
+                    waitables[rank.conn] = (run, rank, True)
+                if not rank.exited:
+                    waitables[rank.process.sentinel] = (run, rank, False)
         ready = multiprocessing.connection.wait(list(waitables), timeout)
         events: list[AttemptEvent] = []
-        exited: list[_Running] = []
+        exiting: list[tuple[_Running, _Rank]] = []
         for obj in ready:
-            run = waitables[obj]
-            if obj is run.conn:
-                events.extend(self._drain(run))
-            elif run not in exited:
-                exited.append(run)
-        for run in self._running.values():
-            if run not in exited:
-                events.extend(self._output(run))
-        for run in exited:
-            # Everything the attempt sent or wrote before it died is still in the socket and
-            # its files: hand it over first, so the exit event is always the attempt's last.
-            events.extend(self._drain(run))
+            run, rank, is_conn = waitables[obj]
+            if is_conn:
+                events.extend(self._drain(run, rank))
+            else:
+                exiting.append((run, rank))
+        for run, rank in exiting:
+            # Everything the rank sent before it died is still in the socket: hand it over
+            # first, so the exit event is always the attempt's last.
+            events.extend(self._drain(run, rank))
+            self._rank_exited(run, rank)
+        now = time.monotonic()
+        for run in list(self._running.values()):
+            if run.group:
+                self._supervise(run, now)
             events.extend(self._output(run))
-            events.append(self._finish(run))
+            if all(rank.exited for rank in run.ranks):
+                for rank in run.ranks:
+                    events.extend(self._drain(run, rank))
+                events.append(self._finish(run))
         return events
 
-    def _drain(self, run: _Running) -> list[AttemptEvent]:
-        events = []
-        while run.conn_open:
+    def _drain(self, run: _Running, rank: _Rank) -> list[AttemptEvent]:
+        events: list[AttemptEvent] = []
+        while rank.conn_open:
             try:
-                if not run.conn.poll(0):
+                if not rank.conn.poll(0):
                     break
-                events.append(run.conn.recv())
+                message = rank.conn.recv()
             except (EOFError, OSError):
-                run.conn_open = False
+                rank.conn_open = False
                 break
+            events.extend(self._take(run, rank, message))
         return events
+
+    def _take(self, run: _Running, rank: _Rank, message: Any) -> list[AttemptEvent]:
+        """What a rank's message means for the attempt: events to hand over (a group's
+        started and done events are the group's, not each rank's)."""
+        if isinstance(message, tuple):  # ("rendezvous", port): rank 0's store is up
+            kind, value = message
+            if kind == "rendezvous":
+                self._send_all(run, ("rendezvous", ("127.0.0.1", value)), but=rank)
+            return []
+        if isinstance(message, StartedEvent):
+            rank.started = True
+            if run.started_sent or not all(r.started for r in run.ranks):
+                return []
+            run.started_sent = True
+            pids = tuple(r.process.pid for r in run.ranks)
+            return [StartedEvent(message.trial_id, message.attempt, pids=pids)]
+        if isinstance(message, ErrorEvent):
+            rank.error = rank.error or message
+            if run.group:
+                self._note_failure(run, rank.index, is_peer_error(message.type, message.message))
+        elif isinstance(message, PreemptedEvent) and run.group:
+            # One rank's slot is going away: every rank checkpoints at the next report, together.
+            self._send_all(run, ("preempt", None), but=rank)
+        elif isinstance(message, DoneEvent) and run.group and rank.index != 0:
+            return []  # rank 0 speaks for the group
+        return [message]
+
+    def _send_all(self, run: _Running, message: tuple, but: Optional[_Rank] = None) -> None:
+        for rank in run.ranks:
+            if rank is not but and rank.conn_open and not rank.exited:
+                try:
+                    rank.conn.send(message)
+                except (OSError, BrokenPipeError):
+                    pass
+
+    def _rank_exited(self, run: _Running, rank: _Rank) -> None:
+        rank.process.join(5)
+        rank.exit_code = rank.process.exitcode
+        rank.exited = True
+        _kill_group(rank.process.pid)  # whatever the rank started dies with it
+        if run.group and rank.exit_code != 0 and not rank.killed_by_us and rank.error is None:
+            self._note_failure(run, rank.index, peer=False)  # killed, or exited by itself
+
+    # -- a group fails as one --------------------------------------------------------------------
+    def _note_failure(self, run: _Running, index: int, peer: bool) -> None:
+        """Rank ``index`` failed (``peer``: with a peer's error). A failure of its own is the
+        cause at once; a peer's error waits a moment for the failure that caused it."""
+        run.failures.append((index, peer))
+        if run.cause is not None:
+            return
+        if not peer:
+            self._decide(run, index)
+        elif run.settle_until is None:
+            run.settle_until = time.monotonic() + _SETTLE_S
+
+    def _supervise(self, run: _Running, now: float) -> None:
+        """The group's liveness check, and its end once a rank failed: the others are killed."""
+        if run.cause is None:
+            stopped = []
+            for rank in run.ranks:
+                if rank.exited:
+                    continue
+                if _is_stopped(rank.process.pid):
+                    rank.stopped_since = rank.stopped_since or now
+                    stopped.append(rank)
+                else:
+                    rank.stopped_since = None
+            if stopped and (run.settle_until is not None
+                            or now - stopped[0].stopped_since >= run.timeout_s):
+                # A stopped rank (SIGSTOP, a frozen machine) is why its peers time out.
+                self._decide(run, stopped[0].index, hung=True)
+            elif run.settle_until is not None and now >= run.settle_until:
+                self._decide(run, run.failures[0][0])
+        if run.cause is None:
+            return
+        for rank in run.ranks:
+            if rank.exited or rank.killed_by_us:
+                continue
+            if rank.index != run.cause:
+                rank.killed_by_us = True
+                _kill_group(rank.process.pid)
+            elif run.kill_cause_at is not None and now >= run.kill_cause_at:
+                run.kill_cause_at = None
+                _kill_group(rank.process.pid)
+
+    def _decide(self, run: _Running, index: int, hung: bool = False) -> None:
+        run.cause = index
+        cause = run.ranks[index]
+        if hung:
+            cause.hung = True
+            _kill_group(cause.process.pid)
+        elif not cause.exited:
+            run.kill_cause_at = time.monotonic() + _ROOT_EXIT_S
 
     def _output(self, run: _Running) -> list[AttemptEvent]:
         events: list[AttemptEvent] = []
@@ -280,44 +457,58 @@ class LocalProcessExecutor(OneMachineExecutor):
         return events
 
     def _finish(self, run: _Running) -> AttemptEvent:
-        run.process.join(5)
-        code = run.process.exitcode
-        _kill_group(run.process.pid)  # whatever the trainable started dies with it
-        oom = code == -signal.SIGKILL and _oom_kill_count() > run.oom_before
-        try:
-            run.conn.close()
-        except OSError:
-            pass
+        oom_now = _oom_kill_count()
+        for rank in run.ranks:
+            try:
+                rank.conn.close()
+            except OSError:
+                pass
+            self._pool.release(rank.allocation)
         self._running.pop(run.launch.trial_id, None)
-        self._pool.release(run.allocation)
         for output in run.outputs:
             try:
                 output.publish()
             except Exception as exc:  # output is a convenience; never fail a trial for it
                 print(f"ftnb: could not upload {output.local_path} to {output.path}: {exc}",
                       file=sys.stderr)
-        if code is not None and code < 0:
+        if any(rank.exit_code is not None and rank.exit_code < 0 for rank in run.ranks):
             # A killed trial could not delete what it ftnb.put(): free that memory now, not at
             # the next put on this machine (its retry may need it).
             from ..objects import sweep_orphans
 
             sweep_orphans()
-        return ExitEvent.of_one(run.launch.trial_id, run.launch.attempt, code, oom)
+        trial_id, attempt = run.launch.trial_id, run.launch.attempt
+
+        def oom(rank: _Rank) -> bool:
+            return (rank.exit_code == -signal.SIGKILL and not rank.killed_by_us
+                    and not rank.hung and oom_now > run.oom_before)
+
+        if not run.group:
+            rank = run.ranks[0]
+            return ExitEvent.of_one(trial_id, attempt, rank.exit_code, oom(rank))
+        exits = tuple(RankExit(rank.index, rank.exit_code, oom(rank), hung=rank.hung,
+                               collateral=rank.killed_by_us) for rank in run.ranks)
+        cause = run.cause
+        if cause is None and run.failures:
+            own = [index for index, peer in run.failures if not peer]
+            cause = (own or [run.failures[0][0]])[0]
+        if cause is None:
+            cause = next((e.rank for e in exits if e.failed), None)
+        return ExitEvent(trial_id, attempt, exits, cause)
 
     # -- stopping --------------------------------------------------------------------------------
     def request_stop(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
-        if run is None or not run.conn_open:
-            return
-        try:
-            run.conn.send(("stop", None))
-        except (OSError, BrokenPipeError):
-            pass
+        if run is not None:
+            self._send_all(run, ("stop", None))
 
     def kill(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
-        if run is not None and run.process.pid:
-            _kill_group(run.process.pid)
+        if run is None:
+            return
+        for rank in run.ranks:
+            if rank.process.pid:
+                _kill_group(rank.process.pid)
 
     def shutdown(self) -> None:
         self._closed = True
@@ -341,6 +532,21 @@ def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, s
     if spec.fence is not None:
         env["FTNB_LEASE_TOKEN"] = spec.fence.token
     return env
+
+
+def _is_stopped(pid: Optional[int]) -> bool:
+    """Whether the process is stopped (SIGSTOP, a debugger): Linux's ``/proc/PID/stat`` state
+    ``T`` or ``t``; False where that cannot be read."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may hold anything.
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state in (b"T", b"t")
 
 
 def _kill_group(pid: Optional[int]) -> None:

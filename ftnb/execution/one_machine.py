@@ -8,7 +8,7 @@ from typing import Optional
 
 from .contract import AttemptSpec, Capacity, NoRoomError, group_refused
 from .machine import pool_of_this_machine
-from .resources import Allocation, ResourcePool, TrialResources, check_fits
+from .resources import Allocation, ResourcePool, TrialResources, check_fits, check_group_fits
 
 __all__ = ["OneMachineExecutor"]
 
@@ -19,6 +19,8 @@ class OneMachineExecutor:
     run the attempts."""
 
     name = "one-machine"
+    #: Whether it runs group attempts (``num_workers > 1``): each rank gets its own allocation.
+    runs_groups = False
 
     def __init__(self, pool: Optional[ResourcePool] = None) -> None:
         self._pool = pool if pool is not None else pool_of_this_machine()
@@ -31,18 +33,23 @@ class OneMachineExecutor:
         return Capacity(self._pool.cpus, self._pool.gpu_ids)
 
     def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
-        if num_workers != 1:
+        if num_workers == 1:
+            check_fits(resources, self._pool)
+        elif not self.runs_groups or isinstance(num_workers, bool) \
+                or not isinstance(num_workers, int) or num_workers < 1:
             raise group_refused(self.name, num_workers)
-        check_fits(resources, self._pool)
+        else:
+            check_group_fits(resources, num_workers, self._pool)
 
     def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
         self.check_fits(resources, num_workers)
-        return self._pool.fits_now(resources)
+        return self._pool.fits_now_group(resources, num_workers)
 
-    def _admit(self, spec: AttemptSpec) -> tuple[bytes, Allocation]:
+    def _admit(self, spec: AttemptSpec) -> tuple[bytes, list[Allocation]]:
         """The checks every start makes (not shut down, fits, no attempt of that trial running
-        here), then ``spec`` pickled to travel and its resources taken from the pool (or
-        :class:`NoRoomError`). The caller releases the allocation if it cannot start."""
+        here), then ``spec`` pickled to travel and its resources taken from the pool, one
+        allocation per rank (or :class:`NoRoomError`). The caller releases them if it cannot
+        start."""
         import cloudpickle
 
         if self._closed:
@@ -53,9 +60,10 @@ class OneMachineExecutor:
         payload = cloudpickle.dumps(spec)
         return payload, self._allocate(spec)
 
-    def _allocate(self, spec: AttemptSpec) -> Allocation:
-        """Take ``spec``'s resources from the pool, or raise :class:`NoRoomError`."""
-        allocation = self._pool.try_acquire(spec.resources)
+    def _allocate(self, spec: AttemptSpec) -> list[Allocation]:
+        """Take ``spec``'s resources (for each rank) from the pool, or raise
+        :class:`NoRoomError`."""
+        allocation = self._pool.try_acquire_group(spec.resources, spec.num_workers)
         if allocation is None:
             raise NoRoomError(
                 f"no room for trial {spec.trial_id!r} ({spec.resources.as_dict()}) now: "

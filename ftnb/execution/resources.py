@@ -30,6 +30,7 @@ __all__ = [
     "ResourcePool",
     "TrialResources",
     "check_fits",
+    "check_group_fits",
     "max_concurrency",
 ]
 
@@ -274,6 +275,27 @@ class ResourcePool:
             self._live[alloc.alloc_id] = alloc
             return alloc
 
+    def try_acquire_group(self, req: TrialResources, n: int) -> list[Allocation] | None:
+        """``n`` allocations of ``req`` (one per rank of a group), all or none."""
+        taken: list[Allocation] = []
+        for _ in range(n):
+            alloc = self.try_acquire(req)
+            if alloc is None:
+                for held in taken:
+                    self.release(held)
+                return None
+            taken.append(alloc)
+        return taken
+
+    def fits_now_group(self, req: TrialResources, n: int) -> bool:
+        """Whether ``n`` ranks of ``req`` could be allocated now."""
+        if n == 1:
+            return self.fits_now(req)
+        taken = self.try_acquire_group(req, n)
+        for alloc in taken or ():
+            self.release(alloc)
+        return taken is not None
+
     def _pick_gpus(self, gpu: float) -> tuple[str, ...] | None:
         """Choose GPUs for a request; caller holds the lock. None means not now."""
         if gpu == 0:
@@ -333,6 +355,25 @@ def check_fits(req: TrialResources, pool: ResourcePool) -> None:
     raise ValueError(
         f"{_ARG}={req._short_repr()} can never be satisfied on this machine: it has "
         f"{plural(pool.cpus, 'CPU')} and {gpus}. Fix: {'; and '.join(fixes)}."
+    )
+
+
+def check_group_fits(req: TrialResources, n: int, pool: ResourcePool) -> None:
+    """Raise ``ValueError`` if a group of ``n`` ranks, each asking for ``req``, can never run on
+    ``pool`` (every rank at once), saying what to change."""
+    if n == 1:
+        check_fits(req, pool)
+        return
+    empty = ResourcePool(pool.cpus, list(pool.gpu_ids))
+    if empty.try_acquire_group(req, n) is not None:
+        return
+    gpus = plural(len(pool.gpu_ids), "GPU")
+    raise ValueError(
+        f"ScalingConfig(num_workers={n}, resources_per_worker={req._short_repr()}) needs "
+        f"{number(req.cpu * n)} CPUs and {number(math.ceil(req.gpu) * n)} GPUs at once, but this "
+        f"machine has {plural(pool.cpus, 'CPU')} and {gpus}. Fix: fewer workers, or fewer CPUs "
+        "per worker (resources_per_worker={'CPU': 0.5} lets ranks share cores), or set "
+        "FTNB_NUM_CPUS / FTNB_NUM_GPUS if they are not detected."
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .contract import AttemptEvent, AttemptSpec, StartedEvent
+from .rank_group import RankPlace
 
 __all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
 
@@ -37,6 +38,8 @@ class ProcessLaunch:
     sys_path: list[str]
     cwd: Optional[str]
     lease_token: Optional[str] = None
+    #: This rank's place in a group attempt (None: a single-worker attempt).
+    place: Optional[RankPlace] = None
 
 
 _PR_SET_PDEATHSIG = 1
@@ -85,30 +88,57 @@ def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> 
 
 
 class PipeChannel:
-    """The trial process's end of the pipe to its executor (see ftnb.execution.attempt.AttemptChannel)."""
+    """The trial process's end of the pipe to its executor (see
+    ftnb.execution.attempt.AttemptChannel). The executor sends ``(kind, value)`` messages:
+    ``stop`` (end at the next report), ``preempt`` (a rank of the group got SIGTERM:
+    ``on_preempt`` is called) and ``rendezvous`` (rank 0's store address, for the other ranks)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self._last_poll = 0.0
+        self._stop = False
+        self._rendezvous: Optional[tuple[str, int]] = None
+        self._closed = False
+        self.on_preempt: Optional[Any] = None
 
-    def send(self, event: AttemptEvent) -> None:
+    def send(self, event: Any) -> None:
         self.conn.send(event)
+
+    def _take(self, timeout: float = 0.0) -> None:
+        try:
+            if not self.conn.poll(timeout):
+                return
+            while True:
+                kind, value = self.conn.recv()
+                if kind == "stop":
+                    self._stop = True
+                elif kind == "preempt" and self.on_preempt is not None:
+                    self.on_preempt()
+                elif kind == "rendezvous":
+                    self._rendezvous = (value[0], int(value[1]))
+                if not self.conn.poll(0):
+                    return
+        except (EOFError, OSError):
+            # The controller is gone; the fork server's exit will kill us, but stop anyway.
+            self._stop = self._closed = True
 
     def stop_requested(self) -> bool:
         # Connection.poll builds a selector per call: look at most every 20 ms, not per report.
         now = time.monotonic()
-        if now - self._last_poll < 0.02:
-            return False
-        self._last_poll = now
-        try:
-            while self.conn.poll(0):
-                kind, _ = self.conn.recv()
-                if kind == "stop":
-                    return True
-        except (EOFError, OSError):
-            # The controller is gone; the fork server's exit will kill us, but stop anyway.
-            return True
-        return False
+        if not self._stop and now - self._last_poll >= 0.02:
+            self._last_poll = now
+            self._take()
+        return self._stop
+
+    def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
+        if port is not None:  # rank 0: the executor hands it to the others
+            self.send(("rendezvous", port))
+            return os.environ.get("MASTER_ADDR", "127.0.0.1"), port
+        while self._rendezvous is None:
+            self._take(1.0)
+            if self._closed and self._rendezvous is None:
+                raise RuntimeError("the executor went away before the group's rendezvous")
+        return self._rendezvous
 
 
 def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
@@ -152,7 +182,15 @@ def _run_launch(launch: ProcessLaunch, channel: PipeChannel) -> int:
         report_exception(channel, (launch.trial_id, launch.attempt), exc, "exception")
         return EXIT_ERROR
     grace = spec.preemption_grace_period_s
-    return run_attempt(
-        spec, channel,
-        on_session=lambda session: install_preemption_handler(session, grace, channel),
-    )
+    place = launch.place
+    rank = place.rank if place is not None else 0
+
+    def on_session(session: Any) -> None:
+        install_preemption_handler(session, grace, channel, rank=rank)
+
+        def preempt() -> None:  # a peer got SIGTERM: this rank checkpoints and leaves with it
+            session.preempted = True
+
+        channel.on_preempt = preempt
+
+    return run_attempt(spec, channel, rank=rank, on_session=on_session, place=place)

@@ -164,6 +164,12 @@ class ExperimentPaths:
         return self.storage.join(self.dir, name)
 
     @property
+    def trainer(self) -> str:
+        """``trainer.pkl``: a TorchTrainer's code, kept so that ``TorchTrainer.restore(path)``
+        needs only the datasets (a convenience: the state itself holds no code)."""
+        return self._file("trainer.pkl")
+
+    @property
     def name(self) -> str:
         """The experiment's name: the last part of its folder's path."""
         return posixpath.basename(self.dir.rstrip("/").replace(os.sep, "/"))
