@@ -26,6 +26,8 @@ LAYERS = [
     ("ftnb.wording", "base"),
     ("ftnb.search", "base"),
     ("ftnb.objects", "base"),
+    # How a dataset is split between ranks: plain data handling that a trainable calls.
+    ("ftnb.train.shards", "base"),
 ]
 API = "public API"  # everything else: ftnb/__init__, tuner, restore, result, handle, ...
 
@@ -54,6 +56,8 @@ EXCEPTIONS = {
     ("ftnb.handle", "ftnb.notebook.widget"),
     # `%load_ext ftnb` looks for load_ipython_extension in the package itself.
     ("ftnb", "ftnb.notebook.magics"),
+    # ScalingConfig checks resources_per_worker with the one parser of resource requests.
+    ("ftnb.config", "ftnb.execution.resources"),
 }
 
 
