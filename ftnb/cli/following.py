@@ -324,11 +324,15 @@ def _iteration_limit(state: Any) -> Optional[int]:
 
 def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
                live: bool) -> str:
-    """One frame: the progress line, the table (cut to the terminal), the driver, and how to
-    resume it when it is interrupted."""
+    """One frame: the progress line, the table (cut to the terminal), the latest group failures
+    of a few trials (data-parallel trials: first failing rank, the others, the restart), the
+    driver, and how to resume it when it is interrupted."""
+    from ..ui.failures import group_failures_text
     from ..ui.view import render_table
 
-    lines_after = [snap.driver] if snap.driver else []
+    failures = group_failures_text(snap.state.trials, traceback_lines=0, max_trials=3)
+    lines_after = failures.splitlines()
+    lines_after += [snap.driver] if snap.driver else []
     if snap.status == ExperimentStatus.INTERRUPTED:
         lines_after.append(f"Resume it with: {snap.resume_line}")
     if live:

@@ -143,8 +143,12 @@ def _render_ls(listed: list[_Listed]) -> str:
 
 # -- ftnb status -------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``."""
+    """``ftnb status NAME_OR_PATH [--storage PATH] [--metric M] [--all] [--json]``: the
+    table, then (data-parallel trials) each trial's latest group failure: which rank failed
+    first with the end of its traceback, how the other ranks ended, how long the restart
+    took."""
     from ..ui import read_model
+    from ..ui.failures import group_failures_text
     from ..ui.read_model import ResumeContext
     from ..ui.view import render_table
 
@@ -168,6 +172,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(render_table(view, max_rows=max(max_rows, 1)))
     if len(view.rows) > max_rows:
         print("(--all shows every trial)")
+    failures = group_failures_text(state.trials)  # "" unless trials are groups of ranks
+    if failures:
+        print(failures)
     print(f"Updated {local_time(state.updated)}  {paths.uri}")
     owner = _owner_line(snap)
     if owner:

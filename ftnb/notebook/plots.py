@@ -1,4 +1,5 @@
-"""The live chart of an experiment: one plotly trace per trial, restart points marked.
+"""The live chart of an experiment: one plotly trace per trial, restart points marked (a group's
+say which rank failed and how long the restart took).
 
 :class:`TrialChart` owns a ``plotly.graph_objects.FigureWidget`` and brings it up to date from
 :class:`ftnb.ui.monitor.ExperimentSnapshot` s. It sends only what changed: a trial's trace is
@@ -13,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..core.records import TrialStatus
+from ..ui.failures import is_group_failure, restart_text
 
 if TYPE_CHECKING:
     from ..ui.monitor import ExperimentSnapshot
@@ -152,6 +154,7 @@ class TrialChart:
         xs, ys, texts = [], [], []
         for trial_id, restarts in snap.restarts.items():
             sent = changes.get(trial_id) or self._sent.get(trial_id)
+            failed = {f.attempt: f for f in snap.failures.get(trial_id, ())}
             for restart in restarts:
                 y = snap.value_at(trial_id, metric, restart.iteration) if metric else None
                 if y is None:
@@ -161,10 +164,14 @@ class TrialChart:
                 xs.append(restart.iteration)
                 ys.append(y)
                 when = time.strftime("%H:%M:%S", time.localtime(restart.time))
-                texts.append(
-                    f"{trial_id}: attempt {restart.attempt} resumed from iteration "
-                    f"{restart.iteration} at {when}"
-                )
+                text = (f"{trial_id}: attempt {restart.attempt} resumed from iteration "
+                        f"{restart.iteration} at {when}")
+                failure = failed.get(restart.attempt - 1)
+                if failure is not None and is_group_failure(failure):  # which rank, how long
+                    took = restart_text(failure)
+                    text += f" after rank {failure.rank} failed ({failure.kind})" + (
+                        f"; {took}" if took else "")
+                texts.append(text)
         return tuple(xs), tuple(ys), tuple(texts)
 
 

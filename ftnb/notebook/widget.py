@@ -8,10 +8,12 @@ never writes to an ``Output`` widget (``with output:`` from a thread lands in wh
 then). It stops by itself once a finished experiment's last state is shown, and on
 :meth:`ExperimentWidget.close`.
 
-What it shows: a header (status, trials by status, failures and retries, run time), a table
-with a row per trial, the chosen metric against ``training_iteration`` (restarts marked), the
-failures (traceback on demand), and controls: stop a trial, stop the experiment, resume an
-interrupted one (with the exact line that does it), choose the metric.
+What it shows: a header (status, trials by status, ranks per trial for data-parallel trials,
+failures and retries, run time), a table with a row per trial, the chosen metric against
+``training_iteration`` (restarts marked), the failures (a group's: which rank failed first, how
+the other ranks ended, how long the restart took; traceback on demand), and controls: stop a
+trial, stop the experiment, resume an interrupted one (with the exact line that does it), choose
+the metric.
 
 Outside a notebook the same view is :func:`text_view`. Needs ``ftnb[notebook]``.
 
@@ -32,6 +34,7 @@ import ipywidgets as widgets
 
 from ..core.records import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
 from ..storage import is_transient
+from ..ui.failures import failure_what, group_lines, is_group_failure
 from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..ui.view import URGENCY, format_value, plural
 from .plots import TrialChart
@@ -66,6 +69,7 @@ def header_html(snap: ExperimentSnapshot) -> str:
         f"<b>{html.escape(view.name)}</b>",
         f"<b style='color:{color}'>{view.status}</b>",
         html.escape(counts),
+        *([html.escape(view.ranks_text())] if view.is_group else []),
         f"{plural(view.total_failures, 'failure')}, {plural(retries, 'retry', 'retries')}"
         + (f", {plural(view.total_preemptions, 'preemption')}"
            if view.total_preemptions else ""),
@@ -92,7 +96,8 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
     to ``max_rows``."""
     view = snap.view
     metrics = table_columns(snap, metric)
-    header = ["trial", "status", "iter", "attempts", "failures"]
+    group = view.is_group  # a column of ranks only where trials are groups
+    header = ["trial", "status", *(["ranks"] if group else []), "iter", "attempts", "failures"]
     header += view.param_columns + metrics + ["last error"]
     last_results = {t.trial_id: (t.last_result or {}) for t in snap.state.trials}
     rows = view.rows
@@ -102,7 +107,8 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
     for row in rows:
         last = last_results.get(row.trial_id, {})
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
-        cells = [row.trial_id, row.status, str(row.iteration), str(row.attempts), failures]
+        cells = [row.trial_id, row.status, *([str(row.num_workers)] if group else []),
+                 str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(last.get(k)) for k in metrics]
         cells.append(row.last_error)
@@ -157,11 +163,11 @@ def _when(stamp: float) -> str:
 
 
 def failure_label(trial_id: str, failure: Any) -> str:
-    """One line per failure: when, trial, attempt, kind, message."""
-    what = f"{failure.type}: {failure.message}" if failure.type else (
-        failure.message or failure.signal or (f"code {failure.exit_code}"
-                                              if failure.exit_code is not None else ""))
-    what = " ".join(str(what).split())
+    """One line per failure: when, trial, attempt, kind, (a group's first failing rank,)
+    message."""
+    what = failure_what(failure)
+    if is_group_failure(failure) and not what.startswith(f"rank {failure.rank} "):
+        what = f"rank {failure.rank}: {what}"
     if len(what) > 100:
         what = what[:97] + "..."
     return (f"{_when(failure.time)}  {trial_id}  attempt {failure.attempt} "
@@ -169,10 +175,16 @@ def failure_label(trial_id: str, failure: Any) -> str:
 
 
 def failures_html(snap: ExperimentSnapshot) -> str:
+    """Every failure on a line, newest first; a group's with its ranks and restart below it."""
     items = failure_list(snap)
     if not items:
         return "<div style='color:#666'>No failures.</div>"
-    lines = [html.escape(failure_label(t, f)) for t, _, f in items[:MAX_FAILURES_SHOWN]]
+    trials = {t.trial_id: t for t in snap.state.trials}
+    lines = []
+    for t, _, f in items[:MAX_FAILURES_SHOWN]:
+        lines.append(html.escape(failure_label(t, f)))
+        lines += [f"<span style='color:#666'>    {html.escape(line)}</span>"
+                  for line in group_lines(f, trials.get(t))]
     more = len(items) - MAX_FAILURES_SHOWN
     if more > 0:
         lines.append(f"... and {plural(more, 'earlier failure')}")
@@ -180,8 +192,11 @@ def failures_html(snap: ExperimentSnapshot) -> str:
             "white-space:pre'>" + "<br>".join(lines) + "</div>")
 
 
-def _traceback_html(failure: Any) -> str:
+def _traceback_html(failure: Any, trial: Any = None) -> str:
     text = failure.traceback or failure.describe()
+    lines = group_lines(failure, trial)
+    if lines:  # a group's: the cause, the other ranks and the restart, then the cause's traceback
+        text = "\n".join(lines) + (f"\n\n{failure.traceback}" if failure.traceback else "")
     return ("<pre style='max-height:300px;overflow:auto;font-size:85%;background:#f7f7f7;"
             f"padding:4px'>{html.escape(text)}</pre>")
 
@@ -433,8 +448,13 @@ class ExperimentWidget(widgets.VBox):
                 options[0] if options else None)
 
     def _apply_failures(self, snap: ExperimentSnapshot) -> None:
-        # Failures only ever get added: their count per trial tells whether anything changed.
-        signature = tuple((t, len(fs)) for t, fs in snap.failures.items())
+        # Failures only ever get added: their count per trial tells whether anything changed;
+        # but a group's latest failure says when its restart is under way and how long it took.
+        status = {t.trial_id: t.status for t in snap.state.trials}
+        signature = tuple(
+            (t, len(fs)) + ((fs[-1].recovered_s, status.get(t)) if is_group_failure(fs[-1])
+                            else ())
+            for t, fs in snap.failures.items())
         if signature == self._failures_shown and not self._view_dirty:
             return
         self._failures_shown = signature
@@ -452,7 +472,9 @@ class ExperimentWidget(widgets.VBox):
                     values[0] if values else None)
         failure = self._picked_failure()
         if self.traceback_toggle.value and failure is not None:
-            _set(self.traceback, "value", _traceback_html(failure))
+            trial = next((t for t in snap.state.trials
+                          if t.trial_id == self.failure_picker.value[0]), None)
+            _set(self.traceback, "value", _traceback_html(failure, trial))
         else:
             _set(self.traceback, "value", "")
 

@@ -52,6 +52,7 @@ from ..core.records import (
 )
 from ..storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
 from ..storage.lease import LeaseInfo
+from .failures import group_failures_text
 from .read_model import (
     DriverStatus,
     ExperimentSnapshot,
@@ -435,8 +436,12 @@ class ExperimentMonitor:
 
 
 def text_view(snap: ExperimentSnapshot, max_rows: int = 50) -> str:
-    """The snapshot as plain text: the table of ``ftnb status``, plus how to resume it."""
+    """The snapshot as plain text: the table of ``ftnb status`` (and its group failures), plus
+    how to resume it."""
     text = render_table(snap.view, max_rows=max_rows)
+    failures = group_failures_text(snap.state.trials)
+    if failures:
+        text += f"\n{failures}"
     if snap.driver_gone and snap.driver:
         text += f"\n{snap.driver}"
     if snap.status == ExperimentStatus.INTERRUPTED:

@@ -21,8 +21,9 @@ The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end s
        "metric_columns": ["loss"], "param_columns": ["lr"],
        "rows": [{"trial_id": "3f2a1_00000", "status": "RUNNING", "iteration": 12,
                  "attempts": 2, "failures": 1, "preemptions": 0,
+                 "num_workers": 1,    # ranks per attempt (a data-parallel group: 2 or more)
                  "last_error": "exception ValueError: boom (attempt 1, iter 4)",
-                 "last_failure": {"attempt": 1, "kind": "exception", "traceback": "...", ...},
+                 "last_failure": {...},   # as in "failures" below, or null
                  "error_reason": null, "metrics": {"loss": 0.12}, "params": {"lr": 0.1}}],
        "driver": {"pid": 4242, "host": "node1", "alive": true, "gone": false,
                   "why": "...", "line": "driver pid 4242 on node1, since ...: ..."},
@@ -31,6 +32,18 @@ The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end s
      "metrics": ["loss", "acc"],  # every numeric metric reported, first seen first
      "restarts": {"3f2a1_00000": [{"iteration": 4, "attempt": 2, "time": 1767000000.0,
                                    "restored_from": "checkpoint_000003"}]},
+     "failures": {"3f2a1_00000": [    # every failure of each trial that failed, oldest first
+       {"attempt": 1, "time": 1767000000.0, "iteration": 4, "kind": "exception",
+        "type": "ValueError", "message": "boom", "traceback": "...", ...,
+        "rank": 1,                # a group's first failing rank (the cause); null: one process
+        "ranks": [{"rank": 0, "ended": "peer", "detail": "RuntimeError: ..."},
+                  {"rank": 1, "ended": "error", "detail": "ValueError: boom"}],
+        "recovered_s": 1.2,       # from the failure to the next attempt's first report
+        # how every UI words it (ftnb.ui.failures):
+        "summary": "exception ValueError: boom in rank 1 (attempt 1, iter 4)",
+        "cause": "rank 1 failed first (the cause): exception ValueError: boom",  # or null
+        "collateral": ["rank 0: peer (RuntimeError: ...)"],
+        "restart": "restarted in 1.2 s"}]},    # or "restarting", or null
      "versions": {"3f2a1_00000": 7}}   # per trial: changes whenever its rows or record did
 
 A field may be added without a new version; a field removed or given another meaning bumps
@@ -55,6 +68,7 @@ from ..core.records import (
 )
 from ..storage import ExperimentPaths
 from ..storage.result_log import flatten_row
+from .failures import failure_json
 from .resume_lines import ResumeContext, resume_line
 from .status import DriverStatus, without_driver
 from .view import ExperimentView
@@ -311,21 +325,23 @@ class ExperimentSnapshot:
             "metrics": list(self.metrics),
             "restarts": finite({t: [dataclasses.asdict(r) for r in rs]
                                 for t, rs in self.restarts.items()}),
+            "failures": finite(self.failures_json()),
             "versions": dict(self.version),
         }
 
     def experiment_json(self) -> dict:
         """The experiment as ``ftnb status --json`` prints it (the ``experiment`` part of
-        :meth:`to_json`): the view model, each row's last error in full and its last failure
-        (traceback included), when it was updated, its driver, the line that resumes it (None
-        unless it is interrupted) and its supervisor's log."""
+        :meth:`to_json`): the view model (each row's ``num_workers``: its ranks), each row's last
+        error in full and its last failure (traceback, ranks and restart included), when it was
+        updated, its driver, the line that resumes it (None unless it is interrupted) and its
+        supervisor's log."""
         data = dataclasses.asdict(self.view)
         trials = {t.trial_id: t for t in self.state.trials}
         for row in data["rows"]:
             trial = trials.get(row["trial_id"])
             failure = trial.failures[-1] if trial is not None and trial.failures else None
             row["last_error"] = failure.summary() if failure is not None else ""
-            row["last_failure"] = dataclasses.asdict(failure) if failure is not None else None
+            row["last_failure"] = failure_json(failure, trial) if failure is not None else None
             row["error_reason"] = (trial.error or {}).get("reason") if trial is not None else None
         lease = self.driver_status.lease
         data["updated"] = self.state.updated
@@ -337,6 +353,13 @@ class ExperimentSnapshot:
         data["resume_line"] = self.resume_line if self.status == INTERRUPTED else None
         data["supervisor_log"] = self.supervisor_log
         return finite(data)
+
+    def failures_json(self) -> dict:
+        """``{trial_id: [failure, ...]}``: every failure as :func:`ftnb.ui.failures.failure_json`
+        gives it (the record, and how the UIs word a group's: its cause, the other ranks, the
+        restart)."""
+        trials = {t.trial_id: t for t in self.state.trials}
+        return {t: [failure_json(f, trials.get(t)) for f in fs] for t, fs in self.failures.items()}
 
     def series_json(self, metric: str, trial_ids: Optional[Iterable[str]] = None) -> dict:
         """:meth:`series` as strict JSON-able data: ``{"metric": NAME, "trials": {trial_id:

@@ -8,6 +8,7 @@ from typing import Optional, TextIO
 
 from ..core.controller import NullListener
 from ..core.records import ExperimentState, FailureRecord, TrialRecord, TrialStatus
+from .failures import cause_line, collateral_lines, is_group_failure, restart_text
 from .view import ExperimentView, plural, render_table
 
 __all__ = ["TerminalReporter"]
@@ -18,6 +19,9 @@ class TerminalReporter(NullListener):
     failure as it happens, the trials' output prefixed with their id, and a final table.
 
     verbose=1: table, failures and output; verbose=2: also one line per result.
+
+    A group attempt's failure also says which rank failed first (the cause) and how the others
+    ended, and once the group is back (its first report) how long the restart took.
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class TerminalReporter(NullListener):
         self.path = path
         self._last_print = 0.0
         self._changed = True
+        self._recoveries_said: set[tuple[str, int]] = set()  # (trial_id, attempt failed)
 
     def _out(self) -> TextIO:
         return self.stream or sys.stdout
@@ -61,6 +66,8 @@ class TerminalReporter(NullListener):
 
     def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
         self._changed = True
+        if self.verbose:
+            self._say_recovery(trial)
         if self.verbose >= 2:
             shown = {k: v for k, v in row.items() if k not in ("trial_id", "timestamp")}
             self._print(f"ftnb: {trial.trial_id} result {shown}")
@@ -70,7 +77,25 @@ class TerminalReporter(NullListener):
     ) -> None:
         self._changed = True
         if self.verbose:
-            self._print(f"ftnb: trial {trial.trial_id} {failure.summary()}")
+            lines = [f"ftnb: trial {trial.trial_id} {failure.summary()}"]
+            if is_group_failure(failure):
+                # Its restart is said once it happened (on_result): the trial may not restart.
+                lines += [f"  {line}" for line in (cause_line(failure), *collateral_lines(failure))]
+            self._print("\n".join(lines))
+
+    def _say_recovery(self, trial: TrialRecord) -> None:
+        """A group trial's first report after a failure: how long the restart took."""
+        if not trial.failures:
+            return
+        failure = trial.failures[-1]
+        key = (trial.trial_id, failure.attempt)
+        if not is_group_failure(failure) or failure.recovered_s is None \
+                or key in self._recoveries_said:
+            return
+        self._recoveries_said.add(key)
+        attempt = trial.attempts[-1].number if trial.attempts else failure.attempt + 1
+        self._print(f"ftnb: trial {trial.trial_id} {restart_text(failure, trial)} "
+                    f"(attempt {attempt})")
 
     def on_trial_complete(self, state: ExperimentState, trial: TrialRecord) -> None:
         self._changed = True

@@ -14,12 +14,14 @@ from typing import Any, Optional
 from ..core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
 from ..storage import AUTO_KEYS
 from ..wording import plural
+from .failures import shorten_keeping_rank
 
 __all__ = [
     "ExperimentView",
     "TrialRow",
     "format_duration",
     "format_value",
+    "planned_workers",
     "plural",
     "render_table",
     "run_times",
@@ -43,6 +45,9 @@ class TrialRow:
     last_error: str
     metrics: dict
     params: dict
+    #: Ranks of the trial's attempts: its latest attempt's ``num_workers`` (a trial not started
+    #: yet: the experiment's, :func:`planned_workers`); 1 for an ordinary trial.
+    num_workers: int = 1
 
 
 @dataclass
@@ -83,6 +88,7 @@ class ExperimentView:
                 if key not in _AUTO and key not in metric_columns:
                     metric_columns.append(key)
         rows = []
+        ranks = planned_workers(state)
         for trial in state.trials:
             flat_config = flatten_dict(trial.config) if isinstance(trial.config, dict) else {}
             last = trial.last_result or {}
@@ -97,6 +103,7 @@ class ExperimentView:
                     last_error=_last_error(trial),
                     metrics={k: last.get(k) for k in metric_columns},
                     params={k: flat_config.get(k) for k in param_columns},
+                    num_workers=trial.attempts[-1].num_workers if trial.attempts else ranks,
                 )
             )
         end = state.updated if state.status != ExperimentStatus.RUNNING else time.time()
@@ -121,6 +128,22 @@ class ExperimentView:
         running_s, elapsed_s = run_times(state, end)
         return replace(self, running_s=running_s, elapsed_s=elapsed_s)
 
+    @property
+    def is_group(self) -> bool:
+        """Whether its trials are groups of ranks (data-parallel): the views then show how
+        many."""
+        return any(r.num_workers > 1 for r in self.rows)
+
+    def ranks_text(self) -> str:
+        """``2 ranks per trial`` (``1-4 ranks per trial`` when they differ); "" when every
+        trial is one process."""
+        if not self.is_group:
+            return ""
+        low, high = min(r.num_workers for r in self.rows), max(r.num_workers for r in self.rows)
+        if low != high:
+            return f"{low}-{high} ranks per trial"
+        return f"{plural(high, 'rank')} per trial"
+
     def times_text(self) -> str:
         """``run time 0:01:23``, and the wall time when it is longer (a driver was down)."""
         text = f"run time {format_duration(self.running_s)}"
@@ -129,13 +152,24 @@ class ExperimentView:
         return text
 
     def summary(self) -> str:
-        """One line: status, trials by status, failures, preemptions and times."""
+        """One line: status, trials by status, ranks per trial (data-parallel trials only),
+        failures, preemptions and times."""
         counts = ", ".join(f"{n} {s}" for s, n in self.counts.items() if n)
+        ranks = f"{self.ranks_text()} | " if self.is_group else ""
         return (
-            f"Experiment {self.name}: {self.status} | {counts} | "
+            f"Experiment {self.name}: {self.status} | {counts} | {ranks}"
             f"{plural(self.total_failures, 'failure')}, "
             f"{plural(self.total_preemptions, 'preemption')} | {self.times_text()}"
         )
+
+
+def planned_workers(state: ExperimentState) -> int:
+    """The ranks a trial of the experiment gets: its settings' ``num_workers`` (recorded since
+    group attempts exist), else the most any attempt had, else 1."""
+    given = state.settings.get("num_workers")
+    if isinstance(given, int) and not isinstance(given, bool) and given >= 1:
+        return given
+    return max((a.num_workers for t in state.trials for a in t.attempts), default=1)
 
 
 def run_times(state: ExperimentState, end: float) -> tuple[float, float]:
@@ -156,8 +190,7 @@ def run_times(state: ExperimentState, end: float) -> tuple[float, float]:
 def _last_error(trial: TrialRecord) -> str:
     if not trial.failures:
         return ""
-    text = trial.failures[-1].summary()
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shorten_keeping_rank(trial.failures[-1], 60)
 
 
 def format_value(value: Any) -> str:
@@ -180,7 +213,9 @@ def format_duration(seconds: float) -> str:
 
 def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     """The view as a plain-text table (terminal, ``ftnb status``, non-notebook displays)."""
-    header = ["trial_id", "status", "iter", "attempts", "failures"]
+    group = view.is_group  # a column of ranks only where trials are groups
+    header = ["trial_id", "status", *(["ranks"] if group else []), "iter", "attempts",
+              "failures"]
     header += view.param_columns + view.metric_columns + ["last error"]
     rows = view.rows
     if len(rows) > max_rows:
@@ -189,7 +224,8 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     lines = []
     for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
-        cells = [row.trial_id, row.status, str(row.iteration), str(row.attempts), failures]
+        cells = [row.trial_id, row.status, *([str(row.num_workers)] if group else []),
+                 str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(row.metrics.get(k)) for k in view.metric_columns]
         cells.append(row.last_error)
