@@ -115,6 +115,7 @@ class Tuner:
         self.collective_timeout_s = group.collective_timeout_s
         #: A TorchTrainer's code, written to ``trainer.pkl`` (see ExperimentPaths.trainer).
         self.trainer_pickle = group.pickle
+        self.trainer_settings = group.settings
         self.listeners: list[Any] = []
         # Where the caller's objects came from (e.g. {"trainable": "train", "param_space":
         # "space"} for %ftrun), stored in the state so a new kernel can find them again.
@@ -192,9 +193,12 @@ class Tuner:
 
     def group_settings(self) -> dict:
         """What the state records of the trials' size: resources per rank, ranks, hang limit."""
-        return {"resources_per_trial": self.resources.as_dict(),
-                "num_workers": self.num_workers,
-                "collective_timeout_s": self.collective_timeout_s}
+        settings = {"resources_per_trial": self.resources.as_dict(),
+                    "num_workers": self.num_workers,
+                    "collective_timeout_s": self.collective_timeout_s}
+        if self.trainer_settings:
+            settings["trainer"] = self.trainer_settings
+        return settings
 
     def _resume_line(self, paths: ExperimentPaths, state: ExperimentState,
                      with_space: bool) -> str:
@@ -313,6 +317,15 @@ class Tuner:
             restart_errored=restart_errored, param_space=param_space,
             storage_filesystem=storage_filesystem, takeover=takeover, verbose=verbose,
             allow_different_trainable=allow_different_trainable, **given_stop)
+        stored_trainer = plan.state.settings.get("trainer")
+        keep_file = group.pickle  # trainer.pkl is rewritten only from a trainer the user gave
+        if group.trainer is None and stored_trainer:
+            # A TorchTrainer's run resumed with its loop alone (ftnb resume, %ftresume,
+            # ftnb.run): each rank runs it in the group the run was started with.
+            from .train.torch_trainer import trainer_from_settings
+
+            group = _GroupSettings(trainer_from_settings(trainable, plan.state.settings))
+            trainable = group.trainer.worker_loop()
         tuner = cls.__new__(cls)
         tuner.trainable = trainable
         tuner.param_space = dict(param_space) if param_space is not None else {}
@@ -322,7 +335,8 @@ class Tuner:
         tuner.num_workers = group.num_workers if group.trainer else plan.num_workers
         tuner.collective_timeout_s = (group.collective_timeout_s if group.trainer
                                       else plan.collective_timeout_s)
-        tuner.trainer_pickle = group.pickle
+        tuner.trainer_pickle = keep_file
+        tuner.trainer_settings = group.settings or stored_trainer
         tuner.listeners = []
         tuner.origin = None
         tuner._results = None
@@ -370,10 +384,14 @@ class _GroupSettings:
         self.num_workers = 1
         self.collective_timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
         self.pickle: Optional[bytes] = None
+        #: What the state records of the trainer (settings["trainer"]), None for a function.
+        self.settings: Optional[dict] = None
         if trainer is not None:
             from .train.torch_trainer import trainer_pickle
 
             scaling = trainer.scaling_config
+            self.settings = {"kind": type(trainer).__name__, "use_gpu": scaling.use_gpu,
+                             "backend": trainer.torch_config.backend}
             self.resources = scaling.worker_resources()
             self.num_workers = scaling.num_workers
             self.collective_timeout_s = (trainer.torch_config.timeout_s

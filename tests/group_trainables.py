@@ -12,6 +12,7 @@ import tempfile
 import time
 
 import ftnb
+import ftnb.torch  # noqa: F401  (get_device in gpu_loop)
 
 
 def ddp_loop(config: dict) -> None:
@@ -72,3 +73,29 @@ def shard_loop(config: dict) -> None:
             ids = [int(v) for v in shard]
         (folder / f"shard-{name}-{rank}.json").write_text(json.dumps(ids))
     ftnb.report({"done": 1})
+
+
+def gpu_loop(config: dict) -> None:
+    """Each rank on its own GPU with NCCL; rank 1 runs out of GPU memory in the first attempt."""
+    import torch
+    import torch.distributed as dist
+
+    ctx = ftnb.get_context()
+    rank, attempt = ctx.get_world_rank(), ctx.attempt
+    folder = pathlib.Path(config["dir"])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    (folder / f"gpu-{attempt}-{rank}.json").write_text(json.dumps({
+        "visible": visible, "count": torch.cuda.device_count(),
+        "backend": dist.get_backend(), "device": str(ftnb.torch.get_device())}))
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        value = torch.ones(1, device="cuda") * (rank + 1)
+        dist.all_reduce(value)
+        if step == 2 and rank == 1 and attempt == 1:
+            torch.empty(1 << 45, dtype=torch.uint8, device="cuda")  # 32 TiB: a CUDA OOM
+        saved = tempfile.mkdtemp()
+        open(os.path.join(saved, "step"), "w").write(str(step + 1))
+        ftnb.report({"sum": float(value.item())}, checkpoint=ftnb.Checkpoint.from_directory(saved))

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 DRIVER = """
 import json, sys
+import numpy
 import ftnb
 from group_trainables import ddp_loop
 
@@ -28,6 +29,7 @@ args = json.loads(sys.argv[1])
 trainer = ftnb.TorchTrainer(
     ddp_loop,
     train_loop_config={"dir": args["dir"], "steps": args["steps"], "sleep": args.get("sleep", 0.05)},
+    datasets={"numbers": numpy.arange(10)} if args.get("datasets") else None,
     scaling_config=ftnb.ScalingConfig(
         num_workers=args["workers"], resources_per_worker={"CPU": 0.5},
         collective_timeout_s=args.get("timeout", 30.0)),
@@ -295,3 +297,68 @@ def test_a_tuner_of_groups_restarts_only_the_trial_whose_rank_failed(tmp_path):
         rows = (tmp_path / "results" / "sweep" / trial["dir_name"] / "result.json").read_text()
         iterations = [json.loads(line)["training_iteration"] for line in rows.splitlines()]
         assert iterations == list(range(1, steps + 1))
+
+
+RESTORE = """
+import json, sys
+import numpy
+import ftnb
+
+args = json.loads(sys.argv[1])
+assert ftnb.TorchTrainer.can_restore(args["path"])
+result = ftnb.TorchTrainer.restore(args["path"], datasets={"numbers": numpy.arange(10)}).fit()
+print("DONE", result.metrics["training_iteration"], flush=True)
+"""
+
+
+def test_torch_trainer_restore_resumes_a_run_whose_driver_died(tmp_path):
+    steps = 25
+    run = Run(tmp_path, workers=2, steps=steps, datasets=True, max_failures=0).start()
+    run.wait_step(1, 5)
+    run.process.kill()
+    run.process.wait(10)
+    # Only the datasets are given again: the loop comes from trainer.pkl, the rest from the state.
+    process = run_script(tmp_path, RESTORE, json.dumps({"path": str(run.storage / "ddp")}),
+                         name="restore.py")
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, out
+    assert f"DONE {steps}" in out
+    trial = run.trial()
+    assert trial["status"] == "TERMINATED" and not [f for f in trial["failures"] if f["counted"]]
+    assert trial["attempts"][-1]["restored_from"] is not None
+    assert_every_iteration_once(run, steps)
+    assert_no_process_left(run)
+
+
+GPU_DRIVER = """
+import json, sys
+import ftnb
+from group_trainables import gpu_loop
+
+args = json.loads(sys.argv[1])
+result = ftnb.TorchTrainer(
+    gpu_loop, train_loop_config={"dir": args["dir"], "steps": 6},
+    scaling_config=ftnb.ScalingConfig(num_workers=2, use_gpu=True),
+    run_config=ftnb.RunConfig(name="gpu", storage_path=args["storage"], verbose=0,
+                              failure_config=ftnb.FailureConfig(max_failures=1)),
+).fit()
+print("DONE", result.metrics["training_iteration"], flush=True)
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 GPUs (the device machine); CI has none")
+def test_one_gpu_per_rank_with_nccl_and_a_cuda_oom_recovered(tmp_path):
+    process = run_script(tmp_path, GPU_DRIVER, json.dumps(
+        {"dir": str(tmp_path), "storage": str(tmp_path / "results")}))
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out
+    assert "DONE 6" in out
+    seen = [json.loads((tmp_path / f"gpu-1-{rank}.json").read_text()) for rank in (0, 1)]
+    assert all(s["count"] == 1 and s["backend"] == "nccl" for s in seen)
+    assert all(s["device"] == "cuda:0" for s in seen)
+    assert len({s["visible"] for s in seen}) == 2  # each rank its own GPU
+    state = json.loads((tmp_path / "results" / "gpu" / "experiment_state.json").read_text())
+    (failure,) = state["trials"][0]["failures"]
+    assert failure["kind"] == "oom" and failure["rank"] == 1 and failure["counted"]
+    assert failure["type"] == "OutOfMemoryError"

@@ -334,23 +334,33 @@ class TorchTrainer:
                 f"{paths.uri} was not given (it had: {', '.join(map(repr, names)) or 'none'}). "
                 "Fix: give the same datasets as the original run."
             )
-        if train_loop_config is None:
-            train_loop_config = saved.get("train_loop_config")
-            if train_loop_config is None:
-                train_loop_config = stored_space.get(_LOOP_CONFIG) or {}
-        settings = state.settings
-        scaling = scaling_config or saved.get("scaling_config") or ScalingConfig(
-            num_workers=int(settings.get("num_workers") or 1),
-            collective_timeout_s=float(settings.get("collective_timeout_s")
-                                       or ScalingConfig.collective_timeout_s),
-            resources_per_worker=settings.get("resources_per_trial"),
-            use_gpu=bool((settings.get("resources_per_trial") or {}).get("gpu")),
-        )
+        if train_loop_config is None:  # the run's own, as its state has it
+            train_loop_config = stored_space.get(_LOOP_CONFIG) or saved.get(_LOOP_CONFIG) or {}
+        stored = trainer_from_settings(loop, state.settings)
+        scaling = scaling_config or saved.get("scaling_config") or stored.scaling_config
         run_config = RunConfig(name=paths.name, storage_path=paths.parent_uri,
                                storage_filesystem=storage_filesystem)
         return cls(loop, train_loop_config=train_loop_config, scaling_config=scaling,
                    run_config=run_config, datasets=given or None,
-                   torch_config=saved.get("torch_config"))
+                   torch_config=saved.get("torch_config") or stored.torch_config)
+
+
+def trainer_from_settings(loop: Callable[..., Any], settings: Mapping[str, Any]) -> TorchTrainer:
+    """The trainer a run was started with (its ``settings``, as stored), around ``loop``."""
+    stored = settings.get("trainer") or {}
+    resources = dict(settings.get("resources_per_trial") or {})
+    use_gpu = bool(stored.get("use_gpu"))
+    if not use_gpu:
+        resources.pop("gpu", None)
+    scaling = ScalingConfig(
+        num_workers=int(settings.get("num_workers") or 1),
+        use_gpu=use_gpu,
+        resources_per_worker=resources or None,
+        collective_timeout_s=float(settings.get("collective_timeout_s")
+                                   or ScalingConfig.collective_timeout_s),
+    )
+    return TorchTrainer(loop, scaling_config=scaling,
+                        torch_config=TorchConfig(backend=stored.get("backend")))
 
 
 def trainer_pickle(trainer: TorchTrainer) -> Optional[bytes]:
