@@ -407,3 +407,58 @@ def test_a_missing_extra_says_how_to_install_it(monkeypatch):
                                           r"package, which is not installed. "
                                           r"Fix: pip install 'ftnb\[fake\]'"):
         create_executor("fake")
+
+
+# ---- groups: executors that run them (runs_groups) ---------------------------------------------
+
+
+def group_reports(config):
+    ctx = ftnb.get_context()
+    with open(os.path.join(config["dir"], f"rank-{ctx.get_world_rank()}"), "w") as f:
+        f.write(f"{ctx.get_world_size()} {os.environ['RANK']} {os.environ['MASTER_PORT']}")
+    for i in range(3):
+        ftnb.report({"score": i})
+    if config.get("fail_rank") == ctx.get_world_rank():
+        raise ValueError(f"boom in rank {ctx.get_world_rank()}")
+
+
+def _group_executor(executor):
+    if not getattr(executor, "runs_groups", False):
+        pytest.skip(f"the {executor.name!r} executor runs no groups")
+    pytest.importorskip("torch")
+
+
+def test_a_group_is_one_attempt_with_one_started_done_and_exit_event(executor, experiment,
+                                                                      tmp_path):
+    _group_executor(executor)
+    spec = make_spec(experiment, group_reports, {"dir": str(tmp_path)}, num_workers=2,
+                     resources=TrialResources(cpu=0.5))
+    executor.start(spec)
+    events = until_exit(executor)
+    kinds = [e.kind.value for e in events if e.kind.value != "output"]
+    assert kinds == ["started", "result", "result", "result", "done", "exit"]
+    started, exit_event = events[0], events[-1]
+    assert len(started.pids) == 2 and len(set(started.pids)) == 2
+    assert [r.rank for r in exit_event.ranks] == [0, 1]
+    assert all(r.exit_code == 0 for r in exit_event.ranks)
+    assert exit_event.first_failing_rank is None
+    assert [r["score"] for r in rows_of(experiment)] == [0, 1, 2]  # rank 0's rows only
+    seen = [(tmp_path / f"rank-{r}").read_text().split() for r in (0, 1)]
+    assert [s[:2] for s in seen] == [["2", "0"], ["2", "1"]]
+    assert seen[0][2] == seen[1][2]  # one rendezvous port for the group
+    assert executor.has_room(TrialResources(cpu=1), 2)  # every rank's allocation released
+
+
+def test_a_rank_that_raises_ends_the_group_and_is_its_first_failing_rank(executor, experiment,
+                                                                        tmp_path):
+    _group_executor(executor)
+    spec = make_spec(experiment, group_reports, {"dir": str(tmp_path), "fail_rank": 1},
+                     num_workers=2, resources=TrialResources(cpu=0.5))
+    executor.start(spec)
+    events = until_exit(executor)
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert [(e.rank, e.type) for e in errors][:1] == [(1, "ValueError")]
+    exit_event = events[-1]
+    assert exit_event.first_failing_rank == 1 and exit_event.ranks[1].exit_code == 1
+    assert not exit_event.ranks[1].collateral
+    assert executor.running() == []

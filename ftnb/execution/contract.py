@@ -28,6 +28,16 @@ Ordering
     however it ended (even one killed before it ran a line). Nothing of that attempt arrives
     after its exit event. Events of different attempts may interleave in any order.
 
+Groups
+    An attempt of ``num_workers > 1`` ranks (an executor with ``runs_groups``) is still one
+    attempt: one :class:`StartedEvent` once every rank runs (``pids`` in rank order), result
+    events from rank 0 only (it alone persists), error and preempted events from any rank
+    (``rank`` says which), one :class:`DoneEvent` (rank 0's), and one :class:`ExitEvent` with a
+    :class:`RankExit` per rank. It fails as one: at the first rank's failure the executor ends
+    every other rank (``collateral``) and names the cause in ``first_failing_rank``; a rank that
+    makes no progress for ``AttemptSpec.collective_timeout_s`` is ``hung``. An error that is only
+    a peer's reaction (:func:`is_peer_error`) is never preferred as the cause over a rank's own.
+
 Ownership
     The spec belongs to the caller and is not changed by the executor; how it travels (pickled
     to a process, copied into a thread) is the executor's business, but the trainable always
