@@ -8,7 +8,7 @@ from typing import Any
 
 from .config import callable_name, signature_mismatch
 
-__all__ = ["check_picklable", "check_trainable", "short_repr"]
+__all__ = ["check_instance", "check_picklable", "check_trainable", "short_repr"]
 
 
 def check_trainable(trainable: Any, where: str) -> None:
@@ -32,6 +32,18 @@ def check_trainable(trainable: Any, where: str) -> None:
             f"`def {name if name.isidentifier() else 'train'}(config): ...`; give it other "
             "inputs through param_space (or functools.partial)."
         )
+
+
+def check_instance(value: Any, cls: type, argument: str, fix: str = "") -> None:
+    """Raise a TypeError unless ``value`` (given as ``argument``, e.g.
+    ``"Tuner(run_config=...)"``) is None or an instance of ``cls`` (``ftnb.<cls>``); ``fix``
+    is an example of the right value."""
+    if value is None or isinstance(value, cls):
+        return
+    hint = f" Fix: {fix}." if fix else ""
+    raise TypeError(
+        f"{argument} must be an ftnb.{cls.__name__}; got {short_repr(value)}.{hint}"
+    )
 
 
 def check_picklable(obj: Any, what: str) -> None:

@@ -87,7 +87,7 @@ class Tuner:
         resources_per_trial: Any = None,
     ) -> None:
         from .execution.resources import TrialResources
-        from .input_checks import check_trainable, short_repr
+        from .input_checks import check_instance, check_trainable
         from .search import validate_param_space
 
         check_trainable(trainable, "Tuner")
@@ -97,14 +97,8 @@ class Tuner:
             run_config = run_config or group.trainer.run_config
             trainable = group.trainer.worker_loop()
         validate_param_space(param_space)
-        if tune_config is not None and not isinstance(tune_config, TuneConfig):
-            raise TypeError(
-                f"Tuner(tune_config=...) must be an ftnb.TuneConfig; got {short_repr(tune_config)}."
-            )
-        if run_config is not None and not isinstance(run_config, RunConfig):
-            raise TypeError(
-                f"Tuner(run_config=...) must be an ftnb.RunConfig; got {short_repr(run_config)}."
-            )
+        check_instance(tune_config, TuneConfig, "Tuner(tune_config=...)")
+        check_instance(run_config, RunConfig, "Tuner(run_config=...)")
         self.trainable = trainable
         self.param_space = dict(param_space) if param_space is not None else {}
         self.tune_config = tune_config or TuneConfig()

@@ -204,20 +204,14 @@ class TorchTrainer:
                 f"{type(train_loop_config).__name__}: {train_loop_config!r}. Fix: "
                 "train_loop_config={'lr': 0.01}."
             )
-        if scaling_config is not None and not isinstance(scaling_config, ScalingConfig):
-            raise TypeError(
-                f"TorchTrainer(scaling_config=...) must be an ftnb.ScalingConfig; got "
-                f"{scaling_config!r}. Fix: scaling_config=ftnb.ScalingConfig(num_workers=2)."
-            )
-        if run_config is not None and not isinstance(run_config, RunConfig):
-            raise TypeError(
-                f"TorchTrainer(run_config=...) must be an ftnb.RunConfig; got {run_config!r}."
-            )
-        if torch_config is not None and not isinstance(torch_config, TorchConfig):
-            raise TypeError(
-                f"TorchTrainer(torch_config=...) must be an ftnb.TorchConfig; got "
-                f"{torch_config!r}."
-            )
+        from ..input_checks import check_instance
+
+        check_instance(scaling_config, ScalingConfig, "TorchTrainer(scaling_config=...)",
+                       "scaling_config=ftnb.ScalingConfig(num_workers=2)")
+        check_instance(run_config, RunConfig, "TorchTrainer(run_config=...)",
+                       "run_config=ftnb.RunConfig(name='my_run')")
+        check_instance(torch_config, TorchConfig, "TorchTrainer(torch_config=...)",
+                       "torch_config=ftnb.TorchConfig(backend='gloo')")
         if datasets is not None:
             if not isinstance(datasets, Mapping) or not all(isinstance(k, str) and k
                                                             for k in datasets):
