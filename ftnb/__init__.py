@@ -11,7 +11,21 @@ from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .core.records import TrialStatus
 from .result import Result, ResultGrid, TrialError
-from .search import choice, grid_search, loguniform, randint, sample_from, uniform
+from .search import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
 from .session import TrialContext, get_checkpoint, get_context, get_dataset_shard, report
 from .tuner import Tuner, run
 
@@ -95,9 +109,16 @@ __all__ = [
     "get_dataset_shard",
     "grid_search",
     "launch",
+    "lograndint",
     "loguniform",
     "put",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
     "randint",
+    "randn",
     "report",
     "run",
     "sample_from",

@@ -1,8 +1,10 @@
 """Search-space primitives and variant generation (Ray Tune-compatible names).
 
 A *param space* is a (possibly nested) dict whose leaves are plain values,
-search-space *domains* (:func:`choice`, :func:`uniform`, :func:`loguniform`,
-:func:`randint`, :func:`sample_from`) or *grid axes* (:func:`grid_search`).
+search-space *domains* (:func:`choice`, :func:`uniform`, :func:`quniform`, :func:`loguniform`,
+:func:`qloguniform`, :func:`randn`, :func:`qrandn`, :func:`randint`, :func:`qrandint`,
+:func:`lograndint`, :func:`qlograndint`, :func:`sample_from`) or *grid axes*
+(:func:`grid_search`).
 :func:`generate_variants` turns it into a list of concrete configs::
 
     >>> import ftnb.search as s
@@ -12,28 +14,41 @@ search-space *domains* (:func:`choice`, :func:`uniform`, :func:`loguniform`,
     ['adam', 'sgd', 'adam', 'sgd']
 
 The package: :mod:`~ftnb.search.domains` (what a domain is, :class:`SampleSpec`, the JSON
-form of a space), :mod:`~ftnb.search.constructors` (the functions above, with their argument
-checks), :mod:`~ftnb.search.variants` (compiling a space, expanding its grid, drawing its
-domains), :mod:`~ftnb.search.flatten` (``"model/lr"`` keys) and :mod:`~ftnb.search.messages`
-(how errors name a key path). Only the stdlib is imported here so that ``import ftnb`` stays
-fast.
+form of a space), :mod:`~ftnb.search.numeric` (the numeric domains and their bounds),
+:mod:`~ftnb.search.constructors` (the functions above),
+:mod:`~ftnb.search.argument_checks` (their argument checks), :mod:`~ftnb.search.variants`
+(compiling a space, expanding its grid, drawing its domains), :mod:`~ftnb.search.flatten`
+(``"model/lr"`` keys) and :mod:`~ftnb.search.messages` (how errors name a key path). Only the
+stdlib is imported here so that ``import ftnb`` stays fast.
 """
 
-from .constructors import choice, grid_search, loguniform, randint, sample_from, uniform
+from .constructors import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
 from .domains import (
     DOMAIN_JSON_KEY,
     GRID_SEARCH_KEY,
     Categorical,
     Domain,
-    LogUniform,
-    RandInt,
     SampleFrom,
     SampleSpec,
-    Uniform,
     encode_space,
     is_grid_search,
 )
 from .flatten import flatten_dict, unflatten_dict
+from .numeric import LogRandInt, LogUniform, Normal, QLogRandInt, QRandInt, RandInt, Uniform
 from .variants import count_variants, generate_variants, validate_param_space, varying_keys
 
 __all__ = [
@@ -44,13 +59,24 @@ __all__ = [
     "Uniform",
     "LogUniform",
     "RandInt",
+    "Normal",
+    "QRandInt",
+    "LogRandInt",
+    "QLogRandInt",
     "SampleFrom",
     "SampleSpec",
     "grid_search",
     "choice",
     "uniform",
+    "quniform",
     "loguniform",
+    "qloguniform",
+    "randn",
+    "qrandn",
     "randint",
+    "qrandint",
+    "lograndint",
+    "qlograndint",
     "sample_from",
     "is_grid_search",
     "validate_param_space",

@@ -1,7 +1,7 @@
 """Search-space domains (Ray Tune's names): what a varying value of a param space is.
 
-A domain (:class:`Categorical`, :class:`Uniform`, :class:`LogUniform`, :class:`RandInt`,
-:class:`SampleFrom`) draws one value per variant; a grid axis is Ray's plain
+A domain (:class:`Categorical`, :class:`SampleFrom`, and the numeric ones of
+:mod:`ftnb.search.numeric`) draws one value per variant; a grid axis is Ray's plain
 ``{"grid_search": [...]}`` dict (:func:`is_grid_search`). :class:`SampleSpec` is what a
 ``sample_from`` function receives: a read-only view of its variant. :func:`encode_space` writes
 a space as JSON for the experiment's state. The functions users call to create domains are in
@@ -11,7 +11,6 @@ fast.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -23,9 +22,6 @@ __all__ = [
     "DOMAIN_JSON_KEY",
     "Domain",
     "Categorical",
-    "Uniform",
-    "LogUniform",
-    "RandInt",
     "SampleFrom",
     "SampleSpec",
     "UnresolvedDependency",
@@ -182,15 +178,42 @@ def unwrap_config_views(value: Any) -> Any:
 class Domain:
     """Base class of search-space domains (Ray Tune calls them the same).
 
-    Subclasses implement :meth:`sample` and :meth:`to_json`.
+    Subclasses implement :meth:`draw` and :meth:`to_json`; :meth:`sample` is Ray's.
     """
 
     #: Short name used in :meth:`to_json` placeholders.
     kind: str = "domain"
 
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
-        """Draw one value using ``rng`` (``spec`` is only used by :class:`SampleFrom`)."""
+    def draw(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+        """One value drawn with ``rng`` (what variant generation calls; ``spec`` is only used
+        by :class:`SampleFrom`)."""
         raise NotImplementedError
+
+    def sample(self, config: Any = None, size: int = 1, random_state: Any = None) -> Any:
+        """Ray's ``Domain.sample``: one value when ``size`` is 1, else a list of ``size``.
+
+        ``random_state`` is a seed (int), a :class:`random.Random`, a numpy ``Generator`` or
+        ``RandomState`` (which seeds a :class:`random.Random` with one draw), or None: Python's
+        global ``random`` state (Ray uses numpy's global state). ``config`` is what a
+        :func:`sample_from` function reads as ``spec.config`` (a list: one config per value).
+        ``sample(rng)`` with a :class:`random.Random` first, ftnb's earlier form, still works.
+
+        >>> from ftnb.search import quniform
+        >>> quniform(0, 1, 0.25).sample(random_state=0)
+        0.75
+        >>> len(quniform(0, 1, 0.25).sample(size=3, random_state=0))
+        3
+        """
+        if isinstance(config, random.Random) and random_state is None:
+            config, random_state = None, config
+        count = _check_size(size)
+        rng = _as_rng(random_state)
+        values = [self.draw(rng, self._spec(config, i, rng)) for i in range(count)]
+        return values[0] if count == 1 else values
+
+    def _spec(self, config: Any, index: int, rng: random.Random) -> SampleSpec | None:
+        # Only a sample_from reads the config.
+        return None
 
     def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
         """A JSON-able placeholder such as ``{"__ftnb_domain__": "uniform", ...}``."""
@@ -213,7 +236,7 @@ class Categorical(Domain):
     def __init__(self, categories: Sequence[Any]) -> None:
         self.categories: list[Any] = list(categories)
 
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+    def draw(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
         # randrange (not rng.choice) so the raw index is shared with the
         # generator's nested-resolution path and draws stay in lockstep.
         return self.categories[rng.randrange(len(self.categories))]
@@ -222,60 +245,6 @@ class Categorical(Domain):
         enc = encode_leaf or _default_encode_leaf
         categories = [_encode(c, enc) for c in self.categories]
         return {DOMAIN_JSON_KEY: self.kind, "categories": categories}
-
-
-class Uniform(Domain):
-    """Float uniformly distributed in ``[low, high]``; created by :func:`uniform`."""
-
-    kind = "uniform"
-
-    def __init__(self, low: float, high: float) -> None:
-        self.low = low
-        self.high = high
-
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> float:
-        return rng.uniform(self.low, self.high)
-
-    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high}
-
-
-class LogUniform(Domain):
-    """Float whose logarithm is uniform in ``[log(low), log(high)]``; see :func:`loguniform`."""
-
-    kind = "loguniform"
-
-    def __init__(self, low: float, high: float, base: float = 10) -> None:
-        self.low = low
-        self.high = high
-        self.base = base
-
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> float:
-        # The distribution does not depend on the base; it is kept for fidelity
-        # with Ray's signature and stored placeholders.
-        lo, hi = math.log(self.low, self.base), math.log(self.high, self.base)
-        value = self.base ** rng.uniform(lo, hi)
-        # pow/log round-trips can land one ulp outside the bounds.
-        return min(max(value, self.low), self.high)
-
-    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high, "base": self.base}
-
-
-class RandInt(Domain):
-    """Integer uniformly distributed in ``[low, high)`` (high exclusive, like Ray)."""
-
-    kind = "randint"
-
-    def __init__(self, low: int, high: int) -> None:
-        self.low = low
-        self.high = high
-
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> int:
-        return rng.randrange(self.low, self.high)
-
-    def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-        return {DOMAIN_JSON_KEY: self.kind, "low": self.low, "high": self.high}
 
 
 class SampleFrom(Domain):
@@ -287,16 +256,54 @@ class SampleFrom(Domain):
         self.func = func
         self._pass_spec = _accepts_argument(func)
 
-    def sample(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
+    def draw(self, rng: random.Random, spec: SampleSpec | None = None) -> Any:
         if not self._pass_spec:
             return self.func()
         return self.func(spec if spec is not None else SampleSpec({}, rng))
+
+    def _spec(self, config: Any, index: int, rng: random.Random) -> SampleSpec:
+        if isinstance(config, list):
+            config = config[index]
+        return SampleSpec(config if config is not None else {}, rng)
 
     def to_json(self, encode_leaf: Callable[[Any], Any] | None = None) -> dict[str, Any]:
         name = getattr(self.func, "__qualname__", None)
         if not isinstance(name, str):
             name = short_repr(self.func, 200)
         return {DOMAIN_JSON_KEY: self.kind, "function": name}
+
+
+def _check_size(size: Any) -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(
+            f"sample() argument 'size' must be an int; got {type(size).__name__}: "
+            f"{short_repr(size)}. Fix: pass e.g. size=4."
+        )
+    if size < 1:
+        raise ValueError(f"sample() argument 'size' must be >= 1; got size={size}. "
+                         f"Fix: pass size=1 for one value.")
+    return size
+
+
+def _as_rng(random_state: Any) -> Any:
+    """A :class:`random.Random` (or the ``random`` module: the global state) for
+    :meth:`Domain.sample`'s ``random_state``."""
+    if random_state is None:
+        return random  # the module's functions share its global generator
+    if isinstance(random_state, random.Random):
+        return random_state
+    if isinstance(random_state, int) and not isinstance(random_state, bool):
+        return random.Random(random_state)
+    # numpy, never imported here: a Generator has integers(), a RandomState randint().
+    if callable(getattr(random_state, "integers", None)):
+        return random.Random(int(random_state.integers(0, 2**63 - 1)))
+    if callable(getattr(random_state, "randint", None)):
+        return random.Random(int(random_state.randint(0, 2**31 - 1)))
+    raise TypeError(
+        f"sample() argument 'random_state' must be None, an int seed, a random.Random or a "
+        f"numpy Generator/RandomState; got {type(random_state).__name__}: "
+        f"{short_repr(random_state)}. Fix: pass e.g. random_state=0."
+    )
 
 
 def _accepts_argument(func: Callable[..., Any]) -> bool:
@@ -324,7 +331,8 @@ def encode_space(param_space: Any, encode_leaf: Callable[[Any], Any]) -> Any:
     recursed (tuples become lists), JSON scalars (str, int, float, bool, None)
     are kept, and every other leaf is replaced by ``encode_leaf(leaf)``.
 
-    >>> encode_space({"lr": Uniform(0.1, 1.0), "data": object()}, lambda v: "<object>")
+    >>> from ftnb.search import uniform
+    >>> encode_space({"lr": uniform(0.1, 1.0), "data": object()}, lambda v: "<object>")
     {'lr': {'__ftnb_domain__': 'uniform', 'low': 0.1, 'high': 1.0}, 'data': '<object>'}
     """
     if param_space is None:

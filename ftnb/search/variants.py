@@ -272,11 +272,11 @@ def _resolve(node: _Node, state: _VariantState, path: tuple[str | int, ...]) -> 
         if isinstance(dom, SampleFrom):
             return dom
         if node.categories is not None and node.nested:
-            # Same single randrange draw as Categorical.sample, then resolve
+            # Same single randrange draw as Categorical.draw, then resolve
             # whatever domains the chosen category holds.
             idx = state.rng.randrange(len(node.categories))
             return _resolve(node.categories[idx], state, path)
-        return dom.sample(state.rng)
+        return dom.draw(state.rng)
     raise AssertionError(f"unexpected node {node!r}")  # grids are expanded before
 
 
@@ -290,7 +290,7 @@ def _resolve_functions(draft: dict[str, Any], state: _VariantState) -> None:
         missing: list[str] = []
         for container, key, dom, path in remaining:
             try:
-                value = dom.sample(state.rng, spec)
+                value = dom.draw(state.rng, spec)
             except UnresolvedDependency as exc:
                 blocked.append((container, key, dom, path))
                 missing.append(f"{format_key_path(path)} reads {format_key_path(exc.path)}")
