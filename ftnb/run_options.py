@@ -10,7 +10,11 @@ notebook looks them up in its namespace, the CLI imports ``module:attr`` or ``pa
 :func:`launch_arguments` turns parsed options into the arguments of :func:`ftnb.launch` (and of
 the foreground run): the trainable, the space, TuneConfig, RunConfig with its FailureConfig and
 CheckpointConfig, and the resources per trial. A search space may also be given as a dict literal
-(``'{"lr": 0.1}'``, Python or JSON), which :func:`space_literal` reads.
+(``'{"lr": 0.1}'``, Python or JSON), which :func:`space_literal` reads. With the data-parallel
+options (``--num-workers``...), or a :class:`ftnb.TorchTrainer` named, each trial is a group of
+ranks: the trainable is a TorchTrainer and the space its ``train_loop_config``
+(:func:`scaling_config_of`, :func:`as_group`); :func:`resumed_space` wraps a space given again to
+resume such an experiment.
 
 No IPython here: ``ftnb run`` parses with these tables without it.
 
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
+import dataclasses
 import difflib
 import functools
 import json
@@ -44,11 +50,16 @@ __all__ = [
     "OptionParser",
     "RunDefaults",
     "amount",
+    "as_group",
     "env_int",
+    "group_space",
+    "is_trainer",
     "launch_arguments",
     "opt",
     "resume_options",
+    "resumed_space",
     "run_options",
+    "scaling_config_of",
     "space_from",
     "space_literal",
     "stop_from",
@@ -288,6 +299,21 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
             help="the metric that ranks trials (and the one shown first)"),
         opt("--mode", choices=("max", "min"), help="whether a higher or lower --metric is better"),
         opt("--seed", type=int, metavar="N", help="makes the random draws reproducible"),
+        Group("data-parallel (ScalingConfig)",
+              "each trial is a group of ranks in one torch.distributed process group, which\n"
+              "fails and restarts as one; every rank runs TRAINABLE with the trial's config\n"
+              "(for a TorchTrainer these options replace those of its ScalingConfig)"),
+        opt("--num-workers", type=int, metavar="N",
+            help="ranks per trial (default 1, or a TorchTrainer's own)"),
+        opt("--gpus-per-worker", type=amount, metavar="N",
+            help="GPUs per rank, whole ones (a rank sees only its own; NCCL) unless there is "
+                 "one rank (default 0: CPUs and gloo)"),
+        opt("--cpus-per-worker", type=amount, metavar="N",
+            help="CPUs per rank (default 1); a trial takes --num-workers times this"),
+        opt("--collective-timeout", type=amount, metavar="SECONDS",
+            help="how long a rank may wait on its peers (an all-reduce, a barrier) or stay "
+                 "stopped before the group counts as hung and restarts from its latest "
+                 "checkpoint (default 30)"),
         Group("failures (FailureConfig)"),
         opt("--max-failures", type=whole(-1), metavar="N",
             help="retries per trial: 0 none, N up to N, -1 forever (default: "
@@ -378,7 +404,7 @@ class Names(Protocol):
     (one line: what was asked for, what was found, the fix)."""
 
     def trainable(self, ref: str) -> Callable[..., Any]:
-        """The function ``ref`` names."""
+        """The function ``ref`` names (or the :class:`ftnb.TorchTrainer`)."""
 
     def space(self, ref: str) -> Mapping[str, Any]:
         """The search space ``ref`` names (a dict literal is read before this is asked)."""
@@ -488,7 +514,8 @@ def _metric_thresholds(text: str) -> dict[str, Any]:
 # -- parsed options -> launch arguments -----------------------------------------------------------
 @dataclass
 class LaunchArguments:
-    """``ftnb.launch(trainable, **kwargs)``: what a parsed ``%ftrun`` / ``ftnb run`` starts.
+    """``ftnb.launch(trainable, **kwargs)``: what a parsed ``%ftrun`` / ``ftnb run`` starts
+    (``trainable``: the function, or the :class:`ftnb.TorchTrainer` of a data-parallel run).
 
     ``kwargs``: ``param_space``, ``name``, ``storage_path``, ``tune_config``, ``run_config``,
     ``resources_per_trial``, ``origin``, ``restart_errored``, ``allow_different_trainable``.
@@ -518,6 +545,9 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
     filesystem = names.value(a.filesystem, "--filesystem") if a.filesystem else None
     resources = {k: v for k, v in (("cpu", a.cpus_per_trial), ("gpu", a.gpus_per_trial))
                  if v is not None}
+    scaling = scaling_config_of(a, function)
+    if scaling is not None and resources:
+        raise InputError(_per_trial_with_group(a, function))
     failure = dict(max_failures=_given(a.max_failures, defaults.max_failures),
                    fail_fast=a.fail_fast,
                    stop_on_repeated_error=not a.retry_repeated_errors)
@@ -542,6 +572,8 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
         )
     except (ValueError, TypeError) as exc:
         raise InputError(" ".join(str(exc).split())) from None
+    if scaling is not None:
+        function, space = as_group(function, space, scaling, run_config)
     kwargs: dict[str, Any] = dict(
         param_space=space,
         name=a.name,
@@ -554,3 +586,113 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
         allow_different_trainable=a.allow_different_trainable,
     )
     return LaunchArguments(function, kwargs)
+
+
+# -- data-parallel runs (a TorchTrainer per trial) ------------------------------------------------
+#: The options of the "data-parallel (ScalingConfig)" group: dest -> flag.
+_WORKER_FLAGS = {"num_workers": "--num-workers", "gpus_per_worker": "--gpus-per-worker",
+                 "cpus_per_worker": "--cpus-per-worker",
+                 "collective_timeout": "--collective-timeout"}
+_TRIAL_FLAGS = {"cpus_per_trial": "--cpus-per-trial", "gpus_per_trial": "--gpus-per-trial"}
+#: The keys of a TorchTrainer's search space (see ``TorchTrainer.param_space``).
+_LOOP_CONFIG = "train_loop_config"
+_GROUP_KEYS = (_LOOP_CONFIG, "datasets")
+
+
+def is_trainer(value: Any) -> bool:
+    """Whether ``value`` is a trainer (:class:`ftnb.TorchTrainer`) rather than a function."""
+    return bool(getattr(value, "_ftnb_trainer", False))
+
+
+def _given_flags(args: argparse.Namespace, flags: Mapping[str, str]) -> list[str]:
+    """The options of ``flags`` given in ``args``, as typed (``--num-workers 2``)."""
+    return [f"{flag} {getattr(args, dest):g}" if isinstance(getattr(args, dest), float)
+            else f"{flag} {getattr(args, dest)}"
+            for dest, flag in flags.items() if getattr(args, dest, None) is not None]
+
+
+def scaling_config_of(args: argparse.Namespace, trainable: Any) -> Any:
+    """The :class:`ftnb.ScalingConfig` of a data-parallel run: ``trainable``'s own (a
+    TorchTrainer's) or the default one, with the ``--num-workers``, ``--gpus-per-worker``,
+    ``--cpus-per-worker`` and ``--collective-timeout`` given in ``args`` replacing what they
+    set; None for a plain function with none of them given (a trial of one process).
+    Raises :class:`InputError` with ScalingConfig's message for values it refuses."""
+    from .config import ScalingConfig
+
+    given = _given_flags(args, _WORKER_FLAGS)
+    if not given and not is_trainer(trainable):
+        return None
+    base = trainable.scaling_config if is_trainer(trainable) else ScalingConfig()
+    changes: dict[str, Any] = {}
+    if getattr(args, "num_workers", None) is not None:
+        changes["num_workers"] = args.num_workers
+    if getattr(args, "collective_timeout", None) is not None:
+        changes["collective_timeout_s"] = float(args.collective_timeout)
+    cpus, gpus = getattr(args, "cpus_per_worker", None), getattr(args, "gpus_per_worker", None)
+    if cpus is not None or gpus is not None:
+        per_worker = dict(base.resources_per_worker or {})
+        if cpus is not None:
+            per_worker = {k: v for k, v in per_worker.items() if str(k).lower() != "cpu"}
+            per_worker["CPU"] = cpus
+        if gpus is not None:
+            per_worker = {k: v for k, v in per_worker.items() if str(k).lower() != "gpu"}
+            if gpus > 0:
+                per_worker["GPU"] = gpus
+            changes["use_gpu"] = gpus > 0
+        changes["resources_per_worker"] = per_worker or None
+    try:  # ScalingConfig checks its values (0 ranks, a GPU shared by the ranks of a group)
+        return dataclasses.replace(base, **changes)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{' '.join(given)}: {' '.join(str(exc).split())}") from None
+
+
+def _per_trial_with_group(args: argparse.Namespace, trainable: Any) -> str:
+    """Why ``--cpus-per-trial``/``--gpus-per-trial`` do not go with a data-parallel run."""
+    trial = " ".join(_given_flags(args, _TRIAL_FLAGS))
+    workers = " ".join(_given_flags(args, _WORKER_FLAGS))
+    what = f"{trial} with {workers}" if workers else f"{trial} with a TorchTrainer"
+    fixes = [flag.replace("-per-trial", "-per-worker")
+             for flag in _given_flags(args, _TRIAL_FLAGS)]
+    return (f"{what}: in a data-parallel run each rank gets --cpus-per-worker and "
+            "--gpus-per-worker (a trial takes --num-workers times that), so there is no "
+            f"per-trial amount to give. Fix: {' '.join(fixes)} instead of {trial}")
+
+
+def as_group(trainable: Any, space: Optional[Mapping[str, Any]], scaling: Any,
+             run_config: Any) -> tuple[Any, Optional[Mapping[str, Any]]]:
+    """``(trainer, space)`` of a data-parallel run: a plain ``f(config)`` wrapped as
+    ``TorchTrainer(f, scaling_config=scaling, run_config=run_config)``, or a TorchTrainer
+    copied with ``scaling`` (the caller's object is left as it was); the space as a trainer's
+    (see :func:`group_space`), so that each rank's ``f`` gets the config a plain trial would."""
+    if is_trainer(trainable):
+        trainer = copy.copy(trainable)
+        trainer.scaling_config = scaling
+        return trainer, group_space(space, plain=False)
+    from .train.torch_trainer import TorchTrainer
+
+    try:
+        trainer = TorchTrainer(trainable, scaling_config=scaling, run_config=run_config)
+    except (ValueError, TypeError) as exc:
+        raise InputError(" ".join(str(exc).split())) from None
+    return trainer, group_space(space, plain=True)
+
+
+def group_space(space: Optional[Mapping[str, Any]],
+                plain: bool = False) -> Optional[Mapping[str, Any]]:
+    """A search space as a TorchTrainer's: ``{"train_loop_config": space}``, unless it is one
+    already (it has the key ``train_loop_config`` or ``datasets``; ``plain=True``: the space of
+    a plain function, always wrapped). None stays None."""
+    if space is None:
+        return None
+    if not plain and any(key in space for key in _GROUP_KEYS):
+        return space
+    return {_LOOP_CONFIG: dict(space)}
+
+
+def resumed_space(space: Optional[Mapping[str, Any]],
+                  settings: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    """The space to resume an experiment with: for a TorchTrainer's experiment (its state's
+    ``settings["trainer"]``) a plain space given again is wrapped as its trainer's
+    (:func:`group_space`), as ``ftnb run --num-workers`` / ``%ftrun --num-workers`` wrapped it
+    when they started it."""
+    return group_space(space) if settings.get("trainer") else space

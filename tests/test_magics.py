@@ -362,6 +362,90 @@ def test_config_values_are_checked():
             setattr(magics, trait, value)
 
 
+def _trainer(**scaling):
+    return ftnb.TorchTrainer(train, train_loop_config={"x": 0},
+                             scaling_config=ftnb.ScalingConfig(**scaling))
+
+
+def test_worker_options_run_the_function_as_a_torch_trainer_with_the_space_wrapped():
+    p = plan("train -p space --num-workers 2 --gpus-per-worker 1 --cpus-per-worker 0.5 "
+             "--collective-timeout 60 --max-failures 3")
+    trainer = p.trainable
+    assert isinstance(trainer, ftnb.TorchTrainer) and trainer.train_loop_per_worker is train
+    assert trainer.scaling_config == ftnb.ScalingConfig(
+        num_workers=2, use_gpu=True, resources_per_worker={"CPU": 0.5, "GPU": 1},
+        collective_timeout_s=60.0)
+    # Each rank's train(config) gets the trial's config, as a plain trial would.
+    assert p.kwargs["param_space"] == {"train_loop_config": SPACE}
+    assert p.kwargs["resources_per_trial"] is None
+    assert trainer.run_config is p.kwargs["run_config"]
+    assert p.kwargs["run_config"].failure_config.max_failures == 3
+    assert p.kwargs["origin"] == {  # the names, to find them again when resuming
+        "trainable": "train", "param_space": "space",
+        "source": "%ftrun train -p space --num-workers 2 --gpus-per-worker 1 "
+                  "--cpus-per-worker 0.5 --collective-timeout 60 --max-failures 3"}
+    assert plan("train --num-workers 2").kwargs["param_space"] is None
+    assert not isinstance(plan("train -p space").trainable, ftnb.TorchTrainer)
+
+
+def test_worker_options_replace_only_what_they_give_of_a_trainers_scaling():
+    trainer = _trainer(num_workers=3, resources_per_worker={"cpu": 2}, collective_timeout_s=9)
+    ns = dict(NS, trainer=trainer, loop_space={"train_loop_config": SPACE})
+    p = plan("trainer -p loop_space --gpus-per-worker 1", ns)
+    assert p.trainable.scaling_config == ftnb.ScalingConfig(
+        num_workers=3, use_gpu=True, resources_per_worker={"cpu": 2, "GPU": 1},
+        collective_timeout_s=9)
+    assert p.kwargs["param_space"] == {"train_loop_config": SPACE}  # a trainer's space as given
+    # The notebook's trainer is left as it was.
+    assert trainer.scaling_config.num_workers == 3 and not trainer.scaling_config.use_gpu
+    p = plan("trainer -p space --num-workers 2 --cpus-per-worker 1", ns)
+    assert p.trainable.scaling_config.num_workers == 2
+    assert p.trainable.scaling_config.resources_per_worker == {"CPU": 1}
+    assert p.kwargs["param_space"] == {"train_loop_config": SPACE}  # a plain space, wrapped
+    # A trainer named without the options runs with its own scaling.
+    assert plan("trainer", ns).trainable.scaling_config == trainer.scaling_config
+
+
+@pytest.mark.parametrize("line, says", [
+    ("train --num-workers 2 --cpus-per-trial 2",
+     ("--cpus-per-trial 2 with --num-workers 2: in a data-parallel run each rank gets "
+      "--cpus-per-worker and --gpus-per-worker (a trial takes --num-workers times that), so "
+      "there is no per-trial amount to give. Fix: --cpus-per-worker 2 instead of "
+      "--cpus-per-trial 2")),
+    ("trainer --gpus-per-trial 0.5",
+     "--gpus-per-trial 0.5 with a TorchTrainer: in a data-parallel run"),
+    ("train --num-workers 0",
+     ("--num-workers 0: ScalingConfig(num_workers=0) must be a whole number >= 1 (the ranks of "
+      "the group)")),
+    ("train --num-workers 2 --gpus-per-worker 0.5",
+     ("--num-workers 2 --gpus-per-worker 0.5: ScalingConfig(num_workers=2, "
+      "resources_per_worker={'GPU': 0.5}): the ranks of a group cannot share a GPU")),
+    ("train --collective-timeout 0",
+     ("--collective-timeout 0: ScalingConfig(collective_timeout_s=0.0) must be a number of "
+      "seconds > 0")),
+    ("train --num-workers two", "%ftrun: argument --num-workers: invalid int value: 'two'"),
+    ("train --gpus-per-worker -1", "argument --gpus-per-worker: must be a finite number >= 0"),
+])
+def test_bad_worker_options(line, says):
+    assert says in input_error(plan, line, dict(NS, trainer=_trainer(num_workers=2)))
+
+
+def test_a_trainer_is_taken_where_a_function_is():
+    trainer = _trainer(num_workers=2)
+    trainable, _ = ResumeCommand.parse("sweep --trainable trainer").resolve(
+        dict(NS, trainer=trainer))
+    assert trainable is trainer
+    assert "is a int, not a function" in input_error(plan, "not_a_function --num-workers 2")
+
+
+def test_help_has_the_data_parallel_group():
+    doc = FtnbMagics.ftrun.__doc__
+    assert "data-parallel (ScalingConfig):" in doc
+    for flag in ("--num-workers N", "--gpus-per-worker N", "--cpus-per-worker N",
+                 "--collective-timeout SECONDS"):
+        assert flag in doc
+
+
 # =================================================================================================
 # The magics in an in-process IPython shell, against real experiments
 # =================================================================================================
@@ -788,3 +872,67 @@ def test_ftrun_of_an_existing_experiment_with_another_function_says_the_magics_f
                             "%ftrun train_broken (define it first), or "
                             "--allow-different-trainable if train_quick is the same training "
                             "under another name (a fixed version, say)"), message
+
+
+_GROUP_DEFINITIONS = '''
+def train_group(config):
+    """One rank of a group of 2: all-reduces rank + 1 (3 on both), then reports until the gate
+    file (if any) exists."""
+    import torch
+    import torch.distributed as dist
+
+    ctx = ftnb.get_context()
+    assert ctx.get_world_size() == 2 and dist.get_world_size() == 2
+    total = torch.tensor([float(ctx.get_world_rank() + 1)])
+    dist.all_reduce(total)
+    assert total.item() == 3.0 and "train_loop_config" not in config, config
+    while True:
+        ftnb.report({"sum": total.item() * config["x"]})
+        if "gate" not in config or os.path.exists(config["gate"]):
+            return
+        time.sleep(0.05)
+'''
+
+
+def _groups_of_two(state, attempts=1):
+    assert state.settings["num_workers"] == 2
+    for trial in state.trials:
+        assert len(trial.attempts) == attempts
+        assert all(a.num_workers == 2 and len(set(a.pids)) == 2 for a in trial.attempts)
+
+
+@pytest.mark.slow
+def test_ftrun_with_worker_options_runs_each_trial_in_a_group_of_ranks(cell):
+    pytest.importorskip("torch")
+    cell(_GROUP_DEFINITIONS)
+    cell("%ftrun train_group -p space --name group --num-workers 2 --cpus-per-worker 0.5 "
+         "--wait --no-widget -o group")
+    assert "ftnb: group FINISHED: 2 trials, 2 terminated, 0 errored" in cell.out, cell.out
+    state = cell.ns["group"].state()
+    _groups_of_two(state)
+    assert [t.last_result["sum"] for t in state.trials] == [3.0, 6.0]
+    assert [t.config for t in state.trials] == [{"train_loop_config": {"x": 1}},
+                                                {"train_loop_config": {"x": 2}}]
+
+
+@pytest.mark.slow
+def test_ftresume_runs_a_stopped_group_again_in_its_ranks(cell, tmp_path):
+    pytest.importorskip("torch")
+    cell(_GROUP_DEFINITIONS)
+    gate = tmp_path / "gate"
+    cell.ns["group_space"] = {"x": 2, "gate": str(gate)}
+    cell("%ftrun train_group -p group_space --name group_gated --num-workers 2 "
+         "--cpus-per-worker 0.5 --no-widget -q -o h")
+    handle = cell.ns["h"]
+    wait_for(lambda: [t.iteration for t in handle.state().trials] >= [2], timeout=60,
+             what="the group to report")
+    cell("%ftstop group_gated")
+    assert handle.status() == "INTERRUPTED"
+    gate.write_text("done")
+    # The function alone and the notebook's plain space (the names %ftrun recorded): each rank
+    # runs it in a group of 2 again, with the config a plain trial gets.
+    cell("%ftresume group_gated --wait --no-widget -o resumed")
+    assert "ftnb: group_gated FINISHED: 1 trial, 1 terminated, 0 errored" in cell.out, cell.out
+    state = cell.ns["resumed"].state()
+    _groups_of_two(state, attempts=2)
+    assert state.trials[0].last_result["sum"] == 6.0

@@ -1,6 +1,7 @@
 """The ``ftnb`` command: run, watch, stop, resume and inspect experiments from a terminal.
 
-    ftnb run TRAINABLE [options]   start an experiment, or resume it (same name); --detach
+    ftnb run TRAINABLE [options]   start an experiment, or resume it (same name); --detach;
+                                   --num-workers N: each trial a group of N ranks (DDP)
     ftnb resume NAME               resume an interrupted experiment
     ftnb stop NAME [--trial ID]    stop it cleanly (resumable), or one trial
     ftnb watch NAME                its live table until it ends
@@ -162,7 +163,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[CommandSpe
         subparser.set_defaults(func=func)
         specs[spec.name] = (spec, subparser)
 
-    add(RUN, "start an experiment (or resume it); --detach runs it in the background", cmd_run)
+    add(RUN, "start an experiment (or resume it); --detach runs it in the background, "
+             "--num-workers N each trial in a group of N ranks", cmd_run)
     add(RESUME, "resume an interrupted experiment", cmd_resume)
     add(STOP, "stop an experiment cleanly (resumable), or one of its trials", cmd_stop)
     add(WATCH, "show an experiment's live table until it ends", cmd_watch)

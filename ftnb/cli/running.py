@@ -31,15 +31,17 @@ from ..run_options import (
     Group,
     InputError,
     RunDefaults,
+    is_trainer,
     launch_arguments,
     opt,
     resume_options,
+    resumed_space,
     run_options,
     space_from,
 )
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
-from .references import SPACE_FORMS, ReferenceNames, absolute_reference
+from .references import SPACE_FORMS, ReferenceNames, absolute_reference, load_reference
 
 __all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
 
@@ -65,14 +67,16 @@ RUN = CommandSpec(
 
     ftnb run train.py:train --param-space space.py:space --name sweep1 --max-failures 3
     ftnb run mypkg.jobs:train -p '{"lr": {"grid_search": [0.1, 0.01]}}' -n sweep2 --detach
+    ftnb run train.py:train -p space.py:space -n ddp --num-workers 2 --gpus-per-worker 1
 
     It runs here, printing its progress, until it ends; Ctrl+C stops it cleanly (resumable:
     `ftnb resume NAME`, or the same command again). With --detach it runs in a supervisor
-    process of its own and the command returns at once.
+    process of its own and the command returns at once. With --num-workers each trial is a
+    group of ranks, each running train(config) in one torch.distributed process group.
     """,
     run_options(CLI, opt("trainable", metavar="TRAINABLE",
-                         help="the function to run, train(config): MODULE:NAME or "
-                              "FILE.py:NAME")) + (
+                         help="the function to run, train(config), or an ftnb.TorchTrainer: "
+                              "MODULE:NAME or FILE.py:NAME")) + (
         Group("command line"),
         _DETACH,
         _JSON,
@@ -119,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               "source": _source(args), "cwd": os.getcwd()}
     if args.param_space:
         origin["param_space"] = _recorded_space(args.param_space)
-    built = launch_arguments(args, ReferenceNames(), trainable=args.trainable,
+    built = launch_arguments(args, _Names(), trainable=args.trainable,
                              param_space=args.param_space, space_forms=SPACE_FORMS,
                              defaults=RunDefaults.from_environment(), origin=origin)
     if args.detach:
@@ -141,6 +145,15 @@ def _recorded_space(text: str) -> str:
     return absolute_reference(stripped)
 
 
+class _Names(ReferenceNames):
+    """The command line's names, with an :class:`ftnb.TorchTrainer` taken as a trainable too
+    (it is no function: ``ReferenceNames.trainable`` refuses it)."""
+
+    def trainable(self, ref: str) -> Any:
+        value = load_reference(ref, "TRAINABLE", "function")
+        return value if is_trainer(value) else super().trainable(ref)
+
+
 # -- ftnb resume ----------------------------------------------------------------------------------
 def cmd_resume(args: argparse.Namespace) -> int:
     """``ftnb resume NAME_OR_PATH [options]``."""
@@ -156,7 +169,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     recorded = state.settings.get("origin")
     recorded = dict(recorded) if isinstance(recorded, dict) else {}
     from_cli = recorded.get("via") == "cli"
-    names = ReferenceNames()
+    names = _Names()
     if from_cli and recorded.get("cwd") and recorded["cwd"] not in sys.path:
         sys.path.append(recorded["cwd"])  # its modules, when they are not found from here
 
@@ -180,6 +193,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             # The stored values resume it unless its trials hold objects; then restore says so.
             print(f"ftnb: note: the search space it was started with ({space_text}) cannot be "
                   f"loaded ({exc}); resuming with the values stored with it", file=sys.stderr)
+    space = resumed_space(space, state.settings)
     filesystem = names.value(args.filesystem, "--filesystem") if args.filesystem else None
     # Its origin from now on: what this command resumed it with.
     origin = {"via": "cli", "trainable": absolute_reference(trainable_ref),

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..run_options import launch_arguments, space_from
+from ..run_options import is_trainer, launch_arguments, space_from
 from .magic_options import FTRESUME, FTRUN, NOTEBOOK, MagicDefaults, MagicInputError
 
 __all__ = [
@@ -69,7 +69,7 @@ def lookup(namespace: Mapping[str, Any], name: str, what: str) -> Any:
 
 def _trainable_from(namespace: Mapping[str, Any], name: str, what: str = "trainable") -> Any:
     value = lookup(namespace, name, what)
-    if not callable(value):
+    if not callable(value) and not is_trainer(value):
         raise MagicInputError(
             f"{what} {name!r} is a {type(value).__name__}, not a function. Fix: name the "
             "function that trains, def train(config): ... ftnb.report(...)"

@@ -124,10 +124,14 @@ FTRUN = MagicSpec(
     exists is resumed instead of started (errored trials from their latest checkpoint), with
     the objects now in the notebook; a running one is attached to. The same options start an
     experiment from a terminal: `ftnb run module:train ...`.
+
+    Data-parallel:  %ftrun train --param-space space --num-workers 2 --gpus-per-worker 1
+    runs each trial as a group of ranks, each calling train(config) with the trial's config in
+    one torch.distributed process group (a TorchTrainer's group; restarted as one).
     """,
     run_options(NOTEBOOK, opt(
         "trainable", nargs="?", metavar="TRAINABLE",
-        help="the function to run, train(config); " + _NAME_HELP
+        help="the function to run, train(config), or an ftnb.TorchTrainer; " + _NAME_HELP
              + " (default in %%ftrun: the one function the cell defines)")) + (
         Group("notebook"),
         _OUTPUT,

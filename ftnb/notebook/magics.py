@@ -2,6 +2,7 @@
 
     %load_ext ftnb
     %ftrun train --param-space space --name sweep1 --max-failures 3 -o h   (also as %%ftrun)
+    %ftrun train --num-workers 2 --gpus-per-worker 1   each trial a group of ranks (DDP)
     %ftattach sweep1              the live widget of any experiment, from any kernel
     %ftls                         the experiments under the storage path (as ``ftnb ls``) and
                                   under the storages this kernel used
@@ -44,7 +45,7 @@ from traitlets import Bool, Int, TraitError, Unicode, default, validate
 
 from ..cli.exits import one_line
 from ..core.records import TrialStatus
-from ..run_options import env_int
+from ..run_options import env_int, resumed_space
 from ..ui.view import plural
 from .magic_commands import (
     CellDefinitions,
@@ -285,6 +286,7 @@ class FtnbMagics(Magics):
             handle = self._attach(command.args)
             origin, stored, needed = recorded_origin(handle)
             trainable, space = command.resolve(self.shell.user_ns, origin, stored, needed)
+            space = resumed_space(space, handle.state().settings)
             with _in_magic_words("%ftresume"):
                 handle = handle.resume(
                     trainable, param_space=space, restart_errored=command.args.restart_errored,
