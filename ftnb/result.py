@@ -13,7 +13,11 @@ from .storage.result_log import flatten_row
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Result", "ResultGrid", "TrialError"]
+__all__ = ["NoBestResultError", "Result", "ResultGrid", "TrialError"]
+
+#: ``get_best_result(scope=...)``: how many of each trial's last values each averaging scope takes.
+_AVERAGED_SCOPES = {"avg": None, "last-5-avg": 5, "last-10-avg": 10}
+_SCOPES = ("last", "all", *_AVERAGED_SCOPES)
 
 
 class TrialError(Exception):
@@ -40,6 +44,38 @@ class TrialError(Exception):
         )
 
 
+class NoBestResultError(ValueError, RuntimeError):
+    """``get_best_result`` found no trial with a usable value of the metric. A ValueError, and
+    a RuntimeError as in Ray Tune, so code written for either catches it."""
+
+
+class TrialNotFoundError(FileNotFoundError, RuntimeError):
+    """``Result.from_path`` was given a folder that is no trial of an ftnb experiment (a
+    RuntimeError as in Ray Tune, and a FileNotFoundError)."""
+
+
+def _metric_value(row: dict, metric: str) -> Any:
+    """``row[metric]``, where ``metric`` may name a nested value as ``"outer/inner"`` (the
+    columns of ``progress.csv`` and ``metrics_dataframe``, as in Ray Tune)."""
+    if metric in row:
+        return row[metric]
+    return flatten_row(row).get(metric) if "/" in metric else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _better(value: float, best: Optional[float], mode: str) -> bool:
+    """Whether ``value`` beats ``best`` (None: nothing yet); a tie keeps ``best``."""
+    return best is None or (value > best if mode == "max" else value < best)
+
+
+def _check_mode(mode: Any, call: str) -> None:
+    if mode not in ("max", "min"):
+        raise ValueError(f"{call}(mode={mode!r}): use 'max' (higher is better) or 'min'.")
+
+
 class Result:
     """One trial's outcome.
 
@@ -48,8 +84,10 @@ class Result:
         config: the trial's config (the live objects when returned by ``fit()``).
         checkpoint: the latest checkpoint, or None.
         error: a :class:`TrialError` if the trial is ERRORED, else None.
-        path: the trial's folder.
+        path: the trial's folder (a path or URL that :attr:`filesystem` opens).
         status: the trial's status string.
+
+    ``Result.from_path(path)`` reads one trial's folder.
     """
 
     def __init__(
@@ -69,6 +107,55 @@ class Result:
         )
         self._metric, self._mode = metric, mode
         self._rows: Optional[list[dict]] = None
+
+    @classmethod
+    def from_path(cls, path: Any, storage_filesystem: Any = None) -> "Result":
+        """The result of the trial whose folder is ``path`` (a local path or URL; the folder
+        ``Result.path`` names), read through ``storage_filesystem`` if given (an fsspec
+        filesystem, for credentials or an endpoint).
+
+        Example: ``Result.from_path("~/ftnb_results/exp/3f2a1_00000").metrics``. A folder
+        that is no trial of an ftnb experiment raises :class:`TrialNotFoundError`.
+        """
+        import dataclasses
+        import json
+        import os
+
+        from .core.records import StateFormatError
+
+        path = os.fspath(path)
+        storage = ExperimentPaths.at(path, storage_filesystem).storage
+        paths = ExperimentPaths(storage, storage.parent(storage.root))
+        dir_name = storage.root.rstrip("/").replace(os.sep, "/").rsplit("/", 1)[-1]
+        trial_paths = paths.trial(dir_name)
+        settings: dict = {}
+        try:
+            state = ExperimentState.load(paths).merge_trial_records(paths)
+        except (FileNotFoundError, StateFormatError, ValueError):
+            trial = None  # a trial folder copied out of its experiment: its own record
+        else:
+            settings = state.settings
+            trial = next((t for t in state.trials if t.dir_name == dir_name), None)
+        if trial is None:
+            try:
+                trial = TrialRecord.from_json(json.loads(storage.read_bytes(trial_paths.record)))
+            except (FileNotFoundError, ValueError, TypeError, KeyError, AttributeError):
+                raise TrialNotFoundError(
+                    f"Result.from_path({path!r}): no ftnb trial there (no {trial_paths.record} "
+                    "and no experiment state naming it). Fix: pass a trial's folder, e.g. "
+                    "Result.path, or read the whole experiment with ResultGrid.from_path."
+                ) from None
+        if trial.dir_name != dir_name:  # copied or renamed: its files are where it is now
+            trial = dataclasses.replace(trial, dir_name=dir_name)
+        result = cls(paths, trial, trial.config, settings.get("metric"), settings.get("mode"))
+        result._settings = settings.get("checkpoint_config") or {}
+        return result
+
+    @property
+    def filesystem(self) -> Any:
+        """The fsspec filesystem the trial's folder is on: ``filesystem.open(path + "/...")``
+        reads its files (as Ray Tune's ``Result.filesystem``)."""
+        return self._paths.storage.fs
 
     def _checkpoint(self, dir_name: str) -> Checkpoint:
         return Checkpoint(self._trial_paths.checkpoint(dir_name), self._paths.storage.fs)
@@ -108,6 +195,35 @@ class Result:
 
             kept.sort(key=key)
         return [(self._checkpoint(c["dir_name"]), by_iter.get(c["iteration"], {})) for c in kept]
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
+        """The kept checkpoint whose result has the best ``metric`` (``mode``: ``"max"`` or
+        ``"min"``; ``"outer/inner"`` names a nested metric). Checkpoints whose result lacks
+        the metric, or has NaN, are left out; of equal ones the latest wins.
+
+        Raises RuntimeError (as Ray Tune) when the trial kept no checkpoint or none has a
+        value of ``metric``; ValueError for another ``mode``.
+        """
+        kept = self.best_checkpoints
+        if not kept:
+            raise RuntimeError(
+                f"Result.get_best_checkpoint: trial {self.trial_id} kept no checkpoint. Fix: "
+                "pass checkpoint=ftnb.Checkpoint.from_directory(...) to ftnb.report().")
+        _check_mode(mode, "Result.get_best_checkpoint")
+        by_age = sorted(kept, key=lambda c: (c[1].get("training_iteration") or 0))
+        best, best_value = None, None
+        for checkpoint, row in by_age:
+            value = _metric_value(row, metric)
+            if _is_number(value) and value == value and (
+                    value == best_value or _better(value, best_value, mode)):
+                best, best_value = checkpoint, value
+        if best is None:
+            reported = sorted({k for _, row in kept for k in flatten_row(row)})
+            raise RuntimeError(
+                f"Result.get_best_checkpoint({metric!r}): no kept checkpoint of trial "
+                f"{self.trial_id} has a number for {metric!r} in its result. Fix: pass one of "
+                f"the metrics reported with them: {reported}.")
+        return best
 
     def _trial_settings(self, key: str) -> Any:
         return getattr(self, "_settings", {}).get(key)
@@ -183,9 +299,23 @@ class ResultGrid:
     ) -> Result:
         """The trial with the best ``metric`` (default: ``TuneConfig.metric``/``mode``).
 
-        ``scope="last"`` compares each trial's last reported value, ``"all"`` its best value
-        over all reports.
+        ``scope`` says which of each trial's reported values of the metric count: ``"last"``
+        (the last one), ``"avg"`` (their mean), ``"last-5-avg"`` / ``"last-10-avg"`` (the
+        mean of the last 5 / 10), ``"all"`` (its best one). ``"outer/inner"`` names a nested
+        metric. NaN and infinities are left out (a mean with one of them is one), unless
+        ``filter_nan_and_inf=False``. As in Ray Tune, an experiment of one trial returns it
+        whatever its values, with no metric needed.
+
+        Raises :class:`NoBestResultError` (a ValueError and a RuntimeError) when no trial
+        has a usable value; ValueError without a metric and a mode.
         """
+        if scope not in _SCOPES:
+            raise ValueError(f"get_best_result(scope={scope!r}): use one of "
+                             f"{', '.join(repr(s) for s in _SCOPES)}.")
+        if mode is not None:
+            _check_mode(mode, "get_best_result")
+        if len(self._results) == 1:
+            return self._results[0]
         metric = metric or self._metric
         mode = mode or self._mode
         if not metric or mode not in ("max", "min"):
@@ -194,36 +324,41 @@ class ResultGrid:
                 f"{metric!r}, mode={mode!r}. Fix: pass them, e.g. get_best_result('loss', 'min'), "
                 "or set TuneConfig(metric=..., mode=...)."
             )
-        if scope not in ("last", "all"):
-            raise ValueError(f"get_best_result(scope={scope!r}): use 'last' or 'all'.")
         best, best_value = None, None
         for result in self._results:
-            if scope == "last":
-                values = [result.metrics.get(metric)]
-            else:
-                values = [r.get(metric) for r in result.rows]
-            for value in values:
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    continue
+            for value in self._scope_values(result, metric, scope):
                 if filter_nan_and_inf and not math.isfinite(value):
                     continue
-                if best_value is None or (value > best_value if mode == "max" else value < best_value):
+                if _better(value, best_value, mode):
                     best, best_value = result, value
         if best is None:
-            raise ValueError(self._no_best_message(metric, scope))
+            raise NoBestResultError(self._no_best_message(metric, scope))
         return best
+
+    @staticmethod
+    def _scope_values(result: Result, metric: str, scope: str) -> list[float]:
+        """The values of ``metric`` that rank ``result`` under ``scope``: its last value, the
+        mean of its (last n) values, or all of them for ``"all"``."""
+        last = _metric_value(result.metrics, metric)
+        if scope == "last" and _is_number(last):
+            return [last]  # from the trial's record: no need to read its rows
+        values = [v for v in (_metric_value(r, metric) for r in result.rows) if _is_number(v)]
+        if scope == "all" or not values:
+            return values
+        if scope == "last":
+            return values[-1:]  # its last report lacked the metric: the last value it had
+        window = values[-(_AVERAGED_SCOPES[scope] or len(values)):]
+        return [math.fsum(window) / len(window)]
 
     def _no_best_message(self, metric: str, scope: str) -> str:
         """Why no trial has a usable value of ``metric`` (NaN and infinities left out)."""
-        values = []
-        for result in self._results:
-            rows = [result.metrics] if scope == "last" else result.rows
-            values += [row[metric] for row in rows if metric in row]
-        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        numbers = [v for r in self._results for v in self._scope_values(r, metric, scope)]
         fix = ("Fix: look at the trials' rows (Result.metrics_dataframe), or pass "
                "filter_nan_and_inf=False to rank by them anyway.")
-        subject = (f"every value of {metric!r}" if scope == "all"
-                   else f"every trial's last value of {metric!r}")
+        subject = {"all": f"every value of {metric!r}",
+                   "last": f"every trial's last value of {metric!r}",
+                   "avg": f"every trial's mean of {metric!r}"}.get(
+            scope, f"every trial's mean of its last {scope[5:-4]} values of {metric!r}")
         if numbers and all(v != v for v in numbers):
             return (f"get_best_result({metric!r}): {subject} is NaN, so no trial can be ranked "
                     f"by it (did the training diverge?). {fix}")
@@ -233,13 +368,32 @@ class ResultGrid:
         reported = sorted({k for r in self._results for k in r.metrics})
         return f"No trial reported a usable value of {metric!r}. Reported metrics: {reported}."
 
-    def get_dataframe(self) -> "pandas.DataFrame":
-        """A row per trial: its last result (flattened) plus ``config/...`` columns."""
+    def get_dataframe(
+        self, filter_metric: Optional[str] = None, filter_mode: Optional[str] = None
+    ) -> "pandas.DataFrame":
+        """A row per trial: its last result (flattened) plus ``trial_id``, ``status``,
+        ``config/...`` columns and ``logdir``.
+
+        With ``filter_metric`` and ``filter_mode`` (``"max"`` or ``"min"``), each trial's row
+        is instead its result with the best value of that metric (the first of equal ones; NaN
+        left out; its last result if it has no such value), as in Ray Tune. Example:
+        ``grid.get_dataframe(filter_metric="accuracy", filter_mode="max")``.
+        """
         import pandas as pd
 
+        if filter_mode is not None:
+            _check_mode(filter_mode, "get_dataframe")
+            if not filter_metric:
+                raise ValueError(
+                    f"get_dataframe(filter_mode={filter_mode!r}) needs filter_metric: the metric "
+                    f"whose best value picks each trial's row. Fix: get_dataframe("
+                    f"filter_metric='loss', filter_mode={filter_mode!r}).")
         records = []
         for result in self._results:
-            row = flatten_row(result.metrics)
+            chosen = result.metrics
+            if filter_metric and filter_mode:
+                chosen = self._best_row(result, filter_metric, filter_mode) or chosen
+            row = flatten_row(chosen)
             row["trial_id"] = result.trial_id
             row["status"] = result.status
             config = result.config if isinstance(result.config, dict) else {}
@@ -247,6 +401,16 @@ class ResultGrid:
             row["logdir"] = result.path
             records.append(row)
         return pd.DataFrame(records)
+
+    @staticmethod
+    def _best_row(result: Result, metric: str, mode: str) -> Optional[dict]:
+        """``result``'s report with the best number for ``metric`` (NaN left out), or None."""
+        best, best_value = None, None
+        for row in result.rows:
+            value = _metric_value(row, metric)
+            if _is_number(value) and value == value and _better(value, best_value, mode):
+                best, best_value = row, value
+        return best
 
     def __repr__(self) -> str:
         from .ui.view import plural

@@ -175,7 +175,17 @@ class Storage:
             self._download_folder(path, target)
 
     def _download_folder(self, path: str, target: str) -> None:
-        self.fs.get(path.rstrip("/") + "/", target.rstrip("/") + "/", recursive=True)
+        # File by file: a folder copy's meaning hangs on trailing slashes, which a wrapper such
+        # as DirFileSystem drops (it would put the folder itself inside target), and a
+        # filesystem without auto_mkdir does not create the local subfolders.
+        base = self.fs._strip_protocol(path).rstrip("/")
+        sources = self.fs.find(base, **self._deadline())
+        targets = [os.path.join(target, *posixpath.relpath(source, base).split("/"))
+                   for source in sources]
+        for local in targets:
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+        if sources:
+            self.fs.get(sources, targets)
 
     def line_log(self, path: str, contents: Callable[[], bytes]) -> "LineLog":
         """The file ``path``, to grow by whole lines (see :class:`LineLog`)."""

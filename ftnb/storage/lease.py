@@ -252,6 +252,9 @@ class Lease:
                 ttl_s=_ttl(),
                 command=_command_line(),
             )
+            # A new experiment's folder may not exist yet, and a filesystem with real folders
+            # (an sftp server, a DirFileSystem over a disk) does not create parents on a write.
+            storage.makedirs(storage.parent(paths.lease))
             storage.write_atomic(paths.lease, json.dumps(asdict(info)) + "\n")
         if not serialized:
             time.sleep(cls.SETTLE_S)

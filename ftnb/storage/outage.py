@@ -10,7 +10,8 @@ Reads are not retried: readers (the widget, the CLI) poll again anyway. The retr
 :class:`~ftnb.storage.backend.Storage`'s (one outage shares one deadline across its writes).
 
 A network that drops packets instead of refusing connections makes a request hang rather than
-fail, so every call to an async fsspec filesystem (s3fs, gcsfs, ...) has a deadline:
+fail, so every call to an async fsspec filesystem (s3fs, gcsfs, ...) has a deadline (other
+filesystems take none, nor does a ``DirFileSystem`` over one of them):
 ``$FTNB_STORAGE_CALL_TIMEOUT_S`` (default 60) plus the time to move its bytes at 1 MB/s. A call
 past it is cancelled and counts as a failure of the outage kind.
 """
@@ -73,11 +74,22 @@ def check_outage_settings() -> None:
 def call_deadline(fs: Any, nbytes: int = 0) -> dict:
     """``timeout=`` for a call to an async fsspec filesystem that moves ``nbytes`` (see the
     module docstring); nothing for other filesystems, which take no such argument."""
+    if not _takes_call_timeout(fs):
+        return {}
+    return {"timeout": call_timeout_s() + nbytes / _SLOWEST_BYTES_PER_S}
+
+
+def _takes_call_timeout(fs: Any) -> bool:
+    """Whether ``fs``'s methods take ``timeout=``: those of an async filesystem do (fsspec's
+    sync wrappers consume it), but a wrapper that is async itself (``DirFileSystem``) hands it
+    to the filesystem it wraps, which may be a synchronous one that refuses it (a local disk)."""
+    from fsspec import AbstractFileSystem
     from fsspec.asyn import AsyncFileSystem
 
     if not isinstance(fs, AsyncFileSystem):
-        return {}
-    return {"timeout": call_timeout_s() + nbytes / _SLOWEST_BYTES_PER_S}
+        return False
+    wrapped = getattr(fs, "fs", None)
+    return _takes_call_timeout(wrapped) if isinstance(wrapped, AbstractFileSystem) else True
 
 
 def is_transient(exc: BaseException) -> bool:
