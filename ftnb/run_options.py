@@ -39,6 +39,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
+from .train.torch_trainer import group_space
+
 __all__ = [
     "CommandSpec",
     "FrontEnd",
@@ -595,8 +597,6 @@ _WORKER_FLAGS = {"num_workers": "--num-workers", "gpus_per_worker": "--gpus-per-
                  "collective_timeout": "--collective-timeout"}
 _TRIAL_FLAGS = {"cpus_per_trial": "--cpus-per-trial", "gpus_per_trial": "--gpus-per-trial"}
 #: The keys of a TorchTrainer's search space (see ``TorchTrainer.param_space``).
-_LOOP_CONFIG = "train_loop_config"
-_GROUP_KEYS = (_LOOP_CONFIG, "datasets")
 
 
 def is_trainer(value: Any) -> bool:
@@ -675,18 +675,6 @@ def as_group(trainable: Any, space: Optional[Mapping[str, Any]], scaling: Any,
     except (ValueError, TypeError) as exc:
         raise InputError(" ".join(str(exc).split())) from None
     return trainer, group_space(space, plain=True)
-
-
-def group_space(space: Optional[Mapping[str, Any]],
-                plain: bool = False) -> Optional[Mapping[str, Any]]:
-    """A search space as a TorchTrainer's: ``{"train_loop_config": space}``, unless it is one
-    already (it has the key ``train_loop_config`` or ``datasets``; ``plain=True``: the space of
-    a plain function, always wrapped). None stays None."""
-    if space is None:
-        return None
-    if not plain and any(key in space for key in _GROUP_KEYS):
-        return space
-    return {_LOOP_CONFIG: dict(space)}
 
 
 def resumed_space(space: Optional[Mapping[str, Any]],

@@ -299,6 +299,8 @@ class Tuner:
         from .restore import plan_restore
 
         group = _GroupSettings.of(trainable, None, "Tuner.restore")
+        if group.trainer is None and param_space is not None:
+            param_space = _as_stored_trainer_space(path, storage_filesystem, param_space)
         if group.trainer is not None:
             # Its space (with its datasets) must match the stored one; its scaling is the one
             # the run goes on with (fewer workers after a GPU was lost, say).
@@ -407,6 +409,20 @@ class _GroupSettings:
                 "out and use ScalingConfig(num_workers=..., resources_per_worker=...)."
             )
         return cls(trainable)
+
+
+def _as_stored_trainer_space(path: Any, filesystem: Any, space: Mapping[str, Any]) -> Any:
+    """``space`` given with a plain function to resume a TorchTrainer's experiment (its state's
+    ``settings["trainer"]``): the trainer's space around it, as the run was started."""
+    from .restore import _path_str
+    from .train.torch_trainer import group_space
+
+    try:
+        paths = ExperimentPaths.at(_path_str(path), filesystem)
+        settings = ExperimentState.load(paths).settings
+    except Exception:  # plan_restore says what is wrong with the path
+        return space
+    return group_space(space) if settings.get("trainer") else space
 
 
 def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:

@@ -339,6 +339,18 @@ class TorchTrainer:
                    torch_config=saved.get("torch_config") or stored.torch_config)
 
 
+def group_space(space: Optional[Mapping[str, Any]],
+                plain: bool = False) -> Optional[Mapping[str, Any]]:
+    """A search space as a TorchTrainer's: ``{"train_loop_config": space}``, unless it is one
+    already (it has the key ``train_loop_config`` or ``datasets``; ``plain=True``: the space of
+    a plain function, always wrapped). None stays None."""
+    if space is None:
+        return None
+    if not plain and any(key in space for key in (_LOOP_CONFIG, _DATASETS)):
+        return space
+    return {_LOOP_CONFIG: dict(space)}
+
+
 def trainer_from_settings(loop: Callable[..., Any], settings: Mapping[str, Any]) -> TorchTrainer:
     """The trainer a run was started with (its ``settings``, as stored), around ``loop``."""
     stored = settings.get("trainer") or {}
