@@ -74,9 +74,12 @@ _context: Optional[Any] = None
 
 
 _TRIAL_PROCESS_PREFIX = "ftnb-trial-"
+#: Processes whose children must not re-import the caller's ``__main__``: trials, and the
+#: workers of an ftnb.WorkerGroup.
+_NO_MAIN_PREFIXES = (_TRIAL_PROCESS_PREFIX, "ftnb-worker-")
 
 
-def _skip_main_for_trials() -> None:
+def skip_main_for_trials() -> None:
     """Trial processes must not re-run the caller's ``__main__``.
 
     multiprocessing re-imports the parent's main script in every child so that pickled
@@ -92,7 +95,7 @@ def _skip_main_for_trials() -> None:
 
     def get_preparation_data(name: str) -> dict:
         data = original(name)
-        if name.startswith(_TRIAL_PROCESS_PREFIX):
+        if name.startswith(_NO_MAIN_PREFIXES):
             data.pop("init_main_from_path", None)
             data.pop("init_main_from_name", None)
         return data
@@ -106,7 +109,7 @@ def _fork_server_context() -> Any:
     global _context
     with _context_lock:
         if _context is None:
-            _skip_main_for_trials()
+            skip_main_for_trials()
             ctx = multiprocessing.get_context("forkserver")
             preload = list(_ALWAYS_PRELOAD)
             preload += [m for m in _PRELOAD_IF_LOADED if m in sys.modules]
