@@ -83,6 +83,9 @@ def launch(
     check_trainable(trainable, "ftnb.launch")
     # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
     origin = origin or {"trainable": getattr(trainable, "__name__", None)}
+    if run_config is None:  # a TorchTrainer brings its own (name, storage, failure config)
+        run_config = getattr(trainable, "run_config", None) if getattr(
+            trainable, "_ftnb_trainer", False) else None
     rc = run_config if run_config is not None else RunConfig()
     if not isinstance(rc, RunConfig):
         raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
@@ -367,7 +370,8 @@ class ExperimentHandle:
                 f"{self._origin_text()} is not defined here. Fix: run the cell that defines it, "
                 f"or pass it: ftnb.attach({self.path!r}).resume(train)."
             )
-        if param_space is None:
+        if param_space is None and not getattr(trainable, "_ftnb_trainer", False):
+            # (A TorchTrainer brings its datasets: the restore takes them from it.)
             self._check_space_not_needed()
         return launch(trainable, param_space=param_space, name=self.name,
                       storage_path=self.paths.parent_uri,

@@ -99,3 +99,17 @@ def gpu_loop(config: dict) -> None:
         saved = tempfile.mkdtemp()
         open(os.path.join(saved, "step"), "w").write(str(step + 1))
         ftnb.report({"sum": float(value.item())}, checkpoint=ftnb.Checkpoint.from_directory(saved))
+
+
+def slow_shard_loop(config: dict) -> None:
+    """Reports ``len(shard)`` every 0.1 s for ``steps`` steps, checkpointing each."""
+    shard = ftnb.get_dataset_shard("train")
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        time.sleep(0.1)
+        saved = tempfile.mkdtemp()
+        open(os.path.join(saved, "step"), "w").write(str(step + 1))
+        ftnb.report({"n": len(shard)}, checkpoint=ftnb.Checkpoint.from_directory(saved))

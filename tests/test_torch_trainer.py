@@ -362,3 +362,36 @@ def test_one_gpu_per_rank_with_nccl_and_a_cuda_oom_recovered(tmp_path):
     (failure,) = state["trials"][0]["failures"]
     assert failure["kind"] == "oom" and failure["rank"] == 1 and failure["counted"]
     assert failure["type"] == "OutOfMemoryError"
+
+
+def test_a_launched_trainer_with_datasets_resumes_by_its_resume_line(tmp_path):
+    import numpy
+
+    from group_trainables import slow_shard_loop
+
+    storage = tmp_path / "results"
+    trainer = ftnb.TorchTrainer(
+        slow_shard_loop, train_loop_config={"steps": 15}, datasets={"train": numpy.arange(10)},
+        scaling_config=ftnb.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=ftnb.RunConfig(name="ddp", storage_path=str(storage),
+                                  failure_config=ftnb.FailureConfig(max_failures=3)))
+    handle = ftnb.launch(trainer, quiet=True)  # the trainer's own RunConfig: name, storage...
+    try:
+        assert handle.path == str(storage / "ddp")
+        assert handle.state().settings["failure_config"]["max_failures"] == 3
+        wait_for(lambda: handle.state().trials[0].iteration >= 3, 60, "3 reports")
+        supervisor = json.loads(pathlib.Path(handle.paths.supervisor).read_text())["pid"]
+        os.kill(supervisor, signal.SIGKILL)
+        wait_for(lambda: handle.status() == "INTERRUPTED", 60, "the run to read INTERRUPTED")
+        line = handle.resume_line
+        assert line == (f"ftnb.attach({handle.path!r}).resume(ftnb.TorchTrainer.restore("
+                        f"{handle.path!r}, datasets={{'train': train}}))")
+        resumed = eval(line, {"ftnb": ftnb, "train": numpy.arange(10)})  # what a user pastes
+        grid = resumed.wait(120)
+        (result,) = list(grid)
+        assert result.status == "TERMINATED" and result.metrics["n"] == 5  # each rank's half
+        iterations = [row["training_iteration"] for row in result.rows]
+        assert iterations == list(range(1, 16))
+    finally:
+        if handle.is_live():
+            handle.stop()

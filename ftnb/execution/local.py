@@ -113,6 +113,10 @@ def _fork_server_context() -> Any:
             ctx = multiprocessing.get_context("forkserver")
             preload = list(_ALWAYS_PRELOAD)
             preload += [m for m in _PRELOAD_IF_LOADED if m in sys.modules]
+            if "torch.distributed" in sys.modules:
+                # DDP's constructor imports torch._dynamo (seconds): once here, not in every
+                # rank of every restart of a group.
+                preload.append("torch._dynamo")
             extra = os.environ.get("FTNB_PRELOAD", "")
             preload += [m.strip() for m in extra.split(",") if m.strip()]
             ctx.set_forkserver_preload(preload)

@@ -46,9 +46,12 @@ def resume_line(paths: ExperimentPaths, state: ExperimentState,
         return f"ftnb resume {shlex.quote(_reference(paths, state))}"
     if context is None:
         context = ResumeContext.MAGICS if ftnb_magics_loaded() else ResumeContext.PYTHON
+    if origin and context is ResumeContext.MAGICS:
+        return f"%ftresume {_reference(paths, state)}"
+    trainer = _trainer_restore(paths, state)
+    if trainer is not None:  # a TorchTrainer's run whose datasets must be given again
+        return f"ftnb.attach({paths.uri!r}).resume({trainer})" if origin else f"{trainer}.fit()"
     if origin:
-        if context is ResumeContext.MAGICS:
-            return f"%ftresume {_reference(paths, state)}"
         trainable = origin.get("trainable") if isinstance(origin, dict) else None
         trainable = trainable or state.trainable.rsplit(".", 1)[-1]
         space = origin.get("param_space") if isinstance(origin, dict) else None
@@ -58,6 +61,17 @@ def resume_line(paths: ExperimentPaths, state: ExperimentState,
         return (f"{tuner_restore_line(paths.uri, '<trainable>')}, or run the same "
                 "ftnb.run(...) again")
     return tuner_restore_line(paths.uri, state.trainable, _holds_objects(state))
+
+
+def _trainer_restore(paths: ExperimentPaths, state: ExperimentState) -> Optional[str]:
+    """``ftnb.TorchTrainer.restore(URI, datasets={...})`` for a TorchTrainer's run given
+    datasets (they are never stored, and the trainer brings them back); None otherwise."""
+    space = state.param_space if isinstance(state.param_space, dict) else {}
+    names = sorted(space.get("datasets") or {}) if state.settings.get("trainer") else []
+    if not names:
+        return None
+    given = ", ".join(f"{name!r}: {name if name.isidentifier() else 'data'}" for name in names)
+    return f"ftnb.TorchTrainer.restore({paths.uri!r}, datasets={{{given}}})"
 
 
 def tuner_restore_line(uri: str, trainable: str, with_space: bool = False) -> str:
