@@ -36,9 +36,9 @@ def _cells(path: str) -> list[dict]:
 
 def test_the_tutorials_are_there():
     names = [os.path.basename(p) for p in NOTEBOOKS]
-    assert names[:5] == ["01_quick_start.ipynb", "02_trial_fault_tolerance.ipynb",
+    assert names[:6] == ["01_quick_start.ipynb", "02_trial_fault_tolerance.ipynb",
                          "03_restore_and_resume.ipynb", "04_storage.ipynb",
-                         "05_data_parallel.ipynb"], names
+                         "05_data_parallel.ipynb", "06_elastic_rollouts.ipynb"], names
     assert os.path.isfile(SANITIZE)
 
 
