@@ -35,6 +35,8 @@ __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
 #: How long a new worker may take to build its object before it counts as failed.
 START_TIMEOUT_S = 120.0
+#: The deadline of a call queued behind another one in its worker: set when that one ends.
+_NOT_STARTED = object()
 _context_lock = threading.Lock()
 _context: Any = None
 
@@ -76,7 +78,8 @@ class _Slot:
     conn: Any = None
     healthy: bool = False
     needs_state: bool = False
-    in_flight: dict = field(default_factory=dict)  # call id -> deadline (monotonic) or None
+    # call id -> deadline (monotonic), None (no timeout) or _NOT_STARTED (queued behind another)
+    in_flight: dict = field(default_factory=dict)
     queued: deque = field(default_factory=deque)  # (call id, payload) not sent yet
 
 
@@ -249,8 +252,7 @@ class WorkerGroup:
             )
         self._recreate_failed()
         payload = _call_payload(fn, args, kwargs)
-        calls = [self._submit(slot, payload) for slot in self._slots if slot.healthy]
-        wanted = {call_id for call_id in calls if call_id is not None}
+        wanted = {self._submit(slot, payload) for slot in self._slots if slot.healthy}
         results: list[WorkerResult] = []
         while wanted:
             for result in self._collect(timeout=None):
@@ -271,8 +273,8 @@ class WorkerGroup:
         for slot in self._slots:
             if slot.healthy and len(slot.in_flight) + len(slot.queued) < \
                     self.max_in_flight_per_worker:
-                if self._submit(slot, payload) is not None:
-                    sent += 1
+                self._submit(slot, payload)
+                sent += 1
         return sent
 
     def fetch_ready(self, timeout_s: float = 0.0) -> list[WorkerResult]:
@@ -371,6 +373,13 @@ class WorkerGroup:
         them, before they take work."""
         if self._closed:
             raise RuntimeError("this WorkerGroup is closed")
+        for slot in self._slots:
+            # A worker that died while idle (killed between calls) is recreated now, not found
+            # dead by the call it would miss. An idle worker sends nothing, so a readable pipe
+            # means its end is closed: it died, even if its exit is not reported yet.
+            if slot.healthy and not slot.in_flight and (
+                    not slot.process.is_alive() or _readable(slot.conn)):
+                self._fail(slot, self._death(slot))
         failed = [s for s in self._slots if not s.healthy]
         if self.max_restarts >= 0:
             failed = failed[:max(0, self.max_restarts - self._restarts)]
@@ -404,16 +413,22 @@ class WorkerGroup:
             error = reply[2] if reply else self._death(slot)
             self._fail(slot, error)
 
-    def _submit(self, slot: _Slot, payload: bytes) -> Optional[int]:
+    def _submit(self, slot: _Slot, payload: bytes) -> int:
+        """Send a call; a worker found dead on sending gives its failed result through
+        ``_ready`` (the next :meth:`_collect`), so no call goes unanswered."""
         call_id = next(self._ids)
         try:
             slot.conn.send(("call", call_id, payload))
-        except (OSError, BrokenPipeError):
-            self._fail(slot, self._death(slot))
-            return None
-        deadline = time.monotonic() + self.call_timeout_s if self.call_timeout_s else None
-        slot.in_flight[call_id] = deadline
+        except OSError:
+            self._ready.extend(self._fail(slot, self._death(slot), first=call_id))
+            return call_id
+        # A call queued behind another one (map_async) starts when that one ends: its clock
+        # starts then (_read), or a worker doing two calls of 0.6 x the timeout would time out.
+        slot.in_flight[call_id] = self._deadline() if not slot.in_flight else _NOT_STARTED
         return call_id
+
+    def _deadline(self) -> Optional[float]:
+        return time.monotonic() + self.call_timeout_s if self.call_timeout_s else None
 
     def _pending(self) -> bool:
         return any(s.in_flight for s in self._slots) or bool(self._ready)
@@ -430,7 +445,7 @@ class WorkerGroup:
             if not busy:
                 return []
             now = time.monotonic()
-            deadlines = [d for s in busy for d in s.in_flight.values() if d is not None]
+            deadlines = [d for s in busy for d in s.in_flight.values() if _is_time(d)]
             wait = min([*deadlines, *([end] if end is not None else [])], default=None)
             wait_s = None if wait is None else max(0.0, wait - now)
             objects: dict[Any, _Slot] = {}
@@ -446,7 +461,7 @@ class WorkerGroup:
                 results.extend(self._read(slot))
             now = time.monotonic()
             for slot in busy:
-                expired = [c for c, d in slot.in_flight.items() if d is not None and d <= now]
+                expired = [c for c, d in slot.in_flight.items() if _is_time(d) and d <= now]
                 if expired and slot.healthy:
                     error = {"kind": "timeout", "type": None, "traceback": None,
                              "message": f"the call took longer than call_timeout_s="
@@ -461,6 +476,9 @@ class WorkerGroup:
             while slot.conn.poll(0):
                 call_id, ok, value = slot.conn.recv()
                 slot.in_flight.pop(call_id, None)
+                following = next(iter(slot.in_flight), None)
+                if following is not None and slot.in_flight[following] is _NOT_STARTED:
+                    slot.in_flight[following] = self._deadline()
                 if ok:
                     results.append(WorkerResult(slot.index, True, value, None, call_id))
                 else:
@@ -512,6 +530,17 @@ class WorkerGroup:
                 f"the last one's failures: {dict(kinds)}. In a trainable, let this error "
                 "through: the trial is retried from its latest checkpoint."
             )
+
+
+def _readable(conn: Any) -> bool:
+    try:
+        return conn.poll(0)
+    except (OSError, EOFError):
+        return True
+
+
+def _is_time(deadline: Any) -> bool:
+    return deadline is not None and deadline is not _NOT_STARTED
 
 
 def _call_payload(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:

@@ -1,0 +1,161 @@
+"""The elastic worker-group workload: ``ftnb.WorkerGroup`` (issue 16) losing workers during
+``map`` steps, recreating them with a synchronised state, and its per-map cost against a plain
+``multiprocessing`` pool. ftnb only (Ray's RLlib actor manager is not run here); the sizes and
+targets are registered in :mod:`bench.workloads`.
+
+The workers' functions live here at module level: they travel by reference, as a script's
+would, and a worker imports this module (stdlib only at the top) on its first call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+
+__all__ = ["elastic_map"]
+
+NUM_WORKERS = 4
+
+
+class _Runner:
+    """A worker's object: holds the state pushed into it."""
+
+    def __init__(self) -> None:
+        self.state = b""
+
+    def set_state(self, state: bytes) -> None:
+        self.state = state
+
+
+def _step(runner: _Runner, victim: int, call_s: float, hang: bool = False) -> int:
+    """One call: the victim SIGKILLs itself (or hangs, with ``hang``), the others work
+    ``call_s`` seconds. Returns the length of the state the worker holds."""
+    from ftnb.elastic import worker_index
+
+    if worker_index() == victim:
+        if hang:
+            time.sleep(3600)  # the group kills it at call_timeout_s
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(call_s)
+    return len(runner.state)
+
+
+def _trivial(runner: object, x: int = 0) -> int:
+    return x
+
+
+def _pool_trivial(x: int) -> int:
+    return x
+
+
+def _lost_steps(group, timeout_s: float, call_s: float, kills: int,
+                state_bytes: int) -> tuple[list[float], list[float]]:
+    """``kills`` map steps in which one worker (a different one each time) SIGKILLs itself,
+    each followed by the map that recreates it: (step times, failed map -> next map's
+    results)."""
+    steps, recreations = [], []
+    for k in range(kills):
+        victim = k % NUM_WORKERS
+        t0 = time.perf_counter()
+        results = group.map(_step, victim, call_s)
+        t1 = time.perf_counter()
+        failed = [r for r in results if not r.ok]
+        if [(r.index, r.error["kind"]) for r in failed] != [(victim, "signal")]:
+            raise RuntimeError(f"expected worker {victim} to fail with a signal: {results}")
+        results = group.map(_step, -1, 0.0)
+        t2 = time.perf_counter()
+        if not all(r.ok for r in results) or results[victim].value != state_bytes:
+            raise RuntimeError(f"worker {victim} did not come back with the state: {results}")
+        steps.append(t1 - t0)
+        recreations.append(t2 - t1)
+    if timeout_s and max(steps) > 10 * timeout_s:
+        raise RuntimeError(f"a step took {max(steps):.1f} s with call_timeout_s={timeout_s}")
+    return steps, recreations
+
+
+def _hung_steps(group, timeout_s: float, call_s: float, hangs: int) -> list[float]:
+    """``hangs`` map steps in which one worker hangs: each lasts call_timeout_s, then the
+    worker is killed; the next map recreates it (not timed)."""
+    steps = []
+    for k in range(hangs):
+        victim = k % NUM_WORKERS
+        t0 = time.perf_counter()
+        results = group.map(_step, victim, call_s, True)
+        steps.append(time.perf_counter() - t0)
+        if [(r.index, r.error["kind"]) for r in results if not r.ok] != [(victim, "timeout")]:
+            raise RuntimeError(f"expected worker {victim} to time out: {results}")
+        group.map(_step, -1, 0.0)
+    return steps
+
+
+def _per_map_ms(maps: int, block: int) -> tuple[float, float]:
+    """Median time of one map over NUM_WORKERS workers with a trivial function: a
+    multiprocessing pool's ``pool.map(f, range(NUM_WORKERS))`` and a WorkerGroup's
+    ``group.map(f, 0)``, timed in alternating blocks of ``block`` maps (drift hits both)."""
+    import multiprocessing
+
+    import ftnb
+
+    pool_times: list[float] = []
+    group_times: list[float] = []
+    with multiprocessing.get_context("fork").Pool(NUM_WORKERS) as pool, \
+            ftnb.WorkerGroup(_Runner, NUM_WORKERS) as group:
+        for _ in range(max(10, block // 2)):  # warm both (imports, first pickles)
+            pool.map(_pool_trivial, range(NUM_WORKERS))
+            group.map(_trivial, 0)
+        while len(group_times) < maps:
+            for _ in range(block):
+                t = time.perf_counter()
+                pool.map(_pool_trivial, range(NUM_WORKERS))
+                pool_times.append(time.perf_counter() - t)
+            for _ in range(block):
+                t = time.perf_counter()
+                results = group.map(_trivial, 0)
+                group_times.append(time.perf_counter() - t)
+            if len(results) != NUM_WORKERS or not all(r.ok for r in results):
+                raise RuntimeError(f"a trivial map failed: {results}")
+    return statistics.median(pool_times) * 1e3, statistics.median(group_times) * 1e3
+
+
+def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeout_s: float,
+                call_s: float, state_mb: float, maps: int, block: int) -> dict:
+    """ftnb.WorkerGroup of 4 workers: map steps that lose a worker, its recreation with a
+    synchronised state, and the cost of one map against a multiprocessing pool.
+
+    death_step_vs_timeout: the slowest of `kills` map steps during which one worker SIGKILLs
+    itself (the others work `call_s`), over call_timeout_s (`timeout_s`); target <= 1.1 (a
+    dead worker never holds a step longer than the timeout; here the step ends when the
+    others are done). hang_step_vs_timeout: the same for a worker that hangs, which the group
+    kills at the timeout (`hangs` steps; it can only be >= 1). recreate_sync_s: the median time
+    from the failed map returning to the next map's results, which recreate the worker and push
+    get_state()'s `state_mb` MB of bytes into it first (target < 1 s); recreate_sync_max_s the
+    slowest. pool_map_ms / group_map_ms: the median time of one map of a trivial function over
+    4 workers with multiprocessing's Pool (fork) and with the group (`maps` each, alternating
+    blocks of `block`); map_overhead_ms their difference (target <= 1 ms).
+    """
+    import ftnb
+
+    if framework != "ftnb":
+        raise ValueError(f"elastic_map runs for ftnb only, not {framework!r}")
+    state = os.urandom(int(state_mb * 2**20))
+    with ftnb.WorkerGroup(_Runner, NUM_WORKERS, call_timeout_s=timeout_s,
+                          get_state=lambda: state) as group:
+        group.map(_step, -1, 0.0)  # warm: every worker has imported this module
+        steps, recreations = _lost_steps(group, timeout_s, call_s, kills, len(state))
+        hung = _hung_steps(group, timeout_s, call_s, hangs)
+        restarts = group.stats["worker_restarts"]
+    if restarts != kills + hangs:
+        raise RuntimeError(f"{restarts} restarts for {kills} kills and {hangs} hangs")
+    pool_ms, group_ms = _per_map_ms(maps, block)
+    return {
+        "death_step_s": statistics.median(steps),
+        "death_step_vs_timeout": max(steps) / timeout_s,
+        "hang_step_vs_timeout": max(hung) / timeout_s,
+        "recreate_sync_s": statistics.median(recreations),
+        "recreate_sync_max_s": max(recreations),
+        "pool_map_ms": pool_ms,
+        "group_map_ms": group_ms,
+        "map_overhead_ms": group_ms - pool_ms,
+    }
