@@ -39,35 +39,14 @@ def describe_error(exc: BaseException) -> dict:
     }
 
 
-def _release_fork_server() -> None:
-    """Close this process's copy of its fork server's "alive" pipe.
-
-    multiprocessing hands every child of a fork server the write end of the pipe whose EOF
-    tells the server that its caller is gone. A worker keeping it open keeps the server alive
-    after a SIGKILLed caller, and with it the worker (its PR_SET_PDEATHSIG is on the server):
-    a worker busy in a call would outlive the caller until the call ends, a hung one forever.
-    Closed, the server exits with the caller and the kernel kills the workers.
-    """
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None and getattr(server, "_forkserver_pid", None) is None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
-
-
 def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> None:
     """Entry point of a worker process."""
     global _INDEX
     import cloudpickle
 
-    from ..execution.trial_process import _die_with_parent
+    from ..execution.trial_process import _die_with_parent, release_fork_server
 
-    _release_fork_server()
+    release_fork_server()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is for the caller, which closes us
     os.environ.update(env)

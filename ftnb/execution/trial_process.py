@@ -59,6 +59,27 @@ def _die_with_parent() -> None:
         pass  # not Linux: the controller's shutdown kills attempts instead
 
 
+def release_fork_server() -> None:
+    """Close this process's copy of its fork server's "alive" pipe.
+
+    multiprocessing hands every child of a fork server the write end of the pipe whose EOF
+    tells the server that its caller is gone. A child keeping it open keeps the server alive
+    after a SIGKILLed caller, and with it the child (its PR_SET_PDEATHSIG is on the server): a
+    trial that does not report (a long step, a hang) would outlive its killed driver. Closed,
+    the server exits with the caller and the kernel kills its children.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None and getattr(server, "_forkserver_pid", None) is None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
 def _name_process(token: Optional[str]) -> None:
     """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
     ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
@@ -147,6 +168,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    release_fork_server()
     _die_with_parent()
     _name_process(launch.lease_token)
     # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
