@@ -245,6 +245,11 @@ class RunConfig:
             function must therefore be picklable and must not rely on state in the caller.
         verbose: 0 silent, 1 a live status table and the trials' output prefixed with their id,
             2 also every reported result.
+        executor: where trials run: ``"local"`` (processes on this machine, the default),
+            ``"ray"`` (actors on a Ray cluster: ``pip install 'ftnb[ray]'``, the cluster at
+            ``RAY_ADDRESS``), or an executor object such as
+            ``ftnb.execution.ray.RayExecutor(address, shared_storage=True)``. Default: the
+            ``FTNB_EXECUTOR`` environment variable, else ``"local"``.
     """
 
     name: Optional[str] = None
@@ -254,8 +259,15 @@ class RunConfig:
     checkpoint_config: Optional[CheckpointConfig] = None
     stop: StopCriterion = None
     verbose: int = 1
+    executor: Any = None
 
     def __post_init__(self) -> None:
+        if self.executor is not None and not isinstance(self.executor, str) and not (
+                hasattr(self.executor, "start") and hasattr(self.executor, "poll")):
+            raise TypeError(
+                f"RunConfig(executor={self.executor!r}) must be an executor's name ('local', "
+                "'ray') or an executor object. Fix: RunConfig(executor='ray')."
+            )
         if self.name is not None:
             _validate_name(self.name)
         if self.storage_path is not None and not isinstance(self.storage_path, (str,)):

@@ -56,6 +56,9 @@ def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPl
         check_picklable(rc.stop, "RunConfig(stop=...)")
     check_outage_settings()
     storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
+    check_storage = getattr(executor, "check_storage", None)
+    if check_storage is not None:  # every node must reach it (a cluster's executor)
+        check_storage(storage)
     storage.check_writable()
     name = rc.name or _default_name(tuner.trainable, storage)
     paths = ExperimentPaths.of(storage, name)
@@ -84,6 +87,7 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
             "checkpoint_config": vars(ckpt).copy(),
             "stop": describe_stop(rc.stop),
             "storage_path": plan.storage.uri(plan.storage.root),
+            "executor": getattr(plan.executor, "name", None),
             **tuner.group_settings(),
         },
     )

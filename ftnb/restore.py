@@ -287,6 +287,10 @@ def plan_restore(
         checkpoint_config=_from_settings(CheckpointConfig, settings.get("checkpoint_config")),
         stop=stop,
         verbose=verbose,
+        # The executor it ran on, by name (an executor object is not stored): None is
+        # $FTNB_EXECUTOR, else "local".
+        executor=settings.get("executor") if settings.get("executor") not in (None, "local")
+        else None,
     )
     tune_config = _stored_tune_config(settings)
     resources = TrialResources.from_user(settings.get("resources_per_trial"))

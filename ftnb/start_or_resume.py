@@ -69,6 +69,8 @@ def start_or_resume(
                 allow_different_trainable=allow_different_trainable,
                 **stop,
             )
+            if rc.executor is not None:  # the executor asked for now wins over the stored one
+                tuner.run_config = dataclasses.replace(tuner.run_config, executor=rc.executor)
             return tuner, line
     tuner = Tuner(
         trainable,

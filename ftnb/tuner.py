@@ -207,9 +207,9 @@ class Tuner:
     def _executor(self) -> Any:
         """The executor trials run on: local processes, obtained by name from the registry,
         handing their output over when it is shown (``verbose >= 1``)."""
-        from .execution import create_executor
+        from .execution import executor_for
 
-        return create_executor("local", output_events=self.run_config.verbose >= 1)
+        return executor_for(self.run_config.executor, output_events=self.run_config.verbose >= 1)
 
     def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict,
              executor: Any, lease: Any, hint: str, result_configs: dict,
@@ -347,6 +347,9 @@ class Tuner:
 
         executor = self._executor()
         executor.check_fits(self.resources, self.num_workers)
+        check_storage = getattr(executor, "check_storage", None)
+        if check_storage is not None:
+            check_storage(plan.paths.storage)
         check_picklable(self.trainable, "trainable")
         paths = plan.paths
         lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")

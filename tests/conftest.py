@@ -206,3 +206,25 @@ def s3_storage(s3_endpoint):
 
 
 # ======================================== end of S3 section ======================================
+
+
+# =================================================================================================
+# Ray: a local instance (``ray_instance``, session) and a real multi-node cluster on this machine
+# (``ray_cluster``, module: a head without CPUs and two worker nodes of 1 CPU each, health checks
+# tuned so a lost node is noticed in about 1.5 s). Mark Ray tests with ``@pytest.mark.ray``;
+# they are skipped when ray is not installed (``pip install 'ftnb[ray]'``).
+# =================================================================================================
+
+RAY_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
+                     "health_check_initial_delay_ms": 0}
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config=RAY_HEALTH_CHECKS)
+    yield ray
+    ray.shutdown()

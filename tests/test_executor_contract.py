@@ -7,6 +7,7 @@ folder in tmp_path. A new executor is done when this suite passes on it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -36,7 +37,8 @@ from ftnb.execution.resources import ResourcePool, TrialResources
 from ftnb.storage import ExperimentPaths, Storage
 from procs import pid_alive, wait_for
 
-EXECUTORS = ["local", "inprocess"]
+EXECUTORS = ["local", "inprocess"] + (
+    [pytest.param("ray", marks=pytest.mark.ray)] if importlib.util.find_spec("ray") else [])
 
 
 # ---- trainables (module level: they travel to processes by reference) -------------------------
@@ -94,7 +96,9 @@ def kind(request):
 
 
 @pytest.fixture
-def executor(kind):
+def executor(kind, request):
+    if kind == "ray":
+        request.getfixturevalue("ray_instance")  # a local Ray of 2 CPUs
     made = create_executor(kind, pool=ResourcePool(2, []), output_events=True)
     yield made
     made.shutdown()
@@ -320,8 +324,8 @@ def test_a_killed_attempt_writes_nothing_more(executor, experiment, tmp_path):
     executor.kill("t0")
     until_exit(executor)
     rows = len(rows_of(experiment))
-    if executor.name == "local":
-        return  # SIGKILL: nothing of it runs any more
+    if executor.name in ("local", "ray"):
+        return  # its process is killed: nothing of it runs any more
     # the thread goes on for 5 more loops, each report of them fenced
     wait_for(lambda: os.path.exists(done), timeout=30,
              what="the attempt to loop on past its kill")

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     from .contract import Executor
 
-__all__ = ["available_executors", "create_executor", "executor_class"]
+__all__ = ["EXECUTOR_ENV", "available_executors", "create_executor", "executor_class",
+           "executor_for"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class _Entry:
 _REGISTRY: dict[str, _Entry] = {
     "local": _Entry("ftnb.execution.local", "LocalProcessExecutor"),
     "inprocess": _Entry("ftnb.execution.inprocess", "InProcessExecutor"),
-    "ray": _Entry("ftnb.execution.ray", None, ("ray",), "pip install 'ftnb[ray]'"),
+    "ray": _Entry("ftnb.execution.ray", "RayExecutor", ("ray",), "pip install 'ftnb[ray]'"),
 }
 
 
@@ -67,6 +68,23 @@ def executor_class(name: str) -> type:
             f"Fix: {entry.install}."
         )
     return getattr(importlib.import_module(entry.module), entry.cls)
+
+
+#: The executor a run uses when its RunConfig names none: a registered name.
+EXECUTOR_ENV = "FTNB_EXECUTOR"
+
+
+def executor_for(choice: Any, **options: Any) -> "Executor":
+    """The executor ``RunConfig(executor=choice)`` means: an executor object as it is, a name
+    built with ``options`` (see :func:`create_executor`), None: ``$FTNB_EXECUTOR``, else
+    ``"local"``."""
+    import os
+
+    if choice is None:
+        choice = os.environ.get(EXECUTOR_ENV) or "local"
+    if isinstance(choice, str):
+        return create_executor(choice, **options)
+    return choice
 
 
 def create_executor(name: str, **options: Any) -> "Executor":

@@ -1,0 +1,623 @@
+"""Ray: attempts as Ray actors on a cluster's nodes (``pip install 'ftnb[ray]'``).
+
+Each attempt runs in a Ray actor of its own (a fresh worker process, killed when the attempt
+ends) with the resources it asked for; a group's ranks run in one actor each, placed together by
+a placement group (one bundle per rank), their rendezvous address being rank 0's node. The body
+is the same as everywhere (:func:`ftnb.execution.attempt.run_attempt`): the attempt persists its
+own results to the experiment's storage, which every node must reach (S3/GCS, or a path shared
+by NFS that the user declares so: ``RayExecutor(shared_storage=True)`` or
+``FTNB_SHARED_STORAGE=1``); a local path on a cluster of several nodes is refused before
+anything starts.
+
+Events come back by long polls: each actor holds its attempt's events until the executor's
+pending ``next_events`` call takes them. A node that dies takes its actors with it: their
+attempt ends with a ``node_lost`` exit event, which is noticed as fast as Ray's health checks
+allow (``health_check_period_ms`` x ``health_check_failure_threshold``: about 14 s by default,
+1.5 s with 500 ms x 3; see the README).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from .contract import (
+    AttemptEvent,
+    AttemptSpec,
+    Capacity,
+    DoneEvent,
+    ErrorEvent,
+    ExitEvent,
+    NoRoomError,
+    PreemptedEvent,
+    RankExit,
+    StartedEvent,
+    is_peer_error,
+)
+from .rank_group import RankPlace, rank_environment
+from .resources import TrialResources
+
+if TYPE_CHECKING:
+    from ..storage import Storage
+
+__all__ = ["RayExecutor"]
+
+SHARED_STORAGE_ENV = "FTNB_SHARED_STORAGE"
+_LONG_POLL_S = 1.0
+_EPS = 1e-9
+
+
+class _AttemptActor:
+    """The actor side of one rank of one attempt (made a Ray actor class on first use)."""
+
+    def __init__(self, env: dict, sys_path: list, cwd: Optional[str]) -> None:
+        os.environ.update(env)
+        for entry in reversed(sys_path):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        self._events: list = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._rendezvous: Optional[tuple[str, int]] = None
+        self._session: Any = None
+        self._tails: list = []
+
+    # -- what the executor calls -----------------------------------------------------------------
+    def where(self) -> tuple[str, str, int]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()
+
+    def run(self, payload: bytes, place: Optional[RankPlace], master_addr: str,
+            output_events: bool) -> int:
+        import cloudpickle
+
+        from .attempt import EXIT_ERROR, report_exception, run_attempt
+
+        if place is not None:
+            os.environ.update(rank_environment(place, master_addr))
+        try:
+            spec: AttemptSpec = cloudpickle.loads(payload)
+        except BaseException as exc:
+            report_exception(self, ("?", 0), exc, "exception")
+            return EXIT_ERROR
+        rank = place.rank if place is not None else 0
+        outputs = self._redirect(spec, output_events) if rank == 0 else []
+
+        def on_session(session: Any) -> None:
+            self._session = session
+
+        try:
+            return run_attempt(spec, self, rank=rank, place=place, on_session=on_session)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for output in outputs:
+                try:
+                    output.publish()
+                except Exception:
+                    pass
+
+    def next_events(self, timeout: float) -> list:
+        from .contract import OutputEvent
+
+        with self._cond:
+            if not self._events:
+                self._cond.wait(timeout)
+            events, self._events = self._events, []
+            # (Under the lock: two polls at once must not hand a line over twice.)
+            for tail in self._tails:
+                text = tail.read()
+                if text:
+                    trial_id, attempt = tail.ids
+                    events.append(OutputEvent(trial_id, attempt, stream=tail.stream, text=text))
+        return events
+
+    def request_stop(self) -> None:
+        self._stop = True
+
+    def preempt(self) -> None:
+        """The node is going away (drained): checkpoint at the next report and leave."""
+        session = self._session
+        if session is not None and not session.preempted:
+            session.preempted = True
+            context = session.context
+            self.send(PreemptedEvent(context.trial_id, context.attempt,
+                                     iteration=session.iteration, rank=context.world_rank))
+
+    def give_rendezvous(self, addr: str, port: int) -> None:
+        with self._cond:
+            self._rendezvous = (addr, port)
+            self._cond.notify_all()
+
+    # -- the AttemptChannel the attempt body talks to -------------------------------------------
+    def send(self, event: Any) -> None:
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def stop_requested(self) -> bool:
+        return self._stop
+
+    def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
+        if port is not None:
+            self.send(("rendezvous", port))
+            return os.environ.get("MASTER_ADDR", "127.0.0.1"), port
+        with self._cond:
+            while self._rendezvous is None:
+                self._cond.wait(1.0)
+            return self._rendezvous
+
+    def _redirect(self, spec: AttemptSpec, output_events: bool) -> list:
+        """Rank 0's stdout and stderr go to the trial's files (staged on object stores)."""
+        from ..storage import ExperimentPaths
+        from .local import _OutputTail
+        from .trial_process import _redirect_output
+
+        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
+        stdout = spec.storage.staged_file(paths.stdout)
+        stderr = spec.storage.staged_file(paths.stderr, os.path.dirname(stdout.local_path)
+                                          if stdout.staged else None)
+        if output_events:
+            for stream, output in (("stdout", stdout), ("stderr", stderr)):
+                tail = _OutputTail(stream, output.local_path)
+                tail.ids = (spec.trial_id, spec.attempt)  # type: ignore[attr-defined]
+                self._tails.append(tail)
+        _redirect_output(stdout.local_path, stderr.local_path)
+        return [stdout, stderr] if stdout.staged else []
+
+
+@dataclass
+class _Rank:
+    index: int
+    actor: Any
+    node_id: Optional[str] = None
+    ip: Optional[str] = None
+    pid: Optional[int] = None
+    where_ref: Any = None
+    run_ref: Any = None
+    events_ref: Any = None
+    exit_code: Optional[int] = None
+    exited: bool = False
+    node_lost: bool = False
+    error: Optional[ErrorEvent] = None
+    killed_by_us: bool = False
+
+
+@dataclass
+class _Attempt:
+    spec: AttemptSpec
+    payload: bytes
+    ranks: list[_Rank]
+    resources: dict
+    placement_group: Any = None
+    ready_ref: Any = None  # the placement group's readiness
+    running: bool = False
+    started_sent: bool = False
+    cause: Optional[int] = None
+    failures: list = field(default_factory=list)
+    settle_until: Optional[float] = None
+
+    @property
+    def group(self) -> bool:
+        return len(self.ranks) > 1
+
+
+class RayExecutor:
+    """Runs attempts as Ray actors on a cluster (see the module docstring).
+
+    ``address``: the cluster (default ``RAY_ADDRESS``, else the one this process is connected
+    to, else a new local instance). ``shared_storage``: the storage path is on a filesystem
+    every node mounts (NFS); default ``FTNB_SHARED_STORAGE=1``. ``output_events``: hand rank 0's
+    output over as it is written.
+    """
+
+    name = "ray"
+    runs_groups = True
+
+    def __init__(self, address: Optional[str] = None, *, shared_storage: Optional[bool] = None,
+                 output_events: bool = True, pool: Any = None,
+                 init_options: Optional[dict] = None) -> None:
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        if shared_storage is None:
+            shared_storage = os.environ.get(SHARED_STORAGE_ENV, "") in ("1", "true", "yes")
+        self.shared_storage = shared_storage
+        self._output_events = output_events
+        self._init_options = dict(init_options or {})
+        self._running: dict[str, _Attempt] = {}
+        self._closed = False
+        self._actor_class: Any = None
+        self._nodes_cache: tuple[float, list] = (0.0, [])
+
+    # -- the cluster -----------------------------------------------------------------------------
+    def _ray(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            options = dict(log_to_driver=False, ignore_reinit_error=True)
+            options.update(self._init_options)
+            ray.init(address=self.address, **options)
+        if self._actor_class is None:
+            self._actor_class = ray.remote(_AttemptActor)
+        return ray
+
+    def _nodes(self) -> list[dict]:
+        """The alive nodes' resources (cached for a second)."""
+        now = time.monotonic()
+        if now - self._nodes_cache[0] > 1.0:
+            ray = self._ray()
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            self._nodes_cache = (now, nodes)
+        return self._nodes_cache[1]
+
+    def capacity(self) -> Capacity:
+        cpus = sum(n["Resources"].get("CPU", 0.0) for n in self._nodes())
+        gpus = int(sum(n["Resources"].get("GPU", 0.0) for n in self._nodes()))
+        return Capacity(cpus, tuple(str(i) for i in range(gpus)))
+
+    def check_fits(self, resources: TrialResources, num_workers: int = 1) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers={num_workers!r} must be a whole number >= 1.")
+        nodes = self._nodes()
+        fits_one = any(n["Resources"].get("CPU", 0.0) + _EPS >= resources.cpu
+                       and n["Resources"].get("GPU", 0.0) + _EPS >= resources.gpu
+                       for n in nodes)
+        total = self.capacity()
+        fits_all = (total.cpus + _EPS >= resources.cpu * num_workers
+                    and total.gpus + _EPS >= resources.gpu * num_workers)
+        if fits_one and fits_all:
+            return
+        what = (f"ScalingConfig(num_workers={num_workers}, resources_per_worker="
+                f"{resources._short_repr()})" if num_workers > 1
+                else f"resources_per_trial={resources._short_repr()}")
+        raise ValueError(
+            f"{what} can never be satisfied on this Ray cluster: its {len(nodes)} alive nodes have "
+            f"{total.cpus:g} CPUs and {total.gpus} GPUs in all, at most "
+            f"{max((n['Resources'].get('CPU', 0.0) for n in nodes), default=0):g} CPUs on one "
+            "node. Fix: ask for less, or add nodes to the cluster."
+        )
+
+    def check_storage(self, storage: "Storage") -> None:
+        """Refuse a local path when the cluster has several nodes, unless declared shared."""
+        if self.shared_storage or not storage.is_local:
+            return
+        nodes = self._nodes()
+        if len(nodes) > 1:
+            raise ValueError(
+                f"storage_path={storage.uri(storage.root)!r} is a local path, but the Ray "
+                f"cluster has {len(nodes)} nodes and trials on the others could not write "
+                "there. Fix: use storage every node reaches (s3://..., gs://...), or, if that "
+                "path is a shared filesystem (NFS) mounted at the same place on every node, "
+                f"declare it: RayExecutor(shared_storage=True) or {SHARED_STORAGE_ENV}=1."
+            )
+
+    def _used(self) -> tuple[float, float]:
+        cpu = sum(a.resources["CPU"] for a in self._running.values())
+        gpu = sum(a.resources["GPU"] for a in self._running.values())
+        return cpu, gpu
+
+    def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
+        self.check_fits(resources, num_workers)
+        total = self.capacity()
+        cpu, gpu = self._used()
+        return (cpu + resources.cpu * num_workers <= total.cpus + _EPS
+                and gpu + resources.gpu * num_workers <= total.gpus + _EPS)
+
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    # -- starting --------------------------------------------------------------------------------
+    def start(self, spec: AttemptSpec) -> None:
+        import cloudpickle
+
+        if self._closed:
+            raise RuntimeError("this executor was shut down: it starts nothing more")
+        ray = self._ray()
+        self.check_fits(spec.resources, spec.num_workers)
+        self.check_storage(spec.storage)
+        if spec.trial_id in self._running:
+            raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
+        if not self.has_room(spec.resources, spec.num_workers):
+            raise NoRoomError(f"no room for trial {spec.trial_id!r} on the Ray cluster now")
+        payload = cloudpickle.dumps(spec)
+        n = spec.num_workers
+        res = spec.resources
+        env = {"FTNB_TRIAL_ID": spec.trial_id}
+        if spec.fence is not None:
+            env["FTNB_LEASE_TOKEN"] = spec.fence.token
+        if "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(max(1, int(res.cpu)))
+        options: dict = dict(num_cpus=res.cpu, num_gpus=res.gpu, max_restarts=0,
+                             max_concurrency=4)
+        placement = ready = None
+        if n > 1:
+            from ray.util.placement_group import placement_group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            bundle = {"CPU": res.cpu, **({"GPU": res.gpu} if res.gpu else {})}
+            placement = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
+            ready = placement.ready()
+        ranks = []
+        for index in range(n):
+            rank_options = dict(options)
+            if placement is not None:
+                rank_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=placement, placement_group_bundle_index=index)
+            actor = self._actor_class.options(**rank_options).remote(
+                env, list(sys.path), os.getcwd())
+            rank = _Rank(index, actor)
+            rank.where_ref = actor.where.remote()
+            ranks.append(rank)
+        self._running[spec.trial_id] = _Attempt(
+            spec, payload, ranks, {"CPU": res.cpu * n, "GPU": res.gpu * n}, placement, ready)
+        del ray
+
+    # -- events ----------------------------------------------------------------------------------
+    def poll(self, timeout: float) -> list[AttemptEvent]:
+        if not self._running:
+            time.sleep(min(timeout, 0.05))
+            return []
+        ray = self._ray()
+        refs: dict[Any, tuple[_Attempt, Optional[_Rank], str]] = {}
+        for attempt in self._running.values():
+            if attempt.ready_ref is not None and not attempt.running:
+                refs[attempt.ready_ref] = (attempt, None, "ready")
+            for rank in attempt.ranks:
+                if rank.exited:
+                    continue
+                for ref, kind in ((rank.where_ref, "where"), (rank.run_ref, "run"),
+                                  (rank.events_ref, "events")):
+                    if ref is not None:
+                        refs[ref] = (attempt, rank, kind)
+        if attempt_groups := [a for a in self._running.values() if a.group and a.cause is None]:
+            timeout = min(timeout, 0.25) if any(a.settle_until for a in attempt_groups) else timeout
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout) if refs else ([], [])
+        if ready:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        events: list[AttemptEvent] = []
+        for ref in ready:
+            attempt, rank, kind = refs[ref]
+            if attempt.spec.trial_id not in self._running:
+                continue
+            if rank is not None and ref is not {"where": rank.where_ref, "run": rank.run_ref,
+                                                "events": rank.events_ref}[kind]:
+                continue  # taken already (a run's end takes its last long poll with it)
+            events.extend(self._take_ready(ray, attempt, rank, kind, ref))
+        now = time.monotonic()
+        for attempt in list(self._running.values()):
+            if attempt.group:
+                self._supervise(ray, attempt, now)
+            if attempt.running and all(rank.exited for rank in attempt.ranks):
+                events.extend(self._finish(ray, attempt))
+        return events
+
+    def _take_ready(self, ray: Any, attempt: _Attempt, rank: Optional[_Rank], kind: str,
+                    ref: Any) -> list[AttemptEvent]:
+        if kind == "ready":
+            attempt.ready_ref = None
+            self._maybe_run(attempt)
+            return []
+        assert rank is not None
+        if kind == "where":
+            rank.where_ref = None
+            try:
+                rank.node_id, rank.ip, rank.pid = ray.get(ref)
+            except Exception:
+                return self._rank_gone(ray, attempt, rank)
+            return self._maybe_run(attempt)
+        if kind == "events":
+            rank.events_ref = None
+            try:
+                batch = ray.get(ref)
+            except Exception:
+                return []  # its run ref says how it ended
+            out = [e for message in batch for e in self._message(attempt, rank, message)]
+            if not rank.exited:
+                rank.events_ref = rank.actor.next_events.remote(_LONG_POLL_S)
+            return out
+        # kind == "run": the rank's attempt body returned (or its actor died)
+        rank.run_ref = None
+        events: list[AttemptEvent] = []
+        try:
+            rank.exit_code = int(ray.get(ref))
+            batch: list = []
+            try:  # what it sent before it returned: the long poll in flight, then the rest
+                if rank.events_ref is not None:
+                    batch += ray.get(rank.events_ref, timeout=10)
+                batch += ray.get(rank.actor.next_events.remote(0.0), timeout=10)
+            except Exception:
+                pass
+            rank.events_ref = None
+            events = [e for message in batch for e in self._message(attempt, rank, message)]
+        except Exception as exc:
+            events = self._rank_gone(ray, attempt, rank, exc)
+        rank.exited = True
+        if attempt.group and rank.exit_code != 0 and not rank.killed_by_us and rank.error is None:
+            self._note_failure(attempt, rank.index, peer=False)
+        return events
+
+    def _rank_gone(self, ray: Any, attempt: _Attempt, rank: _Rank,
+                   exc: Optional[BaseException] = None) -> list[AttemptEvent]:
+        """The rank's actor died: its node was lost, or its process was killed."""
+        rank.exited = True
+        alive = {n["NodeID"] for n in self._nodes_fresh()}
+        if rank.node_id is not None and rank.node_id not in alive:
+            rank.node_lost = True
+        elif getattr(exc, "preempted", False):
+            rank.node_lost = True
+        rank.exit_code = None if rank.node_lost else -9
+        if attempt.group and not rank.killed_by_us:
+            self._note_failure(attempt, rank.index, peer=False)
+        return []
+
+    def _nodes_fresh(self) -> list[dict]:
+        self._nodes_cache = (0.0, [])
+        return self._nodes()
+
+    def _maybe_run(self, attempt: _Attempt) -> list[AttemptEvent]:
+        """Once every rank is placed (its node known): start the attempt body on each."""
+        if attempt.running or attempt.ready_ref is not None:
+            return []
+        if any(rank.node_id is None for rank in attempt.ranks):
+            return []
+        attempt.running = True
+        n = len(attempt.ranks)
+        nodes: dict[str, list[_Rank]] = {}
+        for rank in attempt.ranks:
+            nodes.setdefault(rank.node_id or "", []).append(rank)
+        node_order = list(dict.fromkeys(rank.node_id for rank in attempt.ranks))
+        master = attempt.ranks[0].ip or "127.0.0.1"
+        for rank in attempt.ranks:
+            place = None
+            if n > 1:
+                peers = nodes[rank.node_id or ""]
+                place = RankPlace(rank=rank.index, world_size=n,
+                                  local_rank=peers.index(rank), local_world_size=len(peers),
+                                  node_rank=node_order.index(rank.node_id))
+            rank.run_ref = rank.actor.run.remote(attempt.payload, place, master,
+                                                 self._output_events and rank.index == 0)
+            rank.events_ref = rank.actor.next_events.remote(_LONG_POLL_S)
+        attempt.started_sent = True
+        spec = attempt.spec
+        return [StartedEvent(spec.trial_id, spec.attempt,
+                             pids=tuple(rank.pid or 0 for rank in attempt.ranks))]
+
+    def _message(self, attempt: _Attempt, rank: _Rank, message: Any) -> list[AttemptEvent]:
+        if isinstance(message, tuple):
+            if message[0] == "rendezvous":
+                for other in attempt.ranks:
+                    if other is not rank:
+                        other.actor.give_rendezvous.remote(rank.ip or "127.0.0.1", message[1])
+            return []
+        if isinstance(message, ErrorEvent):
+            rank.error = rank.error or message
+            if attempt.group:
+                self._note_failure(attempt, rank.index, is_peer_error(message.type,
+                                                                      message.message))
+        elif isinstance(message, PreemptedEvent) and attempt.group:
+            for other in attempt.ranks:
+                if other is not rank and not other.exited:
+                    other.actor.preempt.remote()
+        elif isinstance(message, DoneEvent) and attempt.group and rank.index != 0:
+            return []
+        if isinstance(message, StartedEvent):
+            return []  # the executor says when the whole attempt runs
+        return [message]
+
+    # -- a group fails as one --------------------------------------------------------------------
+    def _note_failure(self, attempt: _Attempt, index: int, peer: bool) -> None:
+        attempt.failures.append((index, peer))
+        if attempt.cause is not None:
+            return
+        if not peer:
+            attempt.cause = index
+        elif attempt.settle_until is None:
+            attempt.settle_until = time.monotonic() + 2.0
+
+    def _supervise(self, ray: Any, attempt: _Attempt, now: float) -> None:
+        if attempt.cause is None and attempt.settle_until is not None \
+                and now >= attempt.settle_until:
+            attempt.cause = attempt.failures[0][0]
+        if attempt.cause is None:
+            return
+        for rank in attempt.ranks:
+            if not rank.exited and not rank.killed_by_us and rank.index != attempt.cause:
+                rank.killed_by_us = True
+                ray.kill(rank.actor, no_restart=True)
+
+    def _finish(self, ray: Any, attempt: _Attempt) -> list[AttemptEvent]:
+        spec = attempt.spec
+        self._running.pop(spec.trial_id, None)
+        for rank in attempt.ranks:
+            try:
+                ray.kill(rank.actor, no_restart=True)
+            except Exception:
+                pass
+        _wait_gone([rank for rank in attempt.ranks if rank.ip == _this_ip()])
+        if attempt.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(attempt.placement_group)
+            except Exception:
+                pass
+        node_lost = any(rank.node_lost and not rank.killed_by_us for rank in attempt.ranks)
+        lost_node = next((r.ip for r in attempt.ranks if r.node_lost), None)
+        if not attempt.group:
+            rank = attempt.ranks[0]
+            event = ExitEvent.of_one(spec.trial_id, spec.attempt, rank.exit_code)
+            return [ExitEvent(spec.trial_id, spec.attempt, event.ranks,
+                              event.first_failing_rank, node_lost, lost_node)]
+        exits = tuple(RankExit(rank.index, rank.exit_code, collateral=rank.killed_by_us)
+                      for rank in attempt.ranks)
+        cause = attempt.cause
+        if cause is None and attempt.failures:
+            own = [index for index, peer in attempt.failures if not peer]
+            cause = (own or [attempt.failures[0][0]])[0]
+        if cause is None:
+            cause = next((e.rank for e in exits if e.failed), None)
+        return [ExitEvent(spec.trial_id, spec.attempt, exits, cause, node_lost, lost_node)]
+
+    # -- stopping --------------------------------------------------------------------------------
+    def request_stop(self, trial_id: str) -> None:
+        attempt = self._running.get(trial_id)
+        if attempt is None:
+            return
+        for rank in attempt.ranks:
+            if not rank.exited:
+                rank.actor.request_stop.remote()
+
+    def kill(self, trial_id: str) -> None:
+        attempt = self._running.get(trial_id)
+        if attempt is None:
+            return
+        ray = self._ray()
+        for rank in attempt.ranks:
+            try:
+                ray.kill(rank.actor, no_restart=True)
+            except Exception:
+                pass
+        if not attempt.running:  # never placed: it ends here, with nothing run
+            attempt.running = True
+            for rank in attempt.ranks:
+                rank.exited, rank.exit_code = True, -9
+
+    def shutdown(self) -> None:
+        self._closed = True
+        if not self._running:
+            return
+        for trial_id in list(self._running):
+            self.kill(trial_id)
+        deadline = time.time() + 10
+        while self._running and time.time() < deadline:
+            self.poll(0.1)
+        self._running.clear()
+
+
+def _this_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def _wait_gone(ranks: list, timeout: float = 5.0) -> None:
+    """Wait (a moment) for the processes of ``ranks`` on this machine to be gone: an attempt's
+    processes are released by the time its exit event is handed over."""
+    deadline = time.monotonic() + timeout
+    for rank in ranks:
+        while rank.pid and time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{rank.pid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                break
+            if stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] in (b"Z", b"X"):
+                break
+            time.sleep(0.01)
