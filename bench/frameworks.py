@@ -6,6 +6,11 @@ a trainable calls) is :func:`bench.trainables.trial_api`. Each function has an f
 branch; Ray Tune is set up as its documentation advises for a small machine: one local
 instance with a CPU per core, no dashboard, no log forwarding, its session files in a private
 temporary folder, and shut down before the process ends.
+
+The rank-group workloads (data-parallel training over several ranks) use
+:func:`prepare_group` and :func:`fit_group`, with three branches: ``ftnb.TorchTrainer``, Ray
+Train's ``ray.train.torch.TorchTrainer`` (framework ``"ray"``), and ``torchrun`` (its elastic
+agent restarting a plain script). Their rank side is :mod:`bench.group_loop`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ __all__ = [
     "ExperimentRun",
     "TrialInfo",
     "can_restore",
+    "fit_group",
     "import_statement",
     "init",
+    "prepare_group",
     "restore_experiment",
     "run_experiment",
     "shutdown",
@@ -47,14 +54,18 @@ class ExperimentRun:
     trials: list[TrialInfo]
 
 
-def _check(framework: str) -> None:
-    if framework not in ("ftnb", "ray"):
-        raise ValueError(f"unknown framework {framework!r}")
+#: The distribution each framework comes in (torchrun is torch's launcher).
+_DISTRIBUTION = {"ftnb": "ftnb", "ray": "ray", "torchrun": "torch"}
+
+
+def _check(framework: str, allowed: tuple = ("ftnb", "ray", "torchrun")) -> None:
+    if framework not in allowed:
+        raise ValueError(f"unknown framework {framework!r} here; expected one of {allowed}")
 
 
 def import_statement(framework: str) -> str:
     """The statement that makes the framework's Tune API usable (what `startup` times)."""
-    _check(framework)
+    _check(framework, ("ftnb", "ray"))
     return "import ftnb" if framework == "ftnb" else "import ray.tune"
 
 
@@ -64,7 +75,7 @@ def version(framework: str) -> Optional[str]:
 
     _check(framework)
     try:
-        return metadata.version(framework)
+        return metadata.version(_DISTRIBUTION[framework])
     except metadata.PackageNotFoundError:
         return None
 
@@ -80,7 +91,7 @@ def init(framework: str, temp_root: Optional[str] = None) -> None:
     folder under ``temp_root`` (default ``/tmp``)."""
     global _ray_temp_dir
     _check(framework)
-    if framework == "ftnb":
+    if framework != "ray":
         return
     import tempfile
 
@@ -103,7 +114,7 @@ def shutdown(framework: str) -> None:
     """Undo :func:`init`: stop Ray's local instance and delete its session files."""
     global _ray_temp_dir
     _check(framework)
-    if framework == "ftnb" or _ray_temp_dir is None:
+    if framework != "ray" or _ray_temp_dir is None:
         return
     import shutil
 
@@ -278,3 +289,96 @@ def _ray_tuner(trainable: Callable[[dict], Any], spec: _Spec) -> Any:
 
 def _ray_trials(results: Any) -> list[TrialInfo]:
     return [TrialInfo(r.config["i"], r.path, "TERMINATED", None) for r in results]
+
+
+# ---- rank groups (ftnb.TorchTrainer, Ray Train, torchrun) --------------------------------------
+
+#: torchrun has no "retry forever": its --max-restarts for FailureConfig(max_failures=-1).
+TORCHRUN_UNLIMITED_RESTARTS = 1000
+
+
+def prepare_group(framework: str, temp_root: Optional[str] = None) -> None:
+    """What a training script does before it starts the job: import the framework's trainer
+    and, for Ray, start its local instance (:func:`init`). torchrun needs nothing (its launcher
+    is a new process)."""
+    _check(framework)
+    if framework == "ftnb":
+        import ftnb
+
+        ftnb.TorchTrainer  # noqa: B018  (imported on first use: do it before the clock starts)
+    elif framework == "ray":
+        import ray.train.torch  # noqa: F401
+
+        init(framework, temp_root)
+
+
+def fit_group(
+    framework: str,
+    loop: Callable[[dict], Any],
+    *,
+    storage_dir: str,
+    name: str,
+    num_workers: int,
+    max_failures: int,
+    config: dict,
+) -> None:
+    """Run ``loop(config)`` on ``num_workers`` ranks (CPUs, gloo) until every rank returns,
+    restarting the whole group from its latest checkpoint after a failure, up to
+    ``max_failures`` times (-1: always), keeping the two newest checkpoints. Raises when the
+    job failed. torchrun runs ``python -m <loop's module> CONFIG_JSON`` in each worker."""
+    _check(framework)
+    if framework == "ftnb":
+        import ftnb
+
+        ftnb.TorchTrainer(
+            loop,
+            train_loop_config=config,
+            scaling_config=ftnb.ScalingConfig(num_workers=num_workers),
+            run_config=ftnb.RunConfig(
+                name=name,
+                storage_path=storage_dir,
+                failure_config=ftnb.FailureConfig(max_failures=max_failures),
+                checkpoint_config=ftnb.CheckpointConfig(num_to_keep=2),
+                verbose=0,
+            ),
+        ).fit()
+    elif framework == "ray":
+        import ray.train
+        import ray.train.torch
+
+        ray.train.torch.TorchTrainer(
+            loop,
+            train_loop_config=config,
+            scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=False),
+            run_config=ray.train.RunConfig(
+                name=name,
+                storage_path=os.path.abspath(storage_dir),
+                failure_config=ray.train.FailureConfig(max_failures=max_failures),
+                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+            ),
+        ).fit()
+    else:
+        _torchrun(loop, storage_dir, name, num_workers, max_failures, config)
+
+
+def _torchrun(loop: Callable[[dict], Any], storage_dir: str, name: str, num_workers: int,
+              max_failures: int, config: dict) -> None:
+    import subprocess
+    import sys
+
+    root = os.path.join(storage_dir, name)  # the script's checkpoints (and metrics)
+    os.makedirs(root, exist_ok=True)
+    restarts = TORCHRUN_UNLIMITED_RESTARTS if max_failures < 0 else max_failures
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={num_workers}", f"--max-restarts={restarts}",
+        "-m", loop.__module__, json.dumps({**config, "checkpoint_root": root}),
+    ]
+    # torch 2.13's default hands every round's workers the agent's one store, where the last
+    # round's gloo addresses still are: the first restart after a failure often dies in
+    # connectFullMesh ("Connection refused") and costs a second restart. With this documented
+    # switch, rank 0 serves a fresh store each round, and every restart works the first time.
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    code = subprocess.run(cmd, env=env).returncode
+    if code != 0:
+        raise RuntimeError(f"torchrun exited with {code}: {' '.join(cmd[:8])} ...")

@@ -116,11 +116,42 @@ class TreeSampler:
     def kill_survivors(self) -> None:
         """SIGKILL the processes once seen in the tree that still run, each by its own pid
         (checked against its start time): they are this benchmark's leftovers."""
-        import signal
+        kill_processes([(pid, ticks) for pid, ticks in self.seen.items() if ticks is not None])
 
-        for pid, ticks in self.seen.items():
-            if ticks is not None and start_ticks(pid) == ticks:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+
+#: Set in the environment of a benchmark's driver script, inherited by everything it starts
+#: (trial and rank processes, torchrun's agent and workers, Ray's raylet, GCS and workers):
+#: :func:`marked_processes` finds them all afterwards, wherever they were re-parented to.
+RUN_MARKER_VAR = "FTNB_BENCH_RUN"
+
+
+def marked_processes(marker: str) -> list[tuple[int, int]]:
+    """``[(pid, start_ticks), ...]`` of the running processes (of this user) whose environment
+    holds ``RUN_MARKER_VAR=marker``."""
+    needle = f"{RUN_MARKER_VAR}={marker}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # gone, or not ours
+            continue
+        if needle in environ.split(b"\0"):
+            ticks = start_ticks(int(name))
+            if ticks is not None:
+                found.append((int(name), ticks))
+    return found
+
+
+def kill_processes(processes: list) -> None:
+    """SIGKILL each of ``[(pid, start_ticks), ...]`` that is still that same process."""
+    import signal
+
+    for pid, ticks in processes:
+        if start_ticks(pid) == ticks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

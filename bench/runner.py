@@ -16,10 +16,9 @@ from typing import Any, Optional
 
 from . import FRAMEWORKS, frameworks
 from .procs import REPO_ROOT, subprocess_env, usable_cpus
-from .workloads import WORKLOADS, Variant, Workload, run_in_storage, unit_of
+from .workloads import MODULE_NAMES, WORKLOADS, Variant, Workload, run_in_storage, unit_of
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "bench", "results", "results.jsonl")
-CHILD_TIMEOUT_S = 600
 
 
 class RepetitionFailed(RuntimeError):
@@ -33,9 +32,10 @@ def _split(items: Optional[list[str]]) -> list[str]:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmark ftnb and Ray Tune side by side on the same workloads. Each "
-        "repetition runs in a fresh Python process with its own temporary storage; the table "
-        "shows medians, the ratio ftnb/Ray and whether each target is met.",
+        description="Benchmark ftnb and Ray Tune (and, for data-parallel jobs, Ray Train and "
+        "torchrun) side by side on the same workloads. Each repetition runs in a fresh Python "
+        "process with its own temporary storage; the table shows medians, the ratios of ftnb's "
+        "to the others' and whether each target is met.",
     )
     p.add_argument("--reps", type=int, default=3, help="repetitions per workload (default 3)")
     p.add_argument(
@@ -48,8 +48,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "--framework",
         action="append",
         metavar="NAME",
-        help=f"run only this framework ({', '.join(FRAMEWORKS)}; default: both, Ray Tune when "
-        "it can be imported)",
+        help=f"run only this framework ({', '.join(FRAMEWORKS)}; default: all those each "
+        "workload compares that can be imported; 'ray' is Ray Tune, or Ray Train for the "
+        "rank-group workloads)",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test, not a figure)")
     p.add_argument(
@@ -91,15 +92,23 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 # ---- running -------------------------------------------------------------------------------------
 
 
-def ray_unavailable(env: dict) -> Optional[str]:
-    """Why Ray Tune cannot be benchmarked here (None when ``import ray.tune`` works)."""
+def module_unavailable(env: dict, module: str) -> Optional[str]:
+    """Why the variants that need ``module`` cannot run here (None when it imports)."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import ray.tune"], env=env, capture_output=True, text=True
+        [sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True
     )
     if proc.returncode == 0:
         return None
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return f"`import ray.tune` failed ({last}); install it with: pip install -e '.[bench]'"
+    return f"`import {module}` failed ({last}); install it with: pip install -e '.[bench]'"
+
+
+def unavailable_modules(args: argparse.Namespace, env: dict) -> dict[str, str]:
+    """``{module: why}`` for the modules that the selected variants need and cannot import."""
+    needed = {v.module for name in args.names for v in WORKLOADS[name].variants
+              if v.framework in args.frameworks}
+    reasons = {m: module_unavailable(env, m) for m in sorted(needed)}
+    return {m: why for m, why in reasons.items() if why}
 
 
 def run_repetition(
@@ -111,6 +120,7 @@ def run_repetition(
     env: Optional[dict] = None,
 ) -> dict:
     """One repetition's figures, run in a fresh process (or in this one with ``inline``)."""
+    timeout_s = wl.timeout_s
     if inline:
         return run_in_storage(wl.name, framework, params, storage_root)
     fd, out = tempfile.mkstemp(prefix="ftnb-bench-figures-", suffix=".json")
@@ -132,7 +142,7 @@ def run_repetition(
             env=env if env is not None else subprocess_env(),
             capture_output=True,
             text=True,
-            timeout=CHILD_TIMEOUT_S,
+            timeout=timeout_s,
         )
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr)[-4000:]
@@ -140,7 +150,7 @@ def run_repetition(
         with open(out) as f:
             return json.load(f)
     except subprocess.TimeoutExpired as exc:
-        raise RepetitionFailed(f"timed out after {CHILD_TIMEOUT_S}s") from exc
+        raise RepetitionFailed(f"timed out after {timeout_s:.0f}s") from exc
     finally:
         os.unlink(out)
 
@@ -210,8 +220,9 @@ def run_workload(
     values: dict[str, dict[str, list[float]]] = {}
     errors: list[str] = []
     warmed: set[str] = set()  # one warm-up per framework: its variants share the caches
+    unavailable = getattr(args, "unavailable", {})
     for variant in wl.variants:
-        if variant.framework in args.frameworks:
+        if variant.framework in args.frameworks and variant.module not in unavailable:
             warm_up = args.warmup and variant.framework not in warmed
             warmed.add(variant.framework)
             result = run_variant(wl, variant, args, env, errors, warm_up)
@@ -241,6 +252,7 @@ def machine_info() -> dict:
         "machine": platform.machine(),
         "ftnb_version": frameworks.version("ftnb"),
         "ray_version": frameworks.version("ray"),
+        "torch_version": frameworks.version("torchrun"),
         "env_dont_write_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
     }
     try:
@@ -267,7 +279,8 @@ def describe_machine(machine: dict) -> str:
     return (
         f"{machine['cpus_usable'] or machine['cpu_count']} CPUs, {ram}{machine['platform']}, "
         f"Python {machine['python']}, ftnb {machine['ftnb_version']}, "
-        f"Ray {machine['ray_version'] or 'not installed'}"
+        f"Ray {machine['ray_version'] or 'not installed'}, "
+        f"torch {machine.get('torch_version') or 'not installed'}"
     )
 
 
@@ -276,40 +289,56 @@ def _median(values: dict, key: str, figure: str) -> Optional[float]:
     return statistics.median(series) if series else None
 
 
-def _ray_labels(wl: Workload, values: dict) -> list[str]:
-    """The Ray variants to compare against: those that ran, or the default for an n/a column."""
-    labels = [v.label for v in wl.variants if v.framework == "ray" and v.key in values]
+def _labels(wl: Workload, values: dict) -> list[str]:
+    """The variant labels to compare with: those of the other frameworks' variants that ran, or
+    the default for a row of n/a."""
+    labels: list[str] = []
+    for v in wl.variants:
+        if v.framework != "ftnb" and v.key in values and v.label not in labels:
+            labels.append(v.label)
     return labels or [""]
 
 
+def _others(wl: Workload) -> list[str]:
+    """The frameworks a workload's rows compare ftnb with: Ray always has its columns."""
+    return ["ray"] + [f for f in wl.others if f != "ray"]
+
+
+def _combined(verdicts: list[Optional[bool]]) -> Optional[bool]:
+    if False in verdicts:
+        return False
+    return None if None in verdicts else True
+
+
 def rows_for(wl: Workload, values: dict) -> list[dict]:
-    """One row per figure and Ray variant: both medians, the ratio ftnb/Ray and the target."""
+    """One row per figure and variant label: ftnb's median and each other framework's (keys
+    ``ray``, ``torchrun``), the ratios ftnb/other (``ratio_ftnb_ray``, ...), and the targets
+    (``targets``: each with its verdict; ``target`` and ``target_met`` sum them up)."""
     rows = []
-    for label in _ray_labels(wl, values):
-        ray_key = Variant("ray", label).key
+    others = _others(wl)
+    for label in _labels(wl, values):
+        keys = {"ftnb": "ftnb", **{f: Variant(f, label).key for f in others}}
         figures: list[str] = []
-        for key in ("ftnb", ray_key):
+        for key in keys.values():
             figures += [f for f in values.get(key, {}) if f not in figures]
         for figure in figures:
-            ftnb_v, ray_v = _median(values, "ftnb", figure), _median(values, ray_key, figure)
-            target = next(
-                (t for t in wl.targets if t.figure == figure and t.ray_label == label), None
-            )
-            rows.append(
-                {
-                    "workload": wl.name,
-                    "ray_variant": label,
-                    "figure": figure,
-                    "unit": unit_of(figure),
-                    "ftnb": ftnb_v,
-                    "ray": ray_v,
-                    "ratio_ftnb_ray": ftnb_v / ray_v if ftnb_v is not None and ray_v else None,
-                    "target": target.describe() if target else None,
-                    "target_met": target.met(ftnb_v, ray_v) if target else None,
-                    "values": {k: values[k][figure] for k in ("ftnb", ray_key)
-                               if figure in values.get(k, {})},
-                }
-            )
+            medians = {f: _median(values, key, figure) for f, key in keys.items()}
+            ftnb_v = medians["ftnb"]
+            row = {"workload": wl.name, "ray_variant": label, "figure": figure,
+                   "unit": unit_of(figure), "ftnb": ftnb_v}
+            for f in others:
+                row[f] = medians[f]
+                row[f"ratio_ftnb_{f}"] = (ftnb_v / medians[f]
+                                          if ftnb_v is not None and medians[f] else None)
+            targets = [t for t in wl.targets if t.figure == figure and t.ray_label == label]
+            explicit = len(wl.others) > 1
+            row["targets"] = [{"target": t.describe(explicit),
+                               "met": t.met(ftnb_v, medians.get(t.against))} for t in targets]
+            row["target"] = "; ".join(t["target"] for t in row["targets"]) or None
+            row["target_met"] = _combined([t["met"] for t in row["targets"]])
+            row["values"] = {key: values[key][figure] for key in keys.values()
+                             if figure in values.get(key, {})}
+            rows.append(row)
     return rows
 
 
@@ -322,23 +351,31 @@ def _fmt(value: Optional[float]) -> str:
 
 
 def _verdict(row: dict) -> str:
-    if not row["target"]:
-        return ""
-    met = {True: "met", False: "MISSED", None: "n/a"}[row["target_met"]]
-    return f"{row['target']} {met}"
+    words = {True: "met", False: "MISSED", None: "n/a"}
+    return "; ".join(f"{t['target']} {words[t['met']]}" for t in row.get("targets", ()))
 
 
-HEADER = ("workload", "figure", "ftnb", "ray", "ftnb/ray", "target")
+def _columns(rows: list[dict]) -> list[str]:
+    """The other frameworks with columns: Ray always, the others when a row has them."""
+    from . import FRAMEWORKS
+
+    return [f for f in FRAMEWORKS if f != "ftnb" and (f == "ray" or any(f in r for r in rows))]
+
+
+def header(rows: list[dict]) -> tuple:
+    others = _columns(rows)
+    return ("workload", "figure", "ftnb", *others, *(f"ftnb/{f}" for f in others), "target")
 
 
 def table_cells(rows: list[dict]) -> list[tuple]:
+    others = _columns(rows)
     return [
         (
             r["workload"] + (f" (ray {r['ray_variant']})" if r["ray_variant"] else ""),
             r["figure"],
             _fmt(r["ftnb"]),
-            _fmt(r["ray"]),
-            _fmt(r["ratio_ftnb_ray"]),
+            *(_fmt(r.get(f)) for f in others),
+            *(_fmt(r.get(f"ratio_ftnb_{f}")) for f in others),
             _verdict(r),
         )
         for r in rows
@@ -346,12 +383,14 @@ def table_cells(rows: list[dict]) -> list[tuple]:
 
 
 def format_table(rows: list[dict]) -> str:
+    head = header(rows)
     body = table_cells(rows)
-    widths = [max(len(line[i]) for line in [HEADER] + body) for i in range(len(HEADER))]
+    widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+    text_columns = (0, 1, len(head) - 1)
     lines = []
-    for n, line in enumerate([HEADER] + body):
+    for n, line in enumerate([head] + body):
         cells = [
-            c.ljust(w) if i in (0, 1, 5) else c.rjust(w)
+            c.ljust(w) if i in text_columns else c.rjust(w)
             for i, (c, w) in enumerate(zip(line, widths))
         ]
         lines.append("  ".join(cells).rstrip())
@@ -361,13 +400,14 @@ def format_table(rows: list[dict]) -> str:
 
 
 def format_markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    head = header(rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_cells(rows)]
     return "\n".join(lines)
 
 
 def target_summary(rows: list[dict]) -> str:
-    judged = [r["target_met"] for r in rows if r["target"]]
+    judged = [t["met"] for r in rows for t in r.get("targets", ())]
     return (
         f"targets: {judged.count(True)} met, {judged.count(False)} missed, "
         f"{judged.count(None)} not judged (a figure missing)"
@@ -425,11 +465,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     notes: list[str] = []
     pycache_dir = None if args.inline else tempfile.mkdtemp(prefix="ftnb-bench-pycache-")
     env = subprocess_env(pycache_dir)
-    if "ray" in args.frameworks:
-        reason = ray_unavailable(env)
-        if reason:
-            notes.append(f"Ray Tune skipped: {reason}")
-            args.frameworks = [f for f in args.frameworks if f != "ray"]
+    args.unavailable = unavailable_modules(args, env)
+    for module, reason in args.unavailable.items():
+        notes.append(f"{MODULE_NAMES.get(module, module)} skipped: {reason}")
     try:
         for name in args.names:
             wl = WORKLOADS[name]

@@ -80,6 +80,15 @@ def log_event(config: dict, event: str, **fields: object) -> None:
         os.close(fd)
 
 
+def read_events(out_dir: str) -> list[dict]:
+    """The events logged in ``out_dir`` so far (none when nothing was logged yet)."""
+    try:
+        with open(os.path.join(out_dir, EVENTS_FILE)) as f:
+            return [json.loads(line) for line in f if line.endswith("\n")]
+    except FileNotFoundError:
+        return []
+
+
 def reporting_trainable(config: dict) -> None:
     """Note the wall time at entry, report ``config["reports"]`` times, and leave the entry time
     and the time the first report() returned (the result was persisted)."""

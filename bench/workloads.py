@@ -25,11 +25,11 @@ from typing import Any, Callable, Optional
 from . import frameworks
 from .procs import TreeSampler, subprocess_env, usable_cpus
 from .trainables import (
-    EVENTS_FILE,
     checkpoint_trainable,
     checkpointing_trainable,
     output_path,
     percentile,
+    read_events,
     reporting_trainable,
     throughput_trainable,
 )
@@ -37,18 +37,32 @@ from .trainables import (
 __all__ = ["WORKLOADS", "Target", "Variant", "Workload", "percentile", "run_in_storage"]
 
 
+#: What a framework's variant needs to import, by default (Variant.needs overrides it), and
+#: what the table's notes call it.
+NEEDS = {"ftnb": "ftnb", "ray": "ray.tune", "torchrun": "torch.distributed.run"}
+MODULE_NAMES = {"ray.tune": "Ray Tune", "ray.train.torch": "Ray Train",
+                "torch.distributed.run": "torchrun", "torch": "torch"}
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way to run a workload: a framework, and keyword arguments of its own (Ray's
-    ``reuse_actors=True``). ``label`` names a non-default variant in the table."""
+    ``reuse_actors=True``). ``label`` names a non-default variant in the table. ``needs``: the
+    module it cannot run without (default ``NEEDS[framework]``); a variant whose module does
+    not import is skipped with a note."""
 
     framework: str
     label: str = ""
     params: dict = field(default_factory=dict)
+    needs: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.framework}[{self.label}]" if self.label else self.framework
+
+    @property
+    def module(self) -> str:
+        return self.needs or NEEDS[self.framework]
 
 
 FTNB, RAY = Variant("ftnb"), Variant("ray")
@@ -56,23 +70,30 @@ FTNB, RAY = Variant("ftnb"), Variant("ray")
 
 @dataclass(frozen=True)
 class Target:
-    """A goal for one figure: ``ratio>=`` / ``ratio<=`` bound the ratio ftnb/Ray (against the
-    Ray variant labelled ``ray_label``), ``ftnb>=`` / ``ftnb<=`` bound ftnb's own figure."""
+    """A goal for one figure: ``ratio>=`` / ``ratio<=`` bound the ratio of ftnb's figure to
+    framework ``against``'s (default Ray's, the variant labelled ``ray_label``), ``ftnb>=`` /
+    ``ftnb<=`` bound ftnb's own figure."""
 
     figure: str
     rule: str
     bound: float
     ray_label: str = ""
+    against: str = "ray"
 
-    def describe(self) -> str:
+    def describe(self, explicit: bool = False) -> str:
+        """``ratio<=0.1`` (against Ray), ``ftnb/torchrun<=0.3`` (against another framework, or
+        against Ray when ``explicit``: a row compared with several), ``ftnb<=0``."""
+        if self.rule.startswith("ratio") and (explicit or self.against != "ray"):
+            return f"ftnb/{self.against}{self.rule[-2:]}{self.bound:g}"
         return f"{self.rule}{self.bound:g}"
 
-    def met(self, ftnb: Optional[float], ray: Optional[float]) -> Optional[bool]:
-        """Whether the medians meet it; None when a figure it needs is missing."""
+    def met(self, ftnb: Optional[float], other: Optional[float]) -> Optional[bool]:
+        """Whether the medians meet it (``other``: the median of ``against``); None when a
+        figure it needs is missing."""
         subject, rule = self.rule[:-2], self.rule[-2:]
-        if ftnb is None or (subject == "ratio" and not ray):
+        if ftnb is None or (subject == "ratio" and not other):
             return None
-        value = ftnb / ray if subject == "ratio" else ftnb
+        value = ftnb / other if subject == "ratio" else ftnb
         return value >= self.bound if rule == ">=" else value <= self.bound
 
 
@@ -85,21 +106,30 @@ class Workload:
     quick: dict
     variants: tuple = (FTNB, RAY)
     targets: tuple = ()
+    timeout_s: float = 600  # for one repetition (its fresh process)
 
     def params(self, quick: bool) -> dict:
         return dict(self.quick if quick else self.full)
+
+    @property
+    def others(self) -> list[str]:
+        """The frameworks ftnb is compared with, in the order of the table's columns."""
+        from . import FRAMEWORKS
+
+        present = {v.framework for v in self.variants}
+        return [f for f in FRAMEWORKS if f != "ftnb" and f in present]
 
 
 WORKLOADS: dict[str, Workload] = {}
 
 
 def workload(name: str, *, full: dict, quick: dict, variants: tuple = (FTNB, RAY),
-             targets: tuple = ()):
+             targets: tuple = (), timeout_s: float = 600):
     """Register ``fn`` as workload ``name``; its docstring's first paragraph describes it."""
 
     def register(fn: Callable[..., dict]) -> Callable[..., dict]:
         summary = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-        WORKLOADS[name] = Workload(name, fn, summary, full, quick, variants, targets)
+        WORKLOADS[name] = Workload(name, fn, summary, full, quick, variants, targets, timeout_s)
         return fn
 
     return register
@@ -126,14 +156,6 @@ def run_in_storage(name: str, framework: str, params: dict, storage_root: Option
 def _read_json(path: str) -> Any:
     with open(path) as f:
         return json.load(f)
-
-
-def _read_events(out_dir: str) -> list[dict]:
-    try:
-        with open(os.path.join(out_dir, EVENTS_FILE)) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def _out_dir(storage_dir: str, name: str = "out") -> str:
@@ -418,7 +440,7 @@ def failure_recovery(
             config={"framework": framework, "out_dir": out_dir, "iterations": iterations,
                     "iter_s": iter_s, "fail_at": fail_at, "fail_mode": mode},
         )
-        figures.update(_recovery_figures(_read_events(out_dir), mode))
+        figures.update(_recovery_figures(read_events(out_dir), mode))
     return figures
 
 
@@ -436,7 +458,7 @@ def _start_driver(spec: dict, log_path: str) -> subprocess.Popen:
 def _wait_for_first_iteration(proc: subprocess.Popen, out_dir: str, log_path: str,
                               timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
-    while not any(e["event"] == "iteration" for e in _read_events(out_dir)):
+    while not any(e["event"] == "iteration" for e in read_events(out_dir)):
         if proc.poll() is not None or time.monotonic() > deadline:
             with open(log_path, errors="replace") as f:
                 tail = f.read()[-3000:]
@@ -507,7 +529,7 @@ def restore(
     finally:
         tree.kill_survivors()
         shutil.rmtree(temp_root, ignore_errors=True)
-    events = [e for e in _read_events(out_dir) if e["t"] >= start and e["pid"] not in tree.seen]
+    events = [e for e in read_events(out_dir) if e["t"] >= start and e["pid"] not in tree.seen]
     if not any(e["event"] == "iteration" for e in events):
         raise RuntimeError(f"{framework}: no iteration after the restore: the trials finished "
                            f"before the driver was killed (raise iterations or lower "
@@ -515,7 +537,7 @@ def restore(
     return {
         "first_new_result_s": min(e["t"] for e in events if e["event"] == "iteration") - start,
         "complete_s": complete_s,
-        "iterations_twice": _iterations_twice(_read_events(out_dir)),
+        "iterations_twice": _iterations_twice(read_events(out_dir)),
         "stale_processes": max(e["stale"] for e in events if e["event"] == "start"),
     }
 
@@ -531,3 +553,63 @@ workload(
     variants=(FTNB,),
     targets=(Target("kernel_cpu_pct", "ftnb<=", widget_load.TARGET_CPU_PCT),),
 )(widget_load.widget_updater)
+
+
+# ---- group_recovery, group_start, ddp_steps (bench/group_workloads.py) ------------------------
+# Data-parallel jobs of 2 ranks: ftnb.TorchTrainer, Ray Train ("ray") and torchrun.
+from . import group_workloads  # noqa: E402
+
+GROUP_VARIANTS = (
+    Variant("ftnb", needs="torch"),
+    Variant("ray", needs="ray.train.torch"),
+    Variant("torchrun"),
+)
+
+workload(
+    "group_recovery",
+    full={"kills": 20, "step_s": 0.05, "settle_s": 0.5, "deadline_s": 60.0},
+    quick={"kills": 2, "step_s": 0.02, "settle_s": 0.2, "deadline_s": 60.0},
+    variants=GROUP_VARIANTS,
+    targets=(
+        Target("recovery_s", "ratio<=", 0.3, against="torchrun"),
+        Target("recovery_s", "ratio<=", 0.1),
+        Target("failed_reformations", "ftnb<=", 0),
+        Target("stale_resumes", "ftnb<=", 0),
+    ),
+    timeout_s=1800,  # Ray Train: 20 re-formations of several seconds each
+)(group_workloads.group_recovery)
+
+workload(
+    "group_start",
+    full={"runs": 1, "steps": 3},
+    quick={"runs": 1, "steps": 2},
+    variants=GROUP_VARIANTS,
+)(group_workloads.group_start)
+
+workload(
+    "ddp_steps",
+    full={"steps": 3000, "timed_from": 100, "report_every": 50},
+    quick={"steps": 200, "timed_from": 50, "report_every": 50},
+    variants=GROUP_VARIANTS,
+    targets=(Target("steps_per_s", "ratio>=", 0.95, against="torchrun"),),
+)(group_workloads.ddp_steps)
+
+
+# ---- elastic_map (bench/elastic_workloads.py) ---------------------------------------------------
+# ftnb.WorkerGroup (issue 16): lost workers, recreation with state, per-map cost vs a Pool.
+from . import elastic_workloads  # noqa: E402
+
+workload(
+    "elastic_map",
+    full={"kills": 12, "hangs": 2, "timeout_s": 1.0, "call_s": 0.05, "state_mb": 10,
+          "maps": 2000, "block": 100},
+    quick={"kills": 2, "hangs": 1, "timeout_s": 0.5, "call_s": 0.01, "state_mb": 1,
+           "maps": 100, "block": 50},
+    variants=(FTNB,),
+    targets=(
+        Target("death_step_vs_timeout", "ftnb<=", 1.1),
+        Target("hang_step_vs_timeout", "ftnb<=", 1.1),
+        Target("recreate_sync_s", "ftnb<=", 1.0),
+        Target("map_overhead_ms", "ftnb<=", 1.0),
+    ),
+)(elastic_workloads.elastic_map)
