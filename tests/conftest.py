@@ -228,3 +228,23 @@ def ray_instance():
              _system_config=RAY_HEALTH_CHECKS)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real Ray cluster on this machine: a head without CPUs and three worker nodes of one
+    CPU each. Yields the ``ray.cluster_utils.Cluster``; tests that remove a node add one back.
+    This process does not connect to it (drivers run as child processes and connect by
+    ``cluster.address``), so it can coexist with ``ray_instance``."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "_system_config": RAY_HEALTH_CHECKS})
+    try:
+        for _ in range(3):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()

@@ -56,7 +56,7 @@ def test_classify_end(end, outcome, kind, by_controller):
         return
     f = ending.failure
     assert (f.kind, f.attempt, f.time) == (kind, 2, 100.0)
-    assert f.counted is (kind not in ("preemption", "node_lost"))
+    assert f.counted is (kind != "preemption")  # a lost node counts, as in Ray Tune
 
 
 @pytest.mark.parametrize("exit_code, oom, signal, message", [
@@ -122,7 +122,10 @@ def _decide(trial: TrialRecord, stopping: bool = False, **config):
      TrialStatus.PENDING, None),
     # a preemption is not the trial's fault: again at once, whatever the budget
     ([_failure(1, "preemption", counted=False)], {}, TrialStatus.PENDING, None),
-    ([_failure(1, "node_lost", counted=False)], {}, TrialStatus.PENDING, None),
+    # a lost node counts, as in Ray Tune: within the budget again, beyond it errored
+    ([_failure(1, "node_lost")], {"max_failures": 1}, TrialStatus.PENDING, None),
+    ([_failure(1, "node_lost"), _failure(2, "node_lost")], {"max_failures": 1},
+     TrialStatus.ERRORED, "more than"),
     # misuse of the API cannot be fixed by retrying
     ([_failure(1, "usage")], {"max_failures": 5}, TrialStatus.ERRORED, "misused"),
     # the same error at the same point twice in a row is deterministic
@@ -238,8 +241,7 @@ def test_statuses_and_kinds_have_behaviour_and_are_stored_as_values():
 
     assert [s.is_finished() for s in ExperimentStatus] == [False, True, True, False]
     assert [s.is_finished() for s in TrialStatus] == [False, False, False, True, True]
-    assert [k.value for k in FailureKind if not k.counts_as_failure()] == ["preemption",
-                                                                          "node_lost"]
+    assert [k.value for k in FailureKind if not k.counts_as_failure()] == ["preemption"]
     ending = classify_end(AttemptEnd(outcome="finished"), attempt=1, iteration=3, now=0.0)
     assert ending.outcome is AttemptOutcome.FINISHED
     state = ExperimentState(name="x", trainable="train", trials=[TrialRecord(

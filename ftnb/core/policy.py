@@ -90,7 +90,7 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
 
     A trial that finished, or that the controller stopped without an error, has no failure.
     A SIGTERM (or an attempt that said it was preempted and exited with 143) is a preemption,
-    and a lost node is a lost node: neither is counted against ``max_failures``. Otherwise the error the trial reported is the failure;
+    not counted against ``max_failures``; a lost node is counted, as in Ray Tune. Otherwise the error the trial reported is the failure;
     failing that, the signal (SIGKILL by the OOM killer is ``oom``) or the exit code.
     """
     sig = end.signal_number
@@ -104,7 +104,7 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
         where = f" ({end.node})" if end.node else ""
         return Ending(AttemptOutcome.NODE_LOST, FailureRecord(
             attempt=attempt, time=now, iteration=iteration, kind=FailureKind.NODE_LOST.value,
-            message=f"the node running the attempt was lost{where}", counted=False))
+            message=f"the node running the attempt was lost{where}"))
     if (end.outcome == AttemptOutcome.PREEMPTED or sig == _signal.SIGTERM
             or (end.preempted and end.exit_code == EXIT_PREEMPTED)):
         return Ending(AttemptOutcome.PREEMPTED, FailureRecord(

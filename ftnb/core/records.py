@@ -118,9 +118,10 @@ class FailureKind(str, enum.Enum):
     USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
 
     def counts_as_failure(self) -> bool:
-        """Preemptions and lost nodes are not the trial's fault: they never use up
-        ``max_failures``."""
-        return self not in (FailureKind.PREEMPTION, FailureKind.NODE_LOST)
+        """Preemptions are not the trial's fault: they never use up ``max_failures``. A lost
+        node does, as in Ray Tune (a trial that keeps losing its node is not retried for ever);
+        a node drained for preemption is a preemption."""
+        return self is not FailureKind.PREEMPTION
 
     def __str__(self) -> str:
         return self.value

@@ -193,6 +193,42 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     return EXIT_OK
 
 
+class AttemptGuard:
+    """A write guard for executors whose attempts can outlive their loss (a node cut off from
+    the cluster goes on running): the trial's record (``trial.json``, written by the controller
+    before it starts an attempt) names a later attempt, so this one is a ghost and writes
+    nothing more. Checked before every write: a ``stat`` on a local or shared disk (the record
+    is read only when it changed), a read elsewhere."""
+
+    def __init__(self, paths: Any, attempt: int) -> None:
+        self.paths = paths
+        self.attempt = attempt
+        self._version: Any = object()
+
+    def check(self, force: bool = False) -> None:
+        import json
+
+        from ..storage.lease import FencedError
+
+        storage = self.paths.storage
+        try:
+            version = storage.cheap_version(self.paths.record)
+        except FileNotFoundError:
+            return
+        if version is not None and version == self._version:
+            return
+        self._version = version
+        try:
+            latest = len(json.loads(storage.read_bytes(self.paths.record)).get("attempts") or [])
+        except (FileNotFoundError, ValueError):
+            return
+        if latest > self.attempt:
+            raise FencedError(
+                f"attempt {self.attempt} was replaced by attempt {latest} of this trial (its "
+                "node was taken for lost): it writes nothing more"
+            )
+
+
 class _AllFences:
     """Several write guards as one: each must pass."""
 

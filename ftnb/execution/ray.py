@@ -79,7 +79,8 @@ class _AttemptActor:
             output_events: bool) -> int:
         import cloudpickle
 
-        from .attempt import EXIT_ERROR, report_exception, run_attempt
+        from ..storage import ExperimentPaths
+        from .attempt import EXIT_ERROR, AttemptGuard, report_exception, run_attempt
 
         if place is not None:
             os.environ.update(rank_environment(place, master_addr))
@@ -94,8 +95,12 @@ class _AttemptActor:
         def on_session(session: Any) -> None:
             self._session = session
 
+        # A node taken for lost may go on running this actor: once the trial has a later
+        # attempt, this one writes nothing more.
+        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         try:
-            return run_attempt(spec, self, rank=rank, place=place, on_session=on_session)
+            return run_attempt(spec, self, rank=rank, place=place, on_session=on_session,
+                               guard=AttemptGuard(paths, spec.attempt))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -1,0 +1,60 @@
+"""Trainables for the Ray cluster tests (tests/test_ray_cluster.py): each step leaves
+``progress-<rank>`` (``attempt step node_id pid``) in ``config["dir"]``."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+import time
+
+import ftnb
+
+
+def _node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def stepper(config: dict) -> None:
+    """A checkpoint every step; ``steps`` steps of ``sleep`` seconds."""
+    folder = pathlib.Path(config["dir"])
+    ctx = ftnb.get_context()
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        time.sleep(config.get("sleep", 0.2))
+        saved = tempfile.mkdtemp()
+        open(os.path.join(saved, "step"), "w").write(str(step + 1))
+        ftnb.report({"step": step + 1}, checkpoint=ftnb.Checkpoint.from_directory(saved))
+        (folder / f"progress-{ctx.get_world_rank()}").write_text(
+            f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
+
+
+def group_stepper(config: dict) -> None:
+    """``stepper`` in a 2-rank gloo group, with an all_reduce each step."""
+    import torch
+    import torch.distributed as dist
+
+    folder = pathlib.Path(config["dir"])
+    ctx = ftnb.get_context()
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        assert int(value.item()) == ctx.get_world_size()
+        time.sleep(config.get("sleep", 0.2))
+        saved = None
+        if ctx.get_world_rank() == 0:
+            saved = tempfile.mkdtemp()
+            open(os.path.join(saved, "step"), "w").write(str(step + 1))
+        ftnb.report({"step": step + 1},
+                    checkpoint=ftnb.Checkpoint.from_directory(saved) if saved else None)
+        (folder / f"progress-{ctx.get_world_rank()}").write_text(
+            f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")

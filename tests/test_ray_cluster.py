@@ -1,0 +1,146 @@
+"""The Ray executor on a real multi-node Ray cluster on this machine (``ray_cluster``): trials
+and rank groups restart on the nodes left when theirs is removed, a ghost attempt on a lost
+node writes nothing, a killed driver's run resumes, and a local storage path is refused on a
+cluster of several nodes unless declared shared."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from procs import run_script, wait_for
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+DRIVER = """
+import json, sys
+import ftnb
+from ftnb.execution.ray import RayExecutor
+import ray_trainables
+
+args = json.loads(sys.argv[1])
+executor = RayExecutor(args["address"], shared_storage=args.get("shared", True))
+config = {"dir": args["dir"], "steps": args["steps"], "sleep": args.get("sleep", 0.2)}
+run_config = ftnb.RunConfig(
+    name="run", storage_path=args["storage"], verbose=0, executor=executor,
+    failure_config=ftnb.FailureConfig(max_failures=args.get("max_failures", 2)))
+if args.get("workers"):
+    result = ftnb.TorchTrainer(
+        ray_trainables.group_stepper, train_loop_config=config,
+        scaling_config=ftnb.ScalingConfig(num_workers=args["workers"]),
+        run_config=run_config).fit()
+    print("DONE", result.metrics["training_iteration"], flush=True)
+else:
+    grid = ftnb.run(ray_trainables.stepper, name="run", param_space=config,
+                    run_config=run_config)  # starts it, or resumes it when it is there
+    print("DONE", grid[0].metrics["training_iteration"], flush=True)
+"""
+
+
+class Run:
+    def __init__(self, tmp_path: pathlib.Path, cluster, **args) -> None:
+        self.folder = tmp_path / "marks"
+        self.folder.mkdir(exist_ok=True)
+        self.storage = tmp_path / "results"
+        self.tmp_path = tmp_path
+        self.args = {"address": cluster.address, "dir": str(self.folder),
+                     "storage": str(self.storage), **args}
+
+    def start(self):
+        self.process = run_script(self.tmp_path, DRIVER, json.dumps(self.args))
+        return self
+
+    def finish(self, timeout: float = 180) -> str:
+        out, _ = self.process.communicate(timeout=timeout)
+        assert self.process.returncode == 0, out
+        return out
+
+    def progress(self, rank: int = 0):
+        try:
+            attempt, step, node, pid = (self.folder / f"progress-{rank}").read_text().split()
+        except (OSError, ValueError):
+            return None
+        return int(attempt), int(step), node, int(pid)
+
+    def wait_step(self, attempt: int, step: int, rank: int = 0, timeout: float = 120):
+        return wait_for(lambda: (p := self.progress(rank)) and p[:2] >= (attempt, step) and p,
+                        timeout, f"rank {rank} at step {step} of attempt {attempt}")
+
+    def trial(self) -> dict:
+        state = json.loads((self.storage / "run" / "experiment_state.json").read_text())
+        (trial,) = state["trials"]
+        return trial
+
+    def iterations(self) -> list[int]:
+        path = self.storage / "run" / self.trial()["dir_name"] / "result.json"
+        return [json.loads(line)["training_iteration"]
+                for line in path.read_text().splitlines() if line.strip()]
+
+
+def _node_of(cluster, node_id: str):
+    return next(node for node in cluster.list_all_nodes() if node.node_id == node_id)
+
+
+def _replace(cluster, node) -> None:
+    cluster.remove_node(node, allow_graceful=False)
+    cluster.add_node(num_cpus=1)  # the next test finds three worker nodes again
+
+
+def test_a_trial_whose_node_is_removed_restarts_on_another_from_its_checkpoint(tmp_path,
+                                                                             ray_cluster):
+    steps = 15
+    run = Run(tmp_path, ray_cluster, steps=steps).start()
+    _, _, node_id, _ = run.wait_step(1, 3)
+    _replace(ray_cluster, _node_of(ray_cluster, node_id))
+    out = run.finish()
+    assert f"DONE {steps}" in out
+    trial = run.trial()
+    assert trial["status"] == "TERMINATED"
+    (failure,) = trial["failures"]
+    assert failure["kind"] == "node_lost" and failure["counted"]  # counted, as in Ray Tune
+    assert trial["attempts"][1]["restored_from"] is not None
+    assert run.progress()[2] != node_id  # it finished on another node
+    # Whatever the lost node's process did after, nothing of it was written twice.
+    assert run.iterations() == list(range(1, steps + 1))
+
+
+def test_a_group_over_two_nodes_restarts_on_the_nodes_left(tmp_path, ray_cluster):
+    pytest.importorskip("torch")
+    steps = 12
+    run = Run(tmp_path, ray_cluster, steps=steps, workers=2).start()
+    first = run.wait_step(1, 3, rank=0)
+    other = run.wait_step(1, 3, rank=1)
+    assert first[2] != other[2]  # one CPU a node: the ranks are on two nodes
+    _replace(ray_cluster, _node_of(ray_cluster, other[2]))
+    out = run.finish()
+    assert f"DONE {steps}" in out
+    trial = run.trial()
+    (failure,) = trial["failures"]
+    assert failure["kind"] == "node_lost"
+    assert len(trial["attempts"]) == 2 and trial["attempts"][1]["num_workers"] == 2
+    assert run.iterations() == list(range(1, steps + 1))
+
+
+def test_a_killed_driver_is_resumed_on_the_cluster_by_running_it_again(tmp_path, ray_cluster):
+    steps = 15
+    run = Run(tmp_path, ray_cluster, steps=steps, max_failures=0).start()
+    run.wait_step(1, 3)
+    run.process.kill()
+    run.process.wait(10)
+    out = run.start().finish()
+    assert f"DONE {steps}" in out
+    trial = run.trial()
+    assert not [f for f in trial["failures"] if f["counted"]]
+    assert trial["attempts"][-1]["restored_from"] is not None
+    assert run.iterations() == list(range(1, steps + 1))
+
+
+def test_a_local_path_is_refused_on_a_cluster_of_several_nodes(tmp_path, ray_cluster):
+    run = Run(tmp_path, ray_cluster, steps=2, shared=False).start()
+    out, _ = run.process.communicate(timeout=120)
+    assert run.process.returncode != 0
+    assert "is a local path, but the Ray cluster has" in out
+    assert "RayExecutor(shared_storage=True)" in out and "FTNB_SHARED_STORAGE=1" in out
+    assert not (run.storage / "run").exists()
