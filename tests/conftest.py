@@ -216,7 +216,7 @@ def s3_storage(s3_endpoint):
 # =================================================================================================
 
 RAY_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
-                     "health_check_initial_delay_ms": 0}
+                     "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0}
 
 
 @pytest.fixture(scope="session")

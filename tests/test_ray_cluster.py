@@ -144,3 +144,33 @@ def test_a_local_path_is_refused_on_a_cluster_of_several_nodes(tmp_path, ray_clu
     assert "is a local path, but the Ray cluster has" in out
     assert "RayExecutor(shared_storage=True)" in out and "FTNB_SHARED_STORAGE=1" in out
     assert not (run.storage / "run").exists()
+
+
+def test_a_partitioned_nodes_ghost_attempt_writes_nothing_after_its_replacement(tmp_path,
+                                                                                ray_cluster):
+    import os
+    import signal
+
+    steps = 60
+    run = Run(tmp_path, ray_cluster, steps=steps, sleep=0.1).start()
+    _, _, node_id, ghost = run.wait_step(1, 3)
+    node = _node_of(ray_cluster, node_id)
+    raylet = node.all_processes["raylet"][0].process.pid
+    os.kill(raylet, signal.SIGSTOP)  # the node is cut off; the attempt's process runs on
+    try:
+        # Its replacement runs on another node, while the ghost, if it still runs, loops on
+        # against the fence.
+        wait_for(lambda: len(run.trial()["attempts"]) == 2
+                 and run.trial()["iteration"] >= run.trial()["attempts"][1]["start_iteration"] + 3,
+                 120, "the replacement attempt to report three times")
+    finally:
+        os.kill(raylet, signal.SIGCONT)
+    out = run.finish()
+    assert f"DONE {steps}" in out
+    (failure, *_) = run.trial()["failures"]
+    assert failure["kind"] == "node_lost"
+    assert run.iterations() == list(range(1, steps + 1))  # no row of the ghost's
+    # (Here the ghost stalls rather than loops on; tests/test_attempt_guard.py shows the guard
+    # stopping one that does.)
+    _replace(ray_cluster, node)
+    del ghost
