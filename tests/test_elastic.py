@@ -574,3 +574,15 @@ def test_bad_arguments_name_themselves_and_the_fix(kwargs, error, words):
     with pytest.raises(error) as info:
         ftnb.WorkerGroup(args.pop("factory"), args.pop("num_workers"), **args)
     assert words in str(info.value)
+
+
+class _NoSetState:
+    pass
+
+
+def test_get_state_without_set_state_is_refused_at_construction():
+    with pytest.raises(ftnb.WorkerGroupError) as info:
+        ftnb.WorkerGroup(_NoSetState, 2, get_state=lambda: {"weights": 1})
+    message = str(info.value)
+    assert "has no set_state(state) method" in message
+    assert "Fix: add `def set_state(self, state): ...`" in message

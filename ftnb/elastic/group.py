@@ -192,7 +192,7 @@ class WorkerGroup:
             raise type(exc)(str(exc).replace("resources_per_trial", "resources_per_worker")) \
                 from None
         try:
-            self._factory = cloudpickle.dumps((factory, takes_index))
+            self._factory = cloudpickle.dumps((factory, takes_index, get_state is not None))
         except Exception as exc:
             raise TypeError(
                 f"WorkerGroup(factory=...) cannot be sent to a worker process: "
@@ -210,6 +210,7 @@ class WorkerGroup:
         self._ready: list[WorkerResult] = []  # results fetched, not yet handed out
         self._restarts = 0
         self._failures: Counter = Counter()
+        self._last_error: Optional[dict] = None
         self._consecutive_failures = 0
         self._oom_before = 0
         self._closed = False
@@ -354,6 +355,7 @@ class WorkerGroup:
             else:
                 _kill(slot.process)
                 self._failures[error["kind"]] += 1
+                self._last_error = error
                 errors.append((slot.index, error))
         return errors
 
@@ -396,10 +398,16 @@ class WorkerGroup:
             for slot in pending:
                 self._push_state(slot, state)
         if not self.healthy:
+            used_up = (f"max_restarts={self.max_restarts} is used up"
+                       if self.max_restarts >= 0 and self._restarts >= self.max_restarts
+                       else "the workers recreated failed too")
+            last = f" The last failure: {_describe(self._last_error)}." if self._last_error \
+                else ""
             raise WorkerGroupError(
-                f"WorkerGroup: no worker is up and max_restarts={self.max_restarts} is used up "
-                f"({self._restarts} restarts). Fix: raise max_restarts (-1: no limit), or look "
-                f"at why the workers fail: {dict(self._failures)}."
+                f"WorkerGroup: no worker is up: {used_up} ({self._restarts} restarts; failures "
+                f"by kind: {dict(self._failures)}).{last} Fix: the cause of that failure"
+                + (", or a higher max_restarts (-1: no limit)." if self.max_restarts >= 0
+                   else ".")
             )
 
     def _push_state(self, slot: _Slot, state: bytes) -> None:
@@ -511,6 +519,7 @@ class WorkerGroup:
         slot.healthy = False
         _kill(slot.process)
         self._failures[error.get("kind") or "exception"] += 1
+        self._last_error = error
         calls = ([first] if first is not None else []) + list(slot.in_flight)
         slot.in_flight.clear()
         lost = dict(error, kind="lost", message="the worker failed during an earlier call")

@@ -52,8 +52,14 @@ def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> Non
     os.environ.update(env)
     _INDEX = index
     try:
-        factory, takes_index = cloudpickle.loads(factory_payload)
+        factory, takes_index, needs_set_state = cloudpickle.loads(factory_payload)
         obj = factory(index) if takes_index else factory()
+        if needs_set_state and not callable(getattr(obj, "set_state", None)):
+            raise TypeError(
+                f"WorkerGroup(get_state=...) is given, but the worker object (a "
+                f"{type(obj).__name__}) has no set_state(state) method to take the state. "
+                "Fix: add `def set_state(self, state): ...` to it, or leave get_state out."
+            )
     except BaseException as exc:
         conn.send(("failed", describe_error(exc)))
         os._exit(1)
