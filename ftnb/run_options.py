@@ -288,6 +288,17 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
         opt("--verbose", type=int, choices=(0, 1, 2),
             help=f"RunConfig.verbose for the experiment's log (default: {default['verbose']}, "
                  "else 1)"),
+        Group("where trials run (RunConfig.executor)"),
+        opt("--executor", choices=("local", "ray"),
+            help="'local': processes on this machine (default: $FTNB_EXECUTOR, else local); "
+                 "'ray': actors on a Ray cluster (pip install 'ftnb[ray]'; the cluster at "
+                 "--ray-address, else $RAY_ADDRESS)"),
+        opt("--ray-address", metavar="ADDR",
+            help="the Ray cluster to run on (implies --executor ray), e.g. 10.0.0.5:6379 or "
+                 "ray://head:10001"),
+        opt("--shared-storage", action="store_true",
+            help="the storage path is a filesystem every Ray node mounts at the same place "
+                 "(NFS): allow a local path on a cluster of several nodes"),
         Group("trials and search (TuneConfig, resources)"),
         opt("--num-samples", type=whole(1), metavar="N",
             help="how many times the search space is sampled (default 1)"),
@@ -531,6 +542,28 @@ def _given(value: Any, fallback: Any) -> Any:
     return fallback if value is None else value
 
 
+def executor_choice(args: argparse.Namespace) -> Any:
+    """``RunConfig.executor`` from ``--executor``, ``--ray-address`` and ``--shared-storage``:
+    None (the default), a name, or a RayExecutor for an address or shared storage."""
+    name = getattr(args, "executor", None)
+    address = getattr(args, "ray_address", None)
+    shared = getattr(args, "shared_storage", False)
+    if (address or shared) and name == "local":
+        raise InputError(
+            f"--executor local with {'--ray-address' if address else '--shared-storage'}: "
+            "those are the Ray executor's. Fix: --executor ray (or leave --executor out)."
+        )
+    if not (address or shared):
+        return name
+    from .execution import executor_class
+
+    try:
+        ray_executor = executor_class("ray")
+    except ImportError as exc:
+        raise InputError(str(exc)) from None
+    return ray_executor(address, shared_storage=True if shared else None)
+
+
 def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
                      param_space: Optional[str], space_forms: str, defaults: Any,
                      origin: dict) -> LaunchArguments:
@@ -571,6 +604,7 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
             checkpoint_config=CheckpointConfig(**checkpoint),
             stop=stop,
             verbose=_given(a.verbose, defaults.verbose),
+            executor=executor_choice(a),
         )
     except (ValueError, TypeError) as exc:
         raise InputError(" ".join(str(exc).split())) from None

@@ -174,3 +174,28 @@ def test_a_partitioned_nodes_ghost_attempt_writes_nothing_after_its_replacement(
     # stopping one that does.)
     _replace(ray_cluster, node)
     del ghost
+
+
+def test_ftnb_run_on_the_cluster(tmp_path, ray_cluster):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "jobs.py").write_text(
+        "import ftnb, ray\n"
+        "def train(config):\n"
+        "    for i in range(3):\n"
+        "        ftnb.report({'x': config['x'] * i,\n"
+        "                     'node': ray.get_runtime_context().get_node_id()})\n")
+    ftnb_cli = os.path.join(os.path.dirname(sys.executable), "ftnb")
+    done = subprocess.run(
+        [ftnb_cli, "run", "jobs.py:train", "-p", '{"x": 2}', "-n", "cli",
+         "--storage", str(tmp_path / "results"), "--executor", "ray",
+         "--ray-address", ray_cluster.address, "--shared-storage", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = json.loads((tmp_path / "results" / "cli" / "experiment_state.json").read_text())
+    assert state["settings"]["executor"] == "ray"
+    (trial,) = state["trials"]
+    assert trial["status"] == "TERMINATED" and trial["last_result"]["x"] == 4
+    assert trial["last_result"]["node"]  # it ran in a Ray actor
