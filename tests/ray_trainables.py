@@ -58,3 +58,40 @@ def group_stepper(config: dict) -> None:
                     checkpoint=ftnb.Checkpoint.from_directory(saved) if saved else None)
         (folder / f"progress-{ctx.get_world_rank()}").write_text(
             f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
+
+
+def leaves_when_told(config: dict) -> None:
+    """``steps`` steps of ``sleep`` seconds; a checkpoint every ``every`` steps, and one at once
+    when ``ftnb.get_context().should_checkpoint`` (its node is being drained), unless
+    ``ignore_told``. A just-in-time checkpoint leaves ``told`` (``attempt step time``)."""
+    folder = pathlib.Path(config["dir"])
+    ctx = ftnb.get_context()
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        time.sleep(config.get("sleep", 0.2))
+        told = ctx.should_checkpoint and not config.get("ignore_told")
+        checkpoint = None
+        if told or (step + 1) % config.get("every", 1) == 0:
+            saved = tempfile.mkdtemp()
+            open(os.path.join(saved, "step"), "w").write(str(step + 1))
+            checkpoint = ftnb.Checkpoint.from_directory(saved)
+        if told:
+            (folder / "told").write_text(f"{ctx.attempt} {step + 1} {time.time()}")
+        (folder / f"progress-{ctx.get_world_rank()}").write_text(
+            f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
+        ftnb.report({"step": step + 1}, checkpoint=checkpoint)  # ends a told attempt
+
+
+def uses_objects(config: dict) -> None:
+    """Reports what it sees of the ``ftnb.put`` objects ``array`` (numpy) and ``frame``
+    (pandas) of its config, and where it runs."""
+    array, frame = config["array"], config["frame"]
+    for _ in range(3):
+        time.sleep(0.2)
+        ftnb.report({"array_sum": float(array.sum()), "frame_sum": float(frame["b"].sum()),
+                     "rows": len(frame), "array_type": type(array).__name__,
+                     "frame_type": type(frame).__name__, "node": _node(),
+                     "value": config["lr"] * float(array[0])})

@@ -14,6 +14,20 @@ pending ``next_events`` call takes them. A node that dies takes its actors with 
 attempt ends with a ``node_lost`` exit event, which is noticed as fast as Ray's health checks
 allow (``health_check_period_ms`` x ``health_check_failure_threshold``: about 14 s by default,
 1.5 s with 500 ms x 3; see the README).
+
+A node drained for preemption (``ray drain-node`` / the GCS's ``DrainNode`` with reason
+PREEMPTION and a deadline, as cloud autoscalers do) is seen by the executor's poll (the GCS's
+list of draining nodes, asked at most every half second): every rank of an attempt with a rank
+on it is told (``session.preempted``: ``should_checkpoint`` turns True, the next report with a
+checkpoint ends the attempt), and a rank still running at the deadline is killed. Either way
+the attempt ends as a preemption (not counted against ``max_failures``), also when the node
+dies under it first: a told rank, or one whose actor Ray says was preempted, exits with
+:data:`~ftnb.execution.contract.EXIT_PREEMPTED`, not as a lost node.
+
+``ftnb.put`` refs in a trial's config work on any node: the executor puts each ref's object
+into Ray's object store once (cached by ref id for its life) and the actor swaps the refs of
+the config for those objects before the attempt body runs. As with Ray, numpy arrays (and
+DataFrame blocks) arrive zero-copy and read-only: copy one before writing into it.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from .contract import (
+    EXIT_PREEMPTED,
     AttemptEvent,
     AttemptSpec,
     Capacity,
@@ -48,6 +63,7 @@ __all__ = ["RayExecutor"]
 
 SHARED_STORAGE_ENV = "FTNB_SHARED_STORAGE"
 _LONG_POLL_S = 1.0
+_DRAIN_CHECK_S = 0.5
 _EPS = 1e-9
 
 
@@ -66,6 +82,7 @@ class _AttemptActor:
         self._stop = False
         self._rendezvous: Optional[tuple[str, int]] = None
         self._session: Any = None
+        self._preempt_asked = False
         self._tails: list = []
 
     # -- what the executor calls -----------------------------------------------------------------
@@ -75,8 +92,10 @@ class _AttemptActor:
         ctx = ray.get_runtime_context()
         return ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
-    def run(self, payload: bytes, place: Optional[RankPlace], master_addr: str,
-            output_events: bool) -> int:
+    def run(self, payload: bytes, config: bytes, objects: dict, place: Optional[RankPlace],
+            master_addr: str, output_events: bool) -> int:
+        import dataclasses
+
         import cloudpickle
 
         from ..storage import ExperimentPaths
@@ -90,10 +109,18 @@ class _AttemptActor:
             report_exception(self, ("?", 0), exc, "exception")
             return EXIT_ERROR
         rank = place.rank if place is not None else 0
+        try:
+            # The config's ftnb.put refs, as the objects Ray brought to this node.
+            spec = dataclasses.replace(spec, config=_load_config(config, objects))
+        except BaseException as exc:
+            report_exception(self, (spec.trial_id, spec.attempt), exc, "exception", rank=rank)
+            return EXIT_ERROR
         outputs = self._redirect(spec, output_events) if rank == 0 else []
 
         def on_session(session: Any) -> None:
             self._session = session
+            if self._preempt_asked:  # told before the trainable ran
+                self.preempt()
 
         # A node taken for lost may go on running this actor: once the trial has a later
         # attempt, this one writes nothing more.
@@ -130,12 +157,14 @@ class _AttemptActor:
 
     def preempt(self) -> None:
         """The node is going away (drained): checkpoint at the next report and leave."""
-        session = self._session
-        if session is not None and not session.preempted:
-            session.preempted = True
-            context = session.context
-            self.send(PreemptedEvent(context.trial_id, context.attempt,
-                                     iteration=session.iteration, rank=context.world_rank))
+        with self._cond:  # (an RLock: send takes it too)
+            self._preempt_asked = True
+            session = self._session
+            if session is not None and not session.preempted:
+                session.preempted = True
+                context = session.context
+                self.send(PreemptedEvent(context.trial_id, context.attempt,
+                                         iteration=session.iteration, rank=context.world_rank))
 
     def give_rendezvous(self, addr: str, port: int) -> None:
         with self._cond:
@@ -194,6 +223,7 @@ class _Rank:
     node_lost: bool = False
     error: Optional[ErrorEvent] = None
     killed_by_us: bool = False
+    preempted: bool = False  # its actor died on a node going away: it exits as preempted
 
 
 @dataclass
@@ -209,6 +239,11 @@ class _Attempt:
     cause: Optional[int] = None
     failures: list = field(default_factory=list)
     settle_until: Optional[float] = None
+    config: bytes = b""  # the config, its ftnb.put refs by id (see _dump_config)
+    objects: dict = field(default_factory=dict)  # ref id -> the Ray object of its object
+    told_to_leave: bool = False  # a rank's node is draining: every rank was told
+    drain_deadline: Optional[float] = None  # (time.time()) when that node goes
+    preempted_seen: bool = False  # a PreemptedEvent was handed over
 
     @property
     def group(self) -> bool:
@@ -240,6 +275,9 @@ class RayExecutor:
         self._closed = False
         self._actor_class: Any = None
         self._nodes_cache: tuple[float, list] = (0.0, [])
+        self._ray_objects: dict[str, Any] = {}  # ftnb.put ref id -> its object in Ray's store
+        self._draining: dict[str, int] = {}  # node id -> drain deadline (ms since the epoch; 0: none)
+        self._drain_checked_at = 0.0
 
     # -- the cluster -----------------------------------------------------------------------------
     def _ray(self) -> Any:
@@ -310,16 +348,22 @@ class RayExecutor:
 
     def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
         self.check_fits(resources, num_workers)
-        total = self.capacity()
+        # A draining node takes nothing new: its resources are not room (but they still count
+        # for check_fits, as a drained node is usually replaced).
+        nodes = [n for n in self._nodes() if n["NodeID"] not in self._draining]
+        cpus = sum(n["Resources"].get("CPU", 0.0) for n in nodes)
+        gpus = int(sum(n["Resources"].get("GPU", 0.0) for n in nodes))
         cpu, gpu = self._used()
-        return (cpu + resources.cpu * num_workers <= total.cpus + _EPS
-                and gpu + resources.gpu * num_workers <= total.gpus + _EPS)
+        return (cpu + resources.cpu * num_workers <= cpus + _EPS
+                and gpu + resources.gpu * num_workers <= gpus + _EPS)
 
     def running(self) -> list[str]:
         return list(self._running)
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
+        import dataclasses
+
         import cloudpickle
 
         if self._closed:
@@ -331,7 +375,9 @@ class RayExecutor:
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         if not self.has_room(spec.resources, spec.num_workers):
             raise NoRoomError(f"no room for trial {spec.trial_id!r} on the Ray cluster now")
-        payload = cloudpickle.dumps(spec)
+        config, refs = _dump_config(spec.config)
+        payload = cloudpickle.dumps(dataclasses.replace(spec, config={}))
+        objects = {ref_id: self._ray_object(ray, ref) for ref_id, ref in refs.items()}
         n = spec.num_workers
         res = spec.resources
         env = {"FTNB_TRIAL_ID": spec.trial_id}
@@ -361,8 +407,18 @@ class RayExecutor:
             rank.where_ref = actor.where.remote()
             ranks.append(rank)
         self._running[spec.trial_id] = _Attempt(
-            spec, payload, ranks, {"CPU": res.cpu * n, "GPU": res.gpu * n}, placement, ready)
-        del ray
+            spec, payload, ranks, {"CPU": res.cpu * n, "GPU": res.gpu * n}, placement, ready,
+            config=config, objects=objects)
+
+    def _ray_object(self, ray: Any, ref: Any) -> Any:
+        """The Ray object holding ``ref``'s object: put once (from this machine's store), then
+        the same for every attempt of this executor's life."""
+        from ..objects import get
+
+        found = self._ray_objects.get(ref.id)
+        if found is None:
+            found = self._ray_objects[ref.id] = ray.put(get(ref))
+        return found
 
     # -- events ----------------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[AttemptEvent]:
@@ -395,6 +451,7 @@ class RayExecutor:
                                                 "events": rank.events_ref}[kind]:
                 continue  # taken already (a run's end takes its last long poll with it)
             events.extend(self._take_ready(ray, attempt, rank, kind, ref))
+        self._watch_drains(ray)
         now = time.monotonic()
         for attempt in list(self._running.values()):
             if attempt.group:
@@ -402,6 +459,38 @@ class RayExecutor:
             if attempt.running and all(rank.exited for rank in attempt.ranks):
                 events.extend(self._finish(ray, attempt))
         return events
+
+    def _watch_drains(self, ray: Any) -> None:
+        """Tell the attempts on nodes being drained (at most every half second), and end those
+        still running at their node's deadline."""
+        now = time.monotonic()
+        if now - self._drain_checked_at >= _DRAIN_CHECK_S:
+            self._drain_checked_at = now
+            self._draining = _draining_nodes()
+        if not self._draining:
+            return
+        for attempt in self._running.values():
+            if not attempt.running:
+                continue
+            if not attempt.told_to_leave:
+                deadlines = [self._draining[rank.node_id] for rank in attempt.ranks
+                             if not rank.exited and rank.node_id in self._draining]
+                if not deadlines:
+                    continue
+                attempt.told_to_leave = True
+                if any(deadlines):
+                    attempt.drain_deadline = min(d for d in deadlines if d) / 1000.0
+                for rank in attempt.ranks:  # a group checkpoints together: every rank is told
+                    if not rank.exited:
+                        rank.actor.preempt.remote()
+            elif attempt.drain_deadline is not None and time.time() >= attempt.drain_deadline:
+                attempt.drain_deadline = None
+                for rank in attempt.ranks:  # (their deaths end the attempt as preempted)
+                    if not rank.exited:
+                        try:
+                            ray.kill(rank.actor, no_restart=True)
+                        except Exception:
+                            pass
 
     def _take_ready(self, ray: Any, attempt: _Attempt, rank: Optional[_Rank], kind: str,
                     ref: Any) -> list[AttemptEvent]:
@@ -450,17 +539,27 @@ class RayExecutor:
 
     def _rank_gone(self, ray: Any, attempt: _Attempt, rank: _Rank,
                    exc: Optional[BaseException] = None) -> list[AttemptEvent]:
-        """The rank's actor died: its node was lost, or its process was killed."""
+        """The rank's actor died: its node was lost (or drained: preempted), or its process was
+        killed."""
         rank.exited = True
+        events: list[AttemptEvent] = []
         alive = {n["NodeID"] for n in self._nodes_fresh()}
-        if rank.node_id is not None and rank.node_id not in alive:
+        if attempt.told_to_leave or getattr(exc, "preempted", False):
+            # Its node went away as announced (Ray says so, or we had told it): a preemption.
+            rank.preempted = True
+            rank.exit_code = EXIT_PREEMPTED
+            if not attempt.preempted_seen:  # what the controller needs to call it so
+                attempt.preempted_seen = True
+                spec = attempt.spec
+                events.append(PreemptedEvent(spec.trial_id, spec.attempt, rank=rank.index))
+        elif rank.node_id is not None and rank.node_id not in alive:
             rank.node_lost = True
-        elif getattr(exc, "preempted", False):
-            rank.node_lost = True
-        rank.exit_code = None if rank.node_lost else -9
+            rank.exit_code = None
+        else:
+            rank.exit_code = -9
         if attempt.group and not rank.killed_by_us:
             self._note_failure(attempt, rank.index, peer=False)
-        return []
+        return events
 
     def _nodes_fresh(self) -> list[dict]:
         self._nodes_cache = (0.0, [])
@@ -486,7 +585,8 @@ class RayExecutor:
                 place = RankPlace(rank=rank.index, world_size=n,
                                   local_rank=peers.index(rank), local_world_size=len(peers),
                                   node_rank=node_order.index(rank.node_id))
-            rank.run_ref = rank.actor.run.remote(attempt.payload, place, master,
+            rank.run_ref = rank.actor.run.remote(attempt.payload, attempt.config,
+                                                 attempt.objects, place, master,
                                                  self._output_events and rank.index == 0)
             rank.events_ref = rank.actor.next_events.remote(_LONG_POLL_S)
         attempt.started_sent = True
@@ -506,10 +606,12 @@ class RayExecutor:
             if attempt.group:
                 self._note_failure(attempt, rank.index, is_peer_error(message.type,
                                                                       message.message))
-        elif isinstance(message, PreemptedEvent) and attempt.group:
-            for other in attempt.ranks:
-                if other is not rank and not other.exited:
-                    other.actor.preempt.remote()
+        elif isinstance(message, PreemptedEvent):
+            attempt.preempted_seen = True
+            if attempt.group:
+                for other in attempt.ranks:
+                    if other is not rank and not other.exited:
+                        other.actor.preempt.remote()
         elif isinstance(message, DoneEvent) and attempt.group and rank.index != 0:
             return []
         if isinstance(message, StartedEvent):
@@ -604,6 +706,63 @@ class RayExecutor:
         while self._running and time.time() < deadline:
             self.poll(0.1)
         self._running.clear()
+        self._ray_objects.clear()  # (Ray frees an object once nothing refers to it)
+
+
+def _draining_nodes() -> dict[str, int]:
+    """The nodes being drained, ``{node id (hex): deadline in ms since the epoch, 0: none}``.
+
+    Ray has no public API for this in 2.x: this is the GCS call Ray Train's preemption watcher
+    and Ray Data use (``ray._private.state``); if it moves, drains go unnoticed here (a rank
+    on a node that then dies still ends as preempted when Ray says so), nothing fails."""
+    try:
+        import ray._private.state
+
+        return dict(ray._private.state.state.get_draining_nodes())
+    except Exception:
+        return {}
+
+
+def _dump_config(config: Any) -> tuple[bytes, dict]:
+    """``config`` pickled with each ``ftnb.put`` ref in it kept out, by id; and those refs by id
+    (the executor ships their objects through Ray's object store)."""
+    import io
+
+    import cloudpickle
+
+    from ..objects import ObjectRef
+
+    refs: dict[str, ObjectRef] = {}
+
+    class RefsById(cloudpickle.Pickler):
+        def persistent_id(self, obj: Any) -> Optional[str]:
+            if isinstance(obj, ObjectRef):
+                refs[obj.id] = obj
+                return obj.id
+            return None
+
+    out = io.BytesIO()
+    RefsById(out).dump(config)
+    return out.getvalue(), refs
+
+
+def _load_config(data: bytes, objects: dict) -> Any:
+    """The config of :func:`_dump_config`, each ref replaced by its object, fetched from Ray's
+    object store (``objects``: ref id -> Ray object ref)."""
+    import io
+    import pickle
+
+    loaded: dict[str, Any] = {}
+    if objects:
+        import ray
+
+        loaded = dict(zip(objects, ray.get(list(objects.values()))))
+
+    class ObjectsById(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            return loaded[pid]
+
+    return ObjectsById(io.BytesIO(data)).load()
 
 
 def _this_ip() -> str:

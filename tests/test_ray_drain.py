@@ -1,0 +1,159 @@
+"""A node drained for preemption on a real Ray cluster (``ray_cluster``), as a cloud autoscaler
+drains a spot instance it is about to lose (the GCS's ``DrainNode``, reason PREEMPTION, with a
+deadline): the trial on it is told in time, takes a just-in-time checkpoint and restarts on
+another node from it; one that does not checkpoint when told is ended at the deadline. Either
+way it is a preemption, not counted against ``max_failures``, and no iteration is done twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+from procs import run_script, wait_for
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+DRIVER = """
+import json, sys
+import ftnb
+from ftnb.execution.ray import RayExecutor
+import ray_trainables
+
+args = json.loads(sys.argv[1])
+executor = RayExecutor(args["address"], shared_storage=True)
+config = {"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"],
+          "every": args["every"], "ignore_told": args["ignore_told"]}
+run_config = ftnb.RunConfig(
+    name="run", storage_path=args["storage"], verbose=0, executor=executor,
+    failure_config=ftnb.FailureConfig(max_failures=0))  # a counted failure would end it
+grid = ftnb.run(ray_trainables.leaves_when_told, name="run", param_space=config,
+                run_config=run_config)
+print("DONE", grid[0].metrics["training_iteration"], flush=True)
+"""
+
+
+class Run:
+    def __init__(self, tmp_path: pathlib.Path, cluster, **args) -> None:
+        self.folder = tmp_path / "marks"
+        self.folder.mkdir(exist_ok=True)
+        self.storage = tmp_path / "results"
+        self.tmp_path = tmp_path
+        self.args = {"address": cluster.address, "dir": str(self.folder),
+                     "storage": str(self.storage), "sleep": 0.2, "every": 1000,
+                     "ignore_told": False, **args}
+
+    def start(self):
+        self.process = run_script(self.tmp_path, DRIVER, json.dumps(self.args))
+        return self
+
+    def finish(self, timeout: float = 120) -> str:
+        out, _ = self.process.communicate(timeout=timeout)
+        assert self.process.returncode == 0, out
+        return out
+
+    def progress(self):
+        try:
+            attempt, step, node, pid = (self.folder / "progress-0").read_text().split()
+        except (OSError, ValueError):
+            return None
+        return int(attempt), int(step), node, int(pid)
+
+    def wait_step(self, attempt: int, step: int, timeout: float = 60):
+        return wait_for(lambda: (p := self.progress()) and p[:2] >= (attempt, step) and p,
+                        timeout, f"step {step} of attempt {attempt}")
+
+    def trial(self) -> dict:
+        state = json.loads((self.storage / "run" / "experiment_state.json").read_text())
+        (trial,) = state["trials"]
+        return trial
+
+    def trial_dir(self) -> pathlib.Path:
+        return self.storage / "run" / self.trial()["dir_name"]
+
+    def iterations(self) -> list[int]:
+        return [json.loads(line)["training_iteration"]
+                for line in (self.trial_dir() / "result.json").read_text().splitlines()
+                if line.strip()]
+
+
+def _drain(cluster, node_id: str, deadline_s: float) -> float:
+    """Drain ``node_id`` for preemption, as an autoscaler does (what ``ray drain-node`` calls);
+    returns when, by ``time.time()``."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    gcs = ray._raylet.GcsClient(address=cluster.address)
+    now = time.time()
+    accepted, why = gcs.drain_node(node_id, autoscaler_pb2.DRAIN_NODE_REASON_PREEMPTION,
+                                   "spot instance reclaimed (test)",
+                                   int((now + deadline_s) * 1000))
+    assert accepted, why
+    return now
+
+
+def _reclaim(cluster, node_id: str, deadline: float) -> None:
+    """What the cloud does at the deadline: the machine goes. A node added back keeps three
+    worker nodes for the next test."""
+    node = next(node for node in cluster.list_all_nodes() if node.node_id == node_id)
+    time.sleep(max(0.0, deadline - time.time()))
+    cluster.remove_node(node, allow_graceful=False)  # (its raylet may have left once idle)
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+
+
+def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_path, ray_cluster):
+    steps, deadline_s = 40, 8.0
+    run = Run(tmp_path, ray_cluster, steps=steps).start()
+    _, _, node_id, _ = run.wait_step(1, 3)
+    drained_at = _drain(ray_cluster, node_id, deadline_s)
+    run.wait_step(2, 1)  # the next attempt reports, on another node
+    _reclaim(ray_cluster, node_id, drained_at + deadline_s)
+    out = run.finish()
+    assert f"DONE {steps}" in out
+
+    trial = run.trial()
+    assert trial["status"] == "TERMINATED"
+    (failure,) = trial["failures"]
+    assert failure["kind"] == "preemption" and not failure["counted"]
+    first, second = trial["attempts"]
+    assert first["outcome"] == "preempted"
+    told_attempt, told_step, told_time = (tmp_path / "marks" / "told").read_text().split()
+    assert (int(told_attempt), int(told_step)) == (1, first["end_iteration"])
+    assert second["start_iteration"] == first["end_iteration"]  # from the just-in-time one
+    assert second["restored_from"] is not None
+    assert run.progress()[2] != node_id
+    assert run.iterations() == list(range(1, steps + 1))
+
+    checkpoint = run.trial_dir() / second["restored_from"]
+    saved_at = max(os.path.getmtime(p) for p in checkpoint.rglob("*"))
+    drain_to_checkpoint = saved_at - drained_at
+    print(f"drain -> just-in-time checkpoint persisted: {drain_to_checkpoint:.2f} s "
+          f"(told at step {told_step}, {float(told_time) - drained_at:.2f} s after the drain)")
+    assert drain_to_checkpoint < deadline_s
+
+
+def test_a_trial_that_does_not_checkpoint_when_told_is_ended_at_the_deadline(tmp_path,
+                                                                            ray_cluster):
+    steps, every, deadline_s = 50, 20, 2.0  # (a checkpoint every 4 s: none before the deadline)
+    run = Run(tmp_path, ray_cluster, steps=steps, every=every, ignore_told=True).start()
+    _, _, node_id, _ = run.wait_step(1, every + 1)
+    drained_at = _drain(ray_cluster, node_id, deadline_s)
+    run.wait_step(2, 1, timeout=deadline_s + 30)
+    _reclaim(ray_cluster, node_id, drained_at + deadline_s)
+    out = run.finish()
+    assert f"DONE {steps}" in out
+
+    trial = run.trial()
+    (failure,) = trial["failures"]
+    assert failure["kind"] == "preemption" and not failure["counted"]
+    first, second = trial["attempts"]
+    assert first["outcome"] == "preempted"
+    assert first["ended"] >= drained_at + deadline_s - 0.1  # it ran until the deadline
+    assert first["end_iteration"] > every and second["start_iteration"] == every
+    assert not (tmp_path / "marks" / "told").exists()
+    assert run.progress()[2] != node_id
+    assert run.iterations() == list(range(1, steps + 1))
