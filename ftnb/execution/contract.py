@@ -93,6 +93,7 @@ __all__ = [
     "RankExit",
     "ResultEvent",
     "StartedEvent",
+    "first_failing_rank",
     "is_peer_error",
 ]
 
@@ -410,6 +411,19 @@ def is_peer_error(type_name: Optional[str], message: str) -> bool:
         return False
     text = message.lower()
     return any(word in text for word in _PEER_ERROR_WORDS)
+
+
+def first_failing_rank(decided: Optional[int], failures: Sequence[tuple[int, bool]],
+                       exits: Sequence[RankExit]) -> Optional[int]:
+    """A group's cause (:attr:`ExitEvent.first_failing_rank`): the rank the executor decided
+    on, else the first rank seen failing on its own (``failures`` are ``(rank, peer)`` in the
+    order seen), else the first seen at all, else the first that exited badly."""
+    if decided is not None:
+        return decided
+    if failures:
+        own = [rank for rank, peer in failures if not peer]
+        return (own or [failures[0][0]])[0]
+    return next((e.rank for e in exits if e.failed), None)
 
 
 # ---- the executor ------------------------------------------------------------------------------

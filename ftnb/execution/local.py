@@ -48,6 +48,7 @@ from .contract import (
     PreemptedEvent,
     RankExit,
     StartedEvent,
+    first_failing_rank,
     is_peer_error,
 )
 from .one_machine import OneMachineExecutor
@@ -495,12 +496,7 @@ class LocalProcessExecutor(OneMachineExecutor):
             return ExitEvent.of_one(trial_id, attempt, rank.exit_code, oom(rank))
         exits = tuple(RankExit(rank.index, rank.exit_code, oom(rank), hung=rank.hung,
                                collateral=rank.killed_by_us) for rank in run.ranks)
-        cause = run.cause
-        if cause is None and run.failures:
-            own = [index for index, peer in run.failures if not peer]
-            cause = (own or [run.failures[0][0]])[0]
-        if cause is None:
-            cause = next((e.rank for e in exits if e.failed), None)
+        cause = first_failing_rank(run.cause, run.failures, exits)
         return ExitEvent(trial_id, attempt, exits, cause)
 
     # -- stopping --------------------------------------------------------------------------------

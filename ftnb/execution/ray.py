@@ -51,6 +51,7 @@ from .contract import (
     PreemptedEvent,
     RankExit,
     StartedEvent,
+    first_failing_rank,
     is_peer_error,
 )
 from .rank_group import RankPlace, rank_environment
@@ -664,12 +665,7 @@ class RayExecutor:
                               event.first_failing_rank, node_lost, lost_node)]
         exits = tuple(RankExit(rank.index, rank.exit_code, collateral=rank.killed_by_us)
                       for rank in attempt.ranks)
-        cause = attempt.cause
-        if cause is None and attempt.failures:
-            own = [index for index, peer in attempt.failures if not peer]
-            cause = (own or [attempt.failures[0][0]])[0]
-        if cause is None:
-            cause = next((e.rank for e in exits if e.failed), None)
+        cause = first_failing_rank(attempt.cause, attempt.failures, exits)
         return [ExitEvent(spec.trial_id, spec.attempt, exits, cause, node_lost, lost_node)]
 
     # -- stopping --------------------------------------------------------------------------------
