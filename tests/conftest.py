@@ -230,10 +230,11 @@ def ray_instance():
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster():
     """A real Ray cluster on this machine: a head without CPUs and three worker nodes of one
-    CPU each. Yields the ``ray.cluster_utils.Cluster``; tests that remove a node add one back.
+    CPU each, started once for the session (about 20 s). Yields the
+    ``ray.cluster_utils.Cluster``; a test that removes or drains a node adds one back.
     This process does not connect to it (drivers run as child processes and connect by
     ``cluster.address``), so it can coexist with ``ray_instance``."""
     pytest.importorskip("ray")
