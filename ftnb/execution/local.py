@@ -540,16 +540,9 @@ def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, s
 def _is_stopped(pid: Optional[int]) -> bool:
     """Whether the process is stopped (SIGSTOP, a debugger): Linux's ``/proc/PID/stat`` state
     ``T`` or ``t``; False where that cannot be read."""
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # The state follows the command name, which is in parentheses and may hold anything.
-    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
-    return state in (b"T", b"t")
+    from ..storage.lease import process_status
+
+    return bool(pid) and process_status(pid) in ("T", "t")
 
 
 def _kill_group(pid: Optional[int]) -> None:

@@ -770,14 +770,11 @@ def _this_ip() -> str:
 def _wait_gone(ranks: list, timeout: float = 5.0) -> None:
     """Wait (a moment) for the processes of ``ranks`` on this machine to be gone: an attempt's
     processes are released by the time its exit event is handed over."""
+    from ..storage.lease import process_status
+
     deadline = time.monotonic() + timeout
     for rank in ranks:
         while rank.pid and time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{rank.pid}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                break
-            if stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] in (b"Z", b"X"):
+            if process_status(rank.pid) in (None, "Z", "X"):
                 break
             time.sleep(0.01)

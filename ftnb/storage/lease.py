@@ -93,6 +93,20 @@ def host_id() -> str:
     return "/".join(parts)
 
 
+def process_status(pid: int) -> Optional[str]:
+    """The state letter of this machine's process ``pid`` in ``/proc/PID/stat`` (``R``, ``S``,
+    ``T`` stopped, ``t`` traced, ``Z`` zombie, ...), None when it cannot be read (gone, or not
+    Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: the state follows the last ')'.
+    state = data[data.rfind(b")") + 2:data.rfind(b")") + 3]
+    return state.decode("ascii", "replace") or None
+
+
 def pid_start_time(pid: int) -> Optional[int]:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), which
     tells a live process from a later one that reused its pid. None if it does not exist."""
