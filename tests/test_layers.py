@@ -15,6 +15,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ftnb"
 LAYERS = [
     ("ftnb.notebook", "front-end"),
     ("ftnb.cli", "front-end"),
+    ("ftnb.lab", "front-end"),
     ("ftnb.__main__", "front-end"),
     ("ftnb.ui", "read side"),
     ("ftnb.core", "core"),

@@ -105,3 +105,226 @@ JSON object) is a 400 that names the argument and the fix.
 """
 
 from __future__ import annotations
+
+import json
+from concurrent.futures import Executor
+from dataclasses import asdict
+from typing import Any, Callable, Optional
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.ioloop import IOLoop
+
+from ..core.records import StateFormatError
+from ..storage import ExperimentPaths
+from ..ui.read_model import ExperimentSnapshot, finite
+from . import actions
+from .actions import ActionRefused
+from .listing import list_experiments
+from .roots import PathRefused, StorageRoots
+from .snapshots import OpenExperiments
+
+__all__ = ["API_PREFIX", "LabState", "routes"]
+
+#: Where the routes are, under the server's base URL.
+API_PREFIX = "ftnb/api"
+
+
+class LabState:
+    """What every handler shares: the confined roots, the open experiments' readers, and the
+    thread pool that does all storage I/O (never the event loop)."""
+
+    def __init__(self, roots: StorageRoots, executor: Executor,
+                 open_experiments: Optional[OpenExperiments] = None) -> None:
+        self.roots = roots
+        self.executor = executor
+        self.open = open_experiments or OpenExperiments()
+
+    # -- what each route computes, in the pool -----------------------------------------------------
+    def experiments(self, root_text: Optional[str]) -> dict:
+        root, folder = self.roots.resolve(root_text or self.roots.uris()[0], "root")
+        entries = list_experiments(root.storage, folder, holds=root.holds)
+        if not entries and folder != root.base and not root.storage.isdir(folder):
+            raise FileNotFoundError(f"root={root_text!r}: no such folder")
+        return {"root": root.storage.uri(folder), "experiments": entries}
+
+    def experiment(self, path: Optional[str]) -> dict:
+        root, paths = self.roots.experiment(path)
+        snap = self._poll(paths)
+        live = snap.driver_status.alive
+        data = snap.to_json()
+        data["trials"] = finite({
+            t.trial_id: {"config": t.to_json()["config"],
+                         "attempts": [asdict(a) for a in t.attempts]}
+            for t in snap.state.trials})
+        data["actions"] = {
+            "stop": live,
+            "stop_trial": [r.trial_id for r in snap.view.rows
+                           if live and r.status not in ("TERMINATED", "ERRORED")],
+            "resume": actions.resume_plan(paths, snap.state, snap.status, live).to_json(),
+        }
+        data["root"] = root.uri
+        return data
+
+    def results(self, path: Optional[str], metric: Optional[str], since: dict) -> dict:
+        _, paths = self.roots.experiment(path)
+        snap = self._poll(paths)
+        metric = metric or snap.state.settings.get("metric") or (
+            snap.metrics[0] if snap.metrics else None)
+        series = self.open.get(paths).series(snap, metric, since) if metric else {}
+        return {"metric": metric, "metrics": list(snap.metrics),
+                "generation": snap.generation, "series": series}
+
+    def stop(self, body: dict) -> dict:
+        return actions.stop_experiment(self._experiment_of(body))
+
+    def stop_trial(self, body: dict) -> dict:
+        return actions.stop_trial(self._experiment_of(body), body.get("trial_id"))
+
+    def resume(self, body: dict) -> dict:
+        return actions.resume(self._experiment_of(body))
+
+    def _experiment_of(self, body: dict) -> ExperimentPaths:
+        _, paths = self.roots.experiment(body.get("path"))
+        if not paths.has_state():
+            raise FileNotFoundError(f"path={body.get('path')!r} holds no ftnb experiment")
+        return paths
+
+    def _poll(self, paths: ExperimentPaths) -> ExperimentSnapshot:
+        try:
+            return self.open.get(paths).poll()
+        except StateFormatError:
+            self.open.forget(paths)
+            raise
+
+
+class _FtnbHandler(APIHandler):
+    """A route: its work runs in the thread pool; its errors are JSON ``{"message"}``."""
+
+    lab: LabState
+    #: What a server's authorizer is asked about: reading ftnb's experiments (GET) and acting
+    #: on them (POST, "write"), for deployments that restrict users (JupyterHub roles).
+    auth_resource = "ftnb"
+
+    def initialize(self, lab: LabState) -> None:
+        self.lab = lab
+
+    async def _answer(self, work: Callable[..., dict], *args: Any) -> None:
+        try:
+            data = await IOLoop.current().run_in_executor(self.lab.executor, work, *args)
+        except PathRefused as exc:
+            raise web.HTTPError(403, str(exc)) from None
+        except ActionRefused as exc:
+            raise web.HTTPError(exc.status, str(exc)) from None
+        except (StateFormatError, FileNotFoundError) as exc:
+            raise web.HTTPError(404, _one_line(exc)) from None
+        except ValueError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        self.finish(json.dumps(data, allow_nan=False))
+
+    def _body(self) -> dict:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as exc:
+            raise web.HTTPError(400, f"the request body is not JSON ({exc}). Fix: send a "
+                                     "JSON object, e.g. {\"path\": \"...\"}") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, f"the request body must be a JSON object; got {body!r}")
+        return body
+
+
+class _ReadHandler(_FtnbHandler):
+    # A panel left open polls: that is no user activity, and must not keep an idle server
+    # from being culled.
+    _track_activity = False
+
+
+class RootsHandler(_ReadHandler):
+    """``GET ftnb/api/roots``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.finish(json.dumps({"roots": self.lab.roots.uris()}))
+
+
+class ExperimentsHandler(_ReadHandler):
+    """``GET ftnb/api/experiments?root=``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self._answer(self.lab.experiments, self.get_argument("root", None))
+
+
+class ExperimentHandler(_ReadHandler):
+    """``GET ftnb/api/experiment?path=``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self._answer(self.lab.experiment, self.get_argument("path", None))
+
+
+class ResultsHandler(_ReadHandler):
+    """``GET ftnb/api/results?path=&metric=&since=``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        since_text = self.get_argument("since", None)
+        since: Any = {}
+        if since_text:
+            try:
+                since = json.loads(since_text)
+            except ValueError:
+                since = None
+            if not isinstance(since, dict):
+                raise web.HTTPError(400, f"since={since_text!r} is not a JSON object. Fix: "
+                                         "send the cursors of the last answer, "
+                                         "{\"<trial_id>\": \"<cursor>\", ...}, or leave it out")
+        await self._answer(self.lab.results, self.get_argument("path", None),
+                           self.get_argument("metric", None), since)
+
+
+class StopHandler(_FtnbHandler):
+    """``POST ftnb/api/stop``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        await self._answer(self.lab.stop, self._body())
+
+
+class StopTrialHandler(_FtnbHandler):
+    """``POST ftnb/api/stop_trial``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        await self._answer(self.lab.stop_trial, self._body())
+
+
+class ResumeHandler(_FtnbHandler):
+    """``POST ftnb/api/resume``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        await self._answer(self.lab.resume, self._body())
+
+
+def routes(base_url: str, lab: LabState) -> list[tuple[str, type, dict]]:
+    """The extension's tornado routes under ``base_url``."""
+    prefix = url_path_join(base_url, API_PREFIX)
+    handlers = {"roots": RootsHandler, "experiments": ExperimentsHandler,
+                "experiment": ExperimentHandler, "results": ResultsHandler,
+                "stop": StopHandler, "stop_trial": StopTrialHandler, "resume": ResumeHandler}
+    return [(url_path_join(prefix, name), handler, {"lab": lab})
+            for name, handler in handlers.items()]
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

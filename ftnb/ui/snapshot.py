@@ -131,13 +131,15 @@ class ResultColumns:
                 column.append(None)
         self.last_row = row
 
-    def points(self, metric: str, length: int) -> Optional[tuple[list[int], list[float]]]:
-        """``(iterations, values)`` of ``metric`` in the first ``length`` rows, or None."""
+    def points(self, metric: str, length: int, start: int = 0
+               ) -> Optional[tuple[list[int], list[float]]]:
+        """``(iterations, values)`` of ``metric`` in the first ``length`` rows (from row
+        ``start``: what a reader that has the first ``start`` lacks), or None."""
         column = self.columns.get(metric)
         if column is None:
             return None
         xs, ys = [], []
-        for x, y in zip(self.iterations[:length], column[:length]):
+        for x, y in zip(self.iterations[start:length], column[start:length]):
             if y is not None:
                 xs.append(x)
                 ys.append(y)
@@ -299,6 +301,12 @@ class ExperimentSnapshot:
         if rows is None:
             return None
         return rows.value_at(metric, iteration, self._lengths.get(trial_id, 0))
+
+    def result_columns(self, trial_id: str) -> Optional[ResultColumns]:
+        """The trial's result columns, of which this snapshot shows the first
+        :meth:`num_rows` (None: no rows read). A new object whenever its ``result.json`` was
+        replaced (rows dropped by a restart), so a reader that holds rows can tell."""
+        return self._series.get(trial_id)
 
     def num_rows(self, trial_id: str) -> int:
         """How many result rows of the trial this snapshot holds."""

@@ -1,0 +1,152 @@
+"""What the panel's buttons do: stop an experiment, stop one trial, resume.
+
+Stops are control requests written into the experiment's folder (:mod:`ftnb.storage.control`),
+addressed to the live driver's lease epoch, wherever that driver runs (a supervisor, a
+script's ``fit()``, ``ftnb run``, a Ray cluster): no kernel is involved. A resume starts a new
+detached supervisor with ``ftnb resume PATH --detach``, which works only where the state
+records where the trainable is (an experiment ``ftnb run`` started); otherwise the user's code
+is needed, and :class:`ActionRefused` (409) says what to run where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from ..core.records import ExperimentState, ExperimentStatus, TrialStatus
+from ..storage import ExperimentPaths
+from ..storage.control import STOP_EXPERIMENT, STOP_TRIAL, send_request
+from ..storage.lease import live_lease
+from ..ui import read_model
+from ..ui.read_model import ResumeContext
+
+__all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "resume", "resume_plan",
+           "stop_experiment", "stop_trial"]
+
+#: How long a resume may take to have its supervisor running (it imports the trainable's
+#: modules, torch included) before the request gives up; the supervisor's own limit, plus a bit.
+RESUME_TIMEOUT_S = 330.0
+
+
+class ActionRefused(Exception):
+    """An action that cannot be done (``status``: 404 no such trial, 409 not now / not from
+    here); the message says why and what to do instead."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- stops -----------------------------------------------------------------------------------------
+def stop_experiment(paths: ExperimentPaths) -> dict:
+    """Ask the live driver to stop the experiment (it ends INTERRUPTED, resumable)."""
+    owner = live_lease(paths)
+    if owner is None:
+        raise ActionRefused(409, f"experiment {paths.name!r} is not running "
+                                 f"({read_model.read_status(paths)}): nothing to stop")
+    request = send_request(paths, STOP_EXPERIMENT, epoch=owner.epoch)
+    return {"ok": True, "path": paths.uri, "request_id": request.id}
+
+
+def stop_trial(paths: ExperimentPaths, trial_id: Any) -> dict:
+    """Ask the live driver to stop the trial ``trial_id`` (it ends TERMINATED)."""
+    if not isinstance(trial_id, str) or not trial_id:
+        raise ValueError(f"trial_id={trial_id!r} is not a trial's id. Fix: send the id the "
+                         "experiment's page lists, e.g. {\"trial_id\": \"3f2a1_00000\"}")
+    trials = {t.trial_id: t for t in read_model.read_state(paths).trials}
+    trial = trials.get(trial_id)
+    if trial is None:
+        shown = ", ".join(list(trials)[:5]) + (f" ... ({len(trials)} trials)"
+                                                if len(trials) > 5 else "")
+        raise ActionRefused(404, f"experiment {paths.name!r} has no trial {trial_id!r}; its "
+                                 f"trials: {shown or 'none yet'}")
+    if TrialStatus(trial.status).is_finished():
+        raise ActionRefused(409, f"trial {trial_id} already ended ({trial.status}): nothing "
+                                 "to stop")
+    owner = live_lease(paths)
+    if owner is None:
+        raise ActionRefused(409, f"experiment {paths.name!r} is not running "
+                                 f"({read_model.read_status(paths)}), so no driver can stop "
+                                 f"trial {trial_id}; it will not run until the experiment is "
+                                 "resumed")
+    request = send_request(paths, STOP_TRIAL, trial_id, epoch=owner.epoch)
+    return {"ok": True, "path": paths.uri, "trial_id": trial_id, "request_id": request.id}
+
+
+# -- resume ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResumePlan:
+    """Whether the server can resume the experiment (``available``), why not (``reason``),
+    and the line a user runs to resume it themselves (``line``; None when there is nothing to
+    resume)."""
+
+    available: bool
+    reason: Optional[str]
+    line: Optional[str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
+                live: bool) -> ResumePlan:
+    """How the experiment whose stored ``state`` reads ``status`` can be resumed (``live``:
+    a live driver owns it)."""
+    if live:
+        return ResumePlan(False, "it is running (a live driver owns it): nothing to resume",
+                          None)
+    if status == ExperimentStatus.FINISHED:
+        return ResumePlan(False, "it finished: nothing to resume", None)
+    line = read_model.resume_line(paths, state, ResumeContext.MAGICS)
+    origin = state.settings.get("origin")
+    origin = origin if isinstance(origin, dict) else {}
+    if origin.get("via") == "cli" and origin.get("trainable"):
+        return ResumePlan(True, None, line)
+    trainable = origin.get("trainable") or state.trainable.rsplit(".", 1)[-1]
+    if origin:
+        reason = (f"it was started by %ftrun or ftnb.launch, so its trainable ({trainable!r}) "
+                  "is defined in a notebook's kernel, which the server cannot run. Fix: in a "
+                  f"notebook that defines it (with %load_ext ftnb), run: {line}")
+    else:
+        reason = (f"it was run by a script (Tuner.fit() or ftnb.run), which records no place "
+                  f"to import its trainable ({trainable!r}) from. Fix: resume it where that "
+                  f"code is: {line}, or from a terminal: ftnb resume {paths.uri} --trainable "
+                  f"FILE.py:{trainable}")
+    return ResumePlan(False, reason, line)
+
+
+def resume(paths: ExperimentPaths, timeout_s: float = RESUME_TIMEOUT_S) -> dict:
+    """Resume the experiment in a new detached supervisor (``ftnb resume PATH --detach``, run
+    with this server's Python, in the folder ``ftnb run`` started it from), and return once
+    that supervisor runs it."""
+    state = read_model.read_state(paths)
+    driver = read_model.read_driver(paths)
+    status = read_model.as_read(state, driver).status
+    plan = resume_plan(paths, state, status, driver.alive)
+    if not plan.available:
+        raise ActionRefused(409, f"cannot resume {paths.name!r} from the server: {plan.reason}")
+    origin = state.settings["origin"]
+    cwd = origin.get("cwd")
+    command = [sys.executable, "-m", "ftnb", "resume", paths.uri, "--detach", "--json"]
+    try:
+        done = subprocess.run(command, cwd=cwd if cwd and os.path.isdir(cwd) else None,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ActionRefused(409, f"ftnb resume {paths.uri} --detach did not report its "
+                                 f"supervisor running within {timeout_s:.0f} s; see "
+                                 f"{paths.uri}/supervisor.log") from None
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        raise ActionRefused(409, f"ftnb resume {paths.uri} --detach failed (exit "
+                                 f"{done.returncode}): " + " ".join(said[-3:]))
+    try:
+        outcome = json.loads(done.stdout)
+    except ValueError:
+        outcome = {}
+    return {"ok": True, "path": paths.uri, "status": outcome.get("status"),
+            "supervisor": outcome.get("supervisor")}
