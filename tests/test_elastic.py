@@ -246,6 +246,46 @@ def test_more_failed_calls_in_a_row_than_tolerated_raise():
             group.map(_raise_unless, False)
 
 
+def test_map_async_counts_failed_calls_in_a_row_per_call_not_per_fetch():
+    # Two calls sent at once, both failing on every worker: two failed calls in a row (over
+    # the tolerance of 1), however their results are fetched.
+    with ftnb.WorkerGroup(Runner, 2, consecutive_failure_tolerance=1,
+                          max_in_flight_per_worker=2) as group:
+        assert group.map_async(_raise_unless, False) == 2
+        assert group.map_async(_raise_unless, False) == 2
+        fetched = []
+        with pytest.raises(ftnb.WorkerGroupError, match="2 consecutive calls"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                fetched += group.fetch_ready(timeout_s=1)
+        assert len(fetched) <= 2  # raised at the second call's last result, not later
+
+    # A call with one healthy result among failed ones resets the count.
+    with ftnb.WorkerGroup(Runner, 2, consecutive_failure_tolerance=1) as group:
+        assert [r.ok for r in group.map(_raise_unless, False)] == [False, False]
+        assert group.stats["consecutive_failures"] == 1
+        assert group.map_async(_index_or_raise, 0) == 2
+        results = []
+        while len(results) < 2:
+            results += group.fetch_ready(timeout_s=30)
+        assert sorted((r.index, r.ok) for r in results) == [(0, True), (1, False)]
+        assert group.stats["consecutive_failures"] == 0
+
+
+def _index_or_raise(runner, good):
+    if worker_index() != good:
+        raise RuntimeError("only one worker succeeds")
+    return worker_index()
+
+
+def test_a_factory_with_an_optional_index_gets_the_index():
+    def make(index=None):
+        return Runner(index)
+
+    with ftnb.WorkerGroup(make, 2) as group:
+        assert [r.value["factory_index"] for r in group.map(whoami)] == [0, 1]
+
+
 # -- inside a Tuner ---------------------------------------------------------------------------
 
 

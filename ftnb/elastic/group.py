@@ -1,7 +1,7 @@
-"""``WorkerGroup``: N stateful workers in processes of their own, kept going on the healthy ones.
+"""``WorkerGroup``: N stateful workers, kept going on the healthy ones.
 
 A group maps calls over its workers (``fn(obj, *args, **kwargs)``, ``obj`` built in the worker by
-the factory). A worker that crashes (any signal, the OOM killer), raises, or exceeds
+the factory). A worker that crashes (any signal, the OOM killer, a lost node), raises, or exceeds
 ``call_timeout_s`` gives a failed :class:`WorkerResult` while the others' results come back
 normally; a worker whose call raised or timed out is killed (its state may be corrupt), as
 RLlib's actor manager does. Before the next call the failed workers are recreated (within
@@ -10,35 +10,39 @@ worker's ``set_state``) before they take work. More than ``consecutive_failure_t
 consecutive calls with no healthy result raise :class:`WorkerGroupError`, which a trainable lets
 through so the trial is retried from its checkpoint.
 
-Workers are children of the process that made the group (a trial's process, a script, a
-kernel): they ask the kernel to kill them when that process dies, so a SIGKILLed trial leaves
-no orphan. Factories, functions and states travel by value (cloudpickle), so notebook-defined
-ones work.
+Where the workers run is the ``executor``'s, as for trials (``RunConfig(executor=...)``):
+
+- ``"local"``: processes of this machine, children of the process that made the group (a
+  trial's process, a script, a kernel), which the kernel kills when that process dies.
+- ``"ray"``: Ray actors spread over a cluster's nodes (``pip install 'ftnb[ray]'``), owned by
+  the process that made the group, which Ray kills with it. A lost node fails its workers'
+  calls with kind ``node_lost``; they are recreated on the nodes left.
+- None (the default): ``"ray"`` inside a Ray actor (a trial run by the Ray executor), else
+  ``"local"``. A plain script or notebook passes ``executor="ray"``: it uses the cluster Ray is
+  connected to (``ray.init(address)`` first), else the one at ``RAY_ADDRESS``, else a new
+  local Ray instance.
+
+Both run the same policy here; a backend (:mod:`ftnb.elastic.backend`) only starts, calls,
+kills and classifies workers. Factories, functions and states travel by value (cloudpickle),
+so notebook-defined ones work.
 """
 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import multiprocessing.connection
-import os
-import signal
-import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
-from .worker import worker_main
+from .backend import WorkerBackend, WorkerSlot
 
 __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
-#: How long a new worker may take to build its object before it counts as failed.
-START_TIMEOUT_S = 120.0
 #: The deadline of a call queued behind another one in its worker: set when that one ends.
 _NOT_STARTED = object()
-_context_lock = threading.Lock()
-_context: Any = None
+_EXECUTORS = ("local", "ray")
+_CPU_GPU = {"cpu": "cpu", "CPU": "cpu", "gpu": "gpu", "GPU": "gpu"}
 
 
 class WorkerGroupError(RuntimeError):
@@ -51,7 +55,8 @@ class WorkerGroupError(RuntimeError):
 @dataclass(frozen=True)
 class WorkerResult:
     """One worker's answer to one call: ``value`` when ``ok``, else ``error``, a dict with
-    ``kind`` (``exception``, ``oom``, ``signal``, ``exit``, ``timeout``, ``lost``), ``type``,
+    ``kind`` (``exception``, ``oom``, ``signal``, ``exit``, ``timeout``, ``lost``: it failed
+    during an earlier call; on Ray also ``node_lost`` and ``preemption``), ``type``,
     ``message`` and ``traceback``."""
 
     index: int
@@ -70,45 +75,23 @@ class WorkerResult:
 
 
 @dataclass
-class _Slot:
-    """One worker's place in the group: its index stays when its process is recreated."""
+class _Call:
+    """One map / map_async call over the group: the worker calls not answered yet, and
+    whether one was healthy (the unit of ``consecutive_failure_tolerance``)."""
 
-    index: int
-    process: Any = None
-    conn: Any = None
-    healthy: bool = False
-    needs_state: bool = False
-    # call id -> deadline (monotonic), None (no timeout) or _NOT_STARTED (queued behind another)
-    in_flight: dict = field(default_factory=dict)
-    queued: deque = field(default_factory=deque)  # (call id, payload) not sent yet
-
-
-def _process_context() -> Any:
-    """The fork server of this process (started once): a worker starts by a fork of a process
-    that has imported ftnb and what the caller uses, not by a Python start-up."""
-    global _context
-    with _context_lock:
-        if _context is None:
-            import sys
-
-            from ..execution.local import skip_main_for_trials
-
-            skip_main_for_trials()
-            ctx = multiprocessing.get_context("forkserver")
-            preload = ["ftnb.elastic.worker", "cloudpickle"]
-            preload += [m for m in ("numpy", "torch", "gymnasium") if m in sys.modules]
-            ctx.set_forkserver_preload(preload)
-            _context = ctx
-        return _context
+    waiting: set
+    kinds: Counter
+    ok: bool = False
 
 
 def _takes_index(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` takes the worker's index (an optional index parameter too)."""
     from ..config import signature_mismatch
 
-    if signature_mismatch(factory, ()) is None:
-        return False
     if signature_mismatch(factory, (0,)) is None:
         return True
+    if signature_mismatch(factory, ()) is None:
+        return False
     raise TypeError(
         f"WorkerGroup(factory={getattr(factory, '__name__', factory)!r}) must take no argument "
         "or one (the worker's index). Fix: def make_worker(index): ..."
@@ -117,18 +100,23 @@ def _takes_index(factory: Callable[..., Any]) -> bool:
 
 class WorkerGroup:
     """``num_workers`` workers, each holding ``factory()`` (or ``factory(index)``) in a process
-    of its own (see the module docstring). A context manager: leaving it ends the workers.
+    or Ray actor of its own (see the module docstring). A context manager: leaving it ends the
+    workers.
 
     Args:
-        factory: builds the worker's object, in the worker's process.
+        factory: builds the worker's object, in the worker. It gets the worker's index if it
+            takes an argument (an optional one too); :func:`~ftnb.elastic.worker_index` gives
+            it anywhere in the worker.
         num_workers: how many workers (slots; a recreated worker keeps its slot's index).
-        resources_per_worker: ``{"cpu": n, "gpu": m}``; on this machine ``cpu`` sets the
-            worker's thread count (``OMP_NUM_THREADS``) and ``gpu`` hands out the GPUs the caller
-            sees, round-robin (``CUDA_VISIBLE_DEVICES``).
+        resources_per_worker: ``{"cpu": n, "gpu": m}``, on Ray also custom resources
+            (``{"cpu": 1, "accelerator_x": 1}``). Locally ``cpu`` sets the worker's thread count
+            (``OMP_NUM_THREADS``) and ``gpu`` hands out the GPUs the caller sees, round-robin
+            (``CUDA_VISIBLE_DEVICES``); on Ray they are the actor's ``num_cpus``, ``num_gpus``
+            and ``resources``. Default: 1 CPU.
         max_restarts: how many times, over the whole group, failed workers may be recreated
             (-1: without limit).
-        consecutive_failure_tolerance: how many consecutive calls with no healthy result are
-            tolerated; one more raises :class:`WorkerGroupError`.
+        consecutive_failure_tolerance: how many consecutive calls (``map``, ``map_async``)
+            with no healthy result are tolerated; one more raises :class:`WorkerGroupError`.
         call_timeout_s: a call taking longer fails with kind ``timeout`` and its worker is
             killed (None: no limit).
         validate: construction fails unless every worker comes up; False starts with those
@@ -137,6 +125,9 @@ class WorkerGroup:
             passed to the worker object's ``set_state``.
         max_in_flight_per_worker: the bound on a worker's calls not yet fetched
             (:meth:`map_async`).
+        executor: where the workers run, ``"local"`` or ``"ray"``, named as in
+            ``RunConfig(executor=...)``; None: ``"ray"`` inside a Ray actor (a trial on the Ray
+            executor), else ``"local"``.
 
     Example:
         >>> with ftnb.WorkerGroup(make_env_runner, 4, call_timeout_s=30,  # doctest: +SKIP
@@ -159,11 +150,11 @@ class WorkerGroup:
         validate: bool = True,
         get_state: Optional[Callable[[], Any]] = None,
         max_in_flight_per_worker: int = 2,
+        executor: Optional[str] = None,
     ) -> None:
         import cloudpickle
 
-        from ..execution.resources import TrialResources
-
+        self._closed = True  # until there are workers to close
         if not callable(factory):
             raise TypeError(
                 f"WorkerGroup(factory={factory!r}) must be a function that builds a worker's "
@@ -186,16 +177,13 @@ class WorkerGroup:
                 f"WorkerGroup(get_state={get_state!r}) must be a function returning the state "
                 "to push into recreated workers. Fix: get_state=lambda: model.state_dict()."
             )
-        try:
-            self._resources = TrialResources.from_user(resources_per_worker)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(str(exc).replace("resources_per_trial", "resources_per_worker")) \
-                from None
+        executor = _executor_name(executor)
+        resources, custom = _resources(resources_per_worker, executor)
         try:
             self._factory = cloudpickle.dumps((factory, takes_index, get_state is not None))
         except Exception as exc:
             raise TypeError(
-                f"WorkerGroup(factory=...) cannot be sent to a worker process: "
+                f"WorkerGroup(factory=...) cannot be sent to a worker: "
                 f"{type(exc).__name__}: {exc}. Fix: create unpicklable things (open files, "
                 "locks) inside the factory."
             ) from exc
@@ -204,17 +192,18 @@ class WorkerGroup:
         self.consecutive_failure_tolerance = consecutive_failure_tolerance
         self.call_timeout_s = call_timeout_s
         self.max_in_flight_per_worker = max_in_flight_per_worker
+        self.executor = executor
         self._get_state = get_state
-        self._slots = [_Slot(i) for i in range(num_workers)]
+        self._slots = [WorkerSlot(i) for i in range(num_workers)]
         self._ids = itertools.count()
         self._ready: list[WorkerResult] = []  # results fetched, not yet handed out
+        self._calls: dict[int, _Call] = {}  # worker call id -> the group call it belongs to
         self._restarts = 0
         self._failures: Counter = Counter()
         self._last_error: Optional[dict] = None
         self._consecutive_failures = 0
-        self._oom_before = 0
+        self._backend = _backend(executor, resources, custom)
         self._closed = False
-        self._gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
         errors = self._start(self._slots)
         if errors and (validate or len(errors) == num_workers):
             self.close()
@@ -252,8 +241,7 @@ class WorkerGroup:
                 "them first (or use map_async for both)."
             )
         self._recreate_failed()
-        payload = _call_payload(fn, args, kwargs)
-        wanted = {self._submit(slot, payload) for slot in self._slots if slot.healthy}
+        wanted = self._send([s for s in self._slots if s.healthy], fn, args, kwargs)
         results: list[WorkerResult] = []
         while wanted:
             for result in self._collect(timeout=None):
@@ -261,29 +249,24 @@ class WorkerGroup:
                     wanted.discard(result.call_id)
                     results.append(result)
         results.sort(key=lambda r: r.index)
-        self._count_step(results)
+        self._count(results)
         return results
 
     def map_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         """Send ``fn(obj, *args, **kwargs)`` to every healthy worker that has fewer than
         ``max_in_flight_per_worker`` calls unfetched; returns how many calls were sent.
-        Collect them with :meth:`fetch_ready`."""
+        Collect them with :meth:`fetch_ready`. The call counts for
+        ``consecutive_failure_tolerance`` once all of its results are fetched."""
         self._recreate_failed()
-        payload = _call_payload(fn, args, kwargs)
-        sent = 0
-        for slot in self._slots:
-            if slot.healthy and len(slot.in_flight) + len(slot.queued) < \
-                    self.max_in_flight_per_worker:
-                self._submit(slot, payload)
-                sent += 1
-        return sent
+        slots = [s for s in self._slots
+                 if s.healthy and len(s.in_flight) < self.max_in_flight_per_worker]
+        return len(self._send(slots, fn, args, kwargs))
 
     def fetch_ready(self, timeout_s: float = 0.0) -> list[WorkerResult]:
         """The results of :meth:`map_async` calls that are done, waiting up to ``timeout_s``
         for the first one."""
         results = self._collect(timeout=timeout_s)
-        if results:
-            self._count_step(results)
+        self._count(results)
         return results
 
     def close(self) -> None:
@@ -291,18 +274,8 @@ class WorkerGroup:
         if self._closed:
             return
         self._closed = True
+        self._backend.close(self._slots)
         for slot in self._slots:
-            if slot.conn is not None and slot.healthy:
-                try:
-                    slot.conn.send(("close", None))
-                except OSError:
-                    pass
-        deadline = time.monotonic() + 5
-        for slot in self._slots:
-            if slot.process is not None:
-                slot.process.join(max(0.0, deadline - time.monotonic()))
-                _kill(slot.process)
-                slot.process.join(1)
             slot.healthy = False
 
     def __enter__(self) -> "WorkerGroup":
@@ -318,57 +291,17 @@ class WorkerGroup:
             pass
 
     # -- workers ---------------------------------------------------------------------------------
-    def _start(self, slots: Iterable[_Slot]) -> list[tuple[int, dict]]:
+    def _start(self, slots: list[WorkerSlot]) -> list[tuple[int, dict]]:
         """Start the workers of ``slots`` and wait until each is up or failed; the failures."""
-        from ..execution.local import _oom_kill_count
-
-        ctx = _process_context()
-        self._oom_before = _oom_kill_count()
-        starting = []
         for slot in slots:
-            parent, child = ctx.Pipe(duplex=True)
-            slot.process = ctx.Process(
-                target=worker_main, args=(slot.index, self._factory, child, self._env(slot)),
-                name=f"ftnb-worker-{slot.index}", daemon=False)
-            slot.process.start()
-            child.close()
-            slot.conn, slot.healthy, slot.in_flight, slot.queued = parent, False, {}, deque()
-            starting.append(slot)
-        errors = []
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for slot in starting:
-            error = None
-            ready = multiprocessing.connection.wait(
-                [slot.conn], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                error = {"kind": "timeout", "type": None,
-                         "message": f"did not come up in {START_TIMEOUT_S:.0f} s",
-                         "traceback": None}
-            else:
-                try:
-                    kind, value = slot.conn.recv()
-                    error = value if kind == "failed" else None
-                except (EOFError, OSError):
-                    error = self._death(slot)
-            if error is None:
-                slot.healthy = True
-            else:
-                _kill(slot.process)
-                self._failures[error["kind"]] += 1
-                self._last_error = error
-                errors.append((slot.index, error))
-        return errors
-
-    def _env(self, slot: _Slot) -> dict:
-        env = {"OMP_NUM_THREADS": str(max(1, int(self._resources.cpu)))}
-        if self._resources.gpu and self._gpus:
-            count = max(1, int(self._resources.gpu))
-            start = (slot.index * count) % len(self._gpus)
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(
-                self._gpus[(start + i) % len(self._gpus)] for i in range(count))
-        elif not self._resources.gpu:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        return env
+            slot.healthy, slot.in_flight = False, {}
+        failed = self._backend.start(slots, self._factory)
+        errors = {slot.index: error for slot, error in failed}
+        for slot in slots:
+            slot.healthy = slot.index not in errors
+        for error in errors.values():
+            self._note_failure(error)
+        return sorted(errors.items())
 
     def _recreate_failed(self) -> None:
         """Recreate the failed workers (within ``max_restarts``) and push the latest state into
@@ -377,11 +310,11 @@ class WorkerGroup:
             raise RuntimeError("this WorkerGroup is closed")
         for slot in self._slots:
             # A worker that died while idle (killed between calls) is recreated now, not found
-            # dead by the call it would miss. An idle worker sends nothing, so a readable pipe
-            # means its end is closed: it died, even if its exit is not reported yet.
-            if slot.healthy and not slot.in_flight and (
-                    not slot.process.is_alive() or _readable(slot.conn)):
-                self._fail(slot, self._death(slot))
+            # dead by the call it would miss.
+            if slot.healthy and not slot.in_flight:
+                error = self._backend.died_idle(slot)
+                if error is not None:
+                    self._fail(slot, error)
         failed = [s for s in self._slots if not s.healthy]
         if self.max_restarts >= 0:
             failed = failed[:max(0, self.max_restarts - self._restarts)]
@@ -396,7 +329,9 @@ class WorkerGroup:
 
             state = cloudpickle.dumps(self._get_state())  # type: ignore[misc]
             for slot in pending:
-                self._push_state(slot, state)
+                slot.needs_state = False
+            for slot, error in self._backend.push_state(pending, state):
+                self._fail(slot, error)
         if not self.healthy:
             used_up = (f"max_restarts={self.max_restarts} is used up"
                        if self.max_restarts >= 0 and self._restarts >= self.max_restarts
@@ -410,30 +345,25 @@ class WorkerGroup:
                    else ".")
             )
 
-    def _push_state(self, slot: _Slot, state: bytes) -> None:
-        slot.needs_state = False
-        try:
-            slot.conn.send(("state", state))
-            reply = slot.conn.recv() if slot.conn.poll(START_TIMEOUT_S) else None
-        except (EOFError, OSError):
-            reply = None
-        if reply is None or not reply[1]:
-            error = reply[2] if reply else self._death(slot)
-            self._fail(slot, error)
-
-    def _submit(self, slot: _Slot, payload: bytes) -> int:
-        """Send a call; a worker found dead on sending gives its failed result through
-        ``_ready`` (the next :meth:`_collect`), so no call goes unanswered."""
-        call_id = next(self._ids)
-        try:
-            slot.conn.send(("call", call_id, payload))
-        except OSError:
-            self._ready.extend(self._fail(slot, self._death(slot), first=call_id))
-            return call_id
-        # A call queued behind another one (map_async) starts when that one ends: its clock
-        # starts then (_read), or a worker doing two calls of 0.6 x the timeout would time out.
-        slot.in_flight[call_id] = self._deadline() if not slot.in_flight else _NOT_STARTED
-        return call_id
+    def _send(self, slots: list[WorkerSlot], fn: Callable[..., Any], args: tuple,
+              kwargs: dict) -> set:
+        """One group call: ``fn`` sent to each of ``slots``; its worker call ids. A worker
+        found dead on sending gives its failed result through ``_ready`` (the next
+        :meth:`_collect`), so no call goes unanswered."""
+        payload = _call_payload(fn, args, kwargs)
+        ids = {next(self._ids) for _ in slots}
+        call = _Call(set(ids), Counter())
+        for slot, call_id in zip(slots, sorted(ids)):
+            self._calls[call_id] = call
+            error = self._backend.send(slot, call_id, payload)
+            if error is not None:
+                self._ready.extend(self._fail(slot, error, first=call_id))
+                continue
+            # A call queued behind another one (map_async) starts when that one ends: its
+            # clock starts then (_collect), or a worker doing two calls of 0.6 x the timeout
+            # would time out.
+            slot.in_flight[call_id] = self._deadline() if not slot.in_flight else _NOT_STARTED
+        return ids
 
     def _deadline(self) -> Optional[float]:
         return time.monotonic() + self.call_timeout_s if self.call_timeout_s else None
@@ -455,18 +385,22 @@ class WorkerGroup:
             now = time.monotonic()
             deadlines = [d for s in busy for d in s.in_flight.values() if _is_time(d)]
             wait = min([*deadlines, *([end] if end is not None else [])], default=None)
-            wait_s = None if wait is None else max(0.0, wait - now)
-            objects: dict[Any, _Slot] = {}
-            for slot in busy:
-                objects[slot.conn] = slot
-                objects[slot.process.sentinel] = slot
-            ready = multiprocessing.connection.wait(list(objects), wait_s)
             results: list[WorkerResult] = []
-            for obj in ready:
-                slot = objects[obj]
-                if not slot.in_flight:
+            for slot, call_id, ok, value in self._backend.wait(
+                    busy, None if wait is None else max(0.0, wait - now)):
+                if not slot.healthy or (call_id is not None and call_id not in slot.in_flight):
+                    continue  # failed already: its calls have their results
+                if call_id is None:
+                    results.extend(self._fail(slot, value))
                     continue
-                results.extend(self._read(slot))
+                del slot.in_flight[call_id]
+                following = next(iter(slot.in_flight), None)
+                if following is not None and slot.in_flight[following] is _NOT_STARTED:
+                    slot.in_flight[following] = self._deadline()
+                if ok:
+                    results.append(WorkerResult(slot.index, True, value, None, call_id))
+                else:
+                    results.extend(self._fail(slot, value, first=call_id))
             now = time.monotonic()
             for slot in busy:
                 expired = [c for c, d in slot.in_flight.items() if _is_time(d) and d <= now]
@@ -478,74 +412,109 @@ class WorkerGroup:
             if results or (end is not None and time.monotonic() >= end):
                 return results
 
-    def _read(self, slot: _Slot) -> list[WorkerResult]:
-        results = []
-        try:
-            while slot.conn.poll(0):
-                call_id, ok, value = slot.conn.recv()
-                slot.in_flight.pop(call_id, None)
-                following = next(iter(slot.in_flight), None)
-                if following is not None and slot.in_flight[following] is _NOT_STARTED:
-                    slot.in_flight[following] = self._deadline()
-                if ok:
-                    results.append(WorkerResult(slot.index, True, value, None, call_id))
-                else:
-                    results.extend(self._fail(slot, value, first=call_id))
-                    return results
-        except (EOFError, OSError):
-            pass
-        if not slot.process.is_alive() and slot.healthy:
-            results.extend(self._fail(slot, self._death(slot)))
-        return results
-
-    def _death(self, slot: _Slot) -> dict:
-        """How a worker process died (it sent no error of its own)."""
-        from ..core.policy import signal_name
-        from ..execution.local import _oom_kill_count
-
-        slot.process.join(5)
-        code = slot.process.exitcode
-        if code is not None and code < 0:
-            name = signal_name(-code)
-            oom = code == -signal.SIGKILL and _oom_kill_count() > self._oom_before
-            return {"kind": "oom" if oom else "signal", "type": None, "traceback": None,
-                    "message": f"killed by {name}" + (" (the OOM killer)" if oom else ""),
-                    "signal": name}
-        return {"kind": "exit", "type": None, "traceback": None,
-                "message": f"the worker process exited with code {code}"}
-
-    def _fail(self, slot: _Slot, error: dict, first: Optional[int] = None) -> list[WorkerResult]:
-        """Mark ``slot`` failed (its process killed); a failed result for each of its calls."""
+    def _fail(self, slot: WorkerSlot, error: dict,
+              first: Optional[int] = None) -> list[WorkerResult]:
+        """Mark ``slot`` failed (its worker killed); a failed result for each of its calls."""
         slot.healthy = False
-        _kill(slot.process)
-        self._failures[error.get("kind") or "exception"] += 1
-        self._last_error = error
+        self._backend.kill(slot)
+        self._note_failure(error)
         calls = ([first] if first is not None else []) + list(slot.in_flight)
         slot.in_flight.clear()
         lost = dict(error, kind="lost", message="the worker failed during an earlier call")
         return [WorkerResult(slot.index, False, None, error if i == 0 else lost, call_id)
                 for i, call_id in enumerate(calls)]
 
-    def _count_step(self, results: list[WorkerResult]) -> None:
-        if any(r.ok for r in results):
-            self._consecutive_failures = 0
-            return
-        self._consecutive_failures += 1
-        if self._consecutive_failures > self.consecutive_failure_tolerance:
-            kinds = Counter((r.error or {}).get("kind") for r in results)
-            raise WorkerGroupError(
-                f"WorkerGroup: {self._consecutive_failures} consecutive calls without a healthy "
-                f"result (consecutive_failure_tolerance={self.consecutive_failure_tolerance}); "
-                f"the last one's failures: {dict(kinds)}. In a trainable, let this error "
-                "through: the trial is retried from its latest checkpoint."
-            )
+    def _note_failure(self, error: dict) -> None:
+        self._failures[error.get("kind") or "exception"] += 1
+        self._last_error = error
+
+    def _count(self, results: list[WorkerResult]) -> None:
+        """Count each group call whose results are all in: one without a healthy result adds
+        to the consecutive failures, one with a healthy result resets them."""
+        for result in results:
+            call = self._calls.pop(result.call_id, None)  # type: ignore[arg-type]
+            if call is None:
+                continue
+            call.waiting.discard(result.call_id)
+            call.ok = call.ok or result.ok
+            if not result.ok:
+                call.kinds[(result.error or {}).get("kind")] += 1
+            if call.waiting:
+                continue
+            if call.ok:
+                self._consecutive_failures = 0
+                continue
+            self._consecutive_failures += 1
+            if self._consecutive_failures > self.consecutive_failure_tolerance:
+                raise WorkerGroupError(
+                    f"WorkerGroup: {self._consecutive_failures} consecutive calls without a "
+                    f"healthy result (consecutive_failure_tolerance="
+                    f"{self.consecutive_failure_tolerance}); the last one's failures: "
+                    f"{dict(call.kinds)}. In a trainable, let this error through: the trial is "
+                    "retried from its latest checkpoint."
+                )
 
 
-def _readable(conn: Any) -> bool:
+def _executor_name(executor: Any) -> str:
+    if executor is None:
+        from .ray_workers import in_ray_worker
+
+        return "ray" if in_ray_worker() else "local"
+    if executor not in _EXECUTORS:
+        raise ValueError(
+            f"WorkerGroup(executor={executor!r}) must be 'local' (processes of this machine) "
+            "or 'ray' (actors on a Ray cluster), as in RunConfig(executor=...), or None (Ray "
+            "inside a Ray actor, else local). Fix: executor='ray'."
+        )
+    return executor
+
+
+def _resources(value: Any, executor: str) -> tuple[Any, dict]:
+    """``resources_per_worker`` as the CPUs and GPUs (a TrialResources) and the custom
+    resources (Ray only)."""
+    from ..execution.resources import TrialResources
+
+    custom = {}
+    if isinstance(value, dict):
+        custom = {k: v for k, v in value.items() if k not in _CPU_GPU}
+        value = {k: v for k, v in value.items() if k in _CPU_GPU}
     try:
-        return conn.poll(0)
-    except (OSError, EOFError):
-        return True
+        resources = TrialResources.from_user(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(str(exc).replace("resources_per_trial", "resources_per_worker")) \
+            from None
+    for key, amount in custom.items():
+        if executor != "ray":
+            raise ValueError(
+                f"WorkerGroup(resources_per_worker={value | custom!r}): {key!r} is not 'cpu' or "
+                "'gpu'; custom resources are for Ray actors. Fix: executor='ray', or keep "
+                "only 'cpu' and 'gpu'."
+            )
+        if not isinstance(key, str) or isinstance(amount, bool) \
+                or not isinstance(amount, (int, float)) or not amount >= 0:
+            raise ValueError(
+                f"WorkerGroup(resources_per_worker=...): the custom resource {key!r}: "
+                f"{amount!r} must be named by a string and be a number >= 0. Fix: "
+                "resources_per_worker={'cpu': 1, 'my_resource': 1}."
+            )
+    return resources, {k: float(v) for k, v in custom.items()}
+
+
+def _backend(executor: str, resources: Any, custom: dict) -> WorkerBackend:
+    if executor == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ImportError(
+                "WorkerGroup(executor='ray') needs the 'ray' package, which is not installed. "
+                "Fix: pip install 'ftnb[ray]'."
+            )
+        from .ray_workers import RayWorkers
+
+        return RayWorkers(resources, custom)
+    from .local_workers import LocalWorkers
+
+    return LocalWorkers(resources)
 
 
 def _is_time(deadline: Any) -> bool:
@@ -571,12 +540,3 @@ def _describe(error: dict) -> str:
     what = f"{error.get('type')}: {error.get('message')}" if error.get("type") \
         else error.get("message")
     return f"{error.get('kind')} {what}"
-
-
-def _kill(process: Any) -> None:
-    if process is not None and process.pid and process.exitcode is None:
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        process.join(5)

@@ -1,10 +1,12 @@
-"""The worker process of a :class:`~ftnb.elastic.WorkerGroup`: it builds its object with the
-factory, then answers calls ``fn(obj, *args, **kwargs)`` until told to stop.
-
-It talks to the group through one pipe: the group sends ``("call", call_id, payload)``,
-``("state", payload)`` or ``("close", None)``; the worker sends ``("ready", None)`` or
-``("failed", error)`` once, then ``(call_id, True, value)`` or ``(call_id, False, error)`` per
-call, where ``error`` is a dict (kind, type, message, traceback). It dies with its parent.
+"""What runs in a worker of a :class:`~ftnb.elastic.WorkerGroup`, whichever backend started it:
+:class:`WorkerBody` builds the worker's object with the factory, then answers calls
+``fn(obj, *args, **kwargs)`` and state pushes. :func:`worker_main` is the local backend's
+process around it, talking to the group through one pipe: the group sends
+``("call", call_id, payload)``, ``("state", payload)`` or ``("close", None)``; the worker sends
+``("ready", None)`` or ``("failed", error)`` once, then ``(call_id, True, value)`` or
+``(call_id, False, error)`` per call, where ``error`` is a dict (kind, type, message,
+traceback). It dies with its parent. The Ray backend's actor wraps the same body
+(:mod:`ftnb.elastic.ray_workers`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import traceback
 from typing import Any, Optional
 
-__all__ = ["worker_index", "worker_main"]
+__all__ = ["WorkerBody", "describe_error", "worker_index", "worker_main"]
 
 _INDEX: Optional[int] = None
 
@@ -39,27 +41,59 @@ def describe_error(exc: BaseException) -> dict:
     }
 
 
-def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> None:
-    """Entry point of a worker process."""
-    global _INDEX
-    import cloudpickle
+class WorkerBody:
+    """One worker's object and the calls on it. Building it raises what the factory raised;
+    :meth:`call` and :meth:`set_state` return ``(ok, value or error)``: after a failed one the
+    caller ends the worker (its state may be corrupt), as RLlib does."""
 
+    def __init__(self, index: int, factory_payload: bytes) -> None:
+        global _INDEX
+        import cloudpickle
+
+        _INDEX = index
+        factory, takes_index, needs_set_state = cloudpickle.loads(factory_payload)
+        self.obj = factory(index) if takes_index else factory()
+        if needs_set_state and not callable(getattr(self.obj, "set_state", None)):
+            raise TypeError(
+                f"WorkerGroup(get_state=...) is given, but the worker object (a "
+                f"{type(self.obj).__name__}) has no set_state(state) method to take the state. "
+                "Fix: add `def set_state(self, state): ...` to it, or leave get_state out."
+            )
+
+    def call(self, payload: bytes) -> tuple[bool, Any]:
+        import cloudpickle
+
+        try:
+            fn, args, kwargs = cloudpickle.loads(payload)
+            return True, fn(self.obj, *args, **kwargs)
+        except BaseException as exc:
+            return False, describe_error(exc)
+
+    def set_state(self, state: bytes) -> tuple[bool, Optional[dict]]:
+        import cloudpickle
+
+        try:
+            self.obj.set_state(cloudpickle.loads(state))
+            return True, None
+        except BaseException as exc:
+            return False, describe_error(exc)
+
+    def close(self) -> None:
+        close = getattr(self.obj, "close", None)
+        if callable(close):
+            close()
+
+
+def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> None:
+    """Entry point of a local worker process."""
     from ..execution.trial_process import _die_with_parent, release_fork_server
 
     release_fork_server()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is for the caller, which closes us
     os.environ.update(env)
-    _INDEX = index
     try:
-        factory, takes_index, needs_set_state = cloudpickle.loads(factory_payload)
-        obj = factory(index) if takes_index else factory()
-        if needs_set_state and not callable(getattr(obj, "set_state", None)):
-            raise TypeError(
-                f"WorkerGroup(get_state=...) is given, but the worker object (a "
-                f"{type(obj).__name__}) has no set_state(state) method to take the state. "
-                "Fix: add `def set_state(self, state): ...` to it, or leave get_state out."
-            )
+        body = WorkerBody(index, factory_payload)
     except BaseException as exc:
         conn.send(("failed", describe_error(exc)))
         os._exit(1)
@@ -73,29 +107,22 @@ def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> Non
         if kind == "close":
             break
         if kind == "state":
-            try:
-                obj.set_state(cloudpickle.loads(message[1]))
-                conn.send(("state", True, None))
-            except BaseException as exc:
-                conn.send(("state", False, describe_error(exc)))
+            ok, error = body.set_state(message[1])
+            conn.send(("state", ok, error))
+            if not ok:
                 os._exit(1)
             continue
         _, call_id, payload = message
+        ok, value = body.call(payload)
         try:
-            fn, args, kwargs = cloudpickle.loads(payload)
-            value = fn(obj, *args, **kwargs)
-        except BaseException as exc:
-            conn.send((call_id, False, describe_error(exc)))
-            sys.stderr.flush()
-            os._exit(1)  # its state may be corrupt: the group recreates it (as RLlib does)
-        try:
-            conn.send((call_id, True, value))
+            conn.send((call_id, ok, value))
         except Exception as exc:  # the value could not be pickled
             conn.send((call_id, False, describe_error(exc)))
-            os._exit(1)
+            ok = False
+        if not ok:
+            sys.stderr.flush()
+            os._exit(1)  # its state may be corrupt: the group recreates it (as RLlib does)
     try:
-        close = getattr(obj, "close", None)
-        if callable(close):
-            close()
+        body.close()
     finally:
         os._exit(0)

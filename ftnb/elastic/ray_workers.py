@@ -1,0 +1,290 @@
+"""The Ray backend of :class:`~ftnb.elastic.WorkerGroup`: each worker a Ray actor of its own
+(``pip install 'ftnb[ray]'``), spread over the cluster's nodes (the ``SPREAD`` strategy), with
+the resources asked for (``num_cpus``, ``num_gpus``, custom resources).
+
+A worker's actor answers its calls one at a time, in order; a second method, ``watch``, runs
+in a concurrency group of its own and never returns, so its failure says that the actor died,
+also while it was idle. A death is classified as a trial's is on the Ray executor
+(:mod:`ftnb.execution.ray`): ``preemption`` when Ray says its node was drained for
+preemption, ``node_lost`` when its node is no longer alive, ``oom`` when Ray's memory monitor
+killed it, else ``signal`` (its process was killed). A worker whose call raised or timed out
+is ended with ``ray.kill``, as RLlib does.
+
+Actors are owned by the process that made the group: when it dies (a trial's actor, a
+script's driver) Ray kills them with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .backend import START_TIMEOUT_S, Answer, WorkerSlot
+from .worker import WorkerBody, describe_error
+
+__all__ = ["RayWorkers", "in_ray_worker"]
+
+_EPS = 1e-9
+_CLOSE_S = 5.0
+
+
+class _WorkerActor:
+    """A worker's actor (made a Ray actor class on first use)."""
+
+    def start(self, index: int, factory: bytes, env: dict, sys_path: list,
+              cwd: Optional[str]) -> tuple[str, str, int, Optional[dict]]:
+        """Build the worker's object; (node id, node address, pid, the error if building it
+        failed)."""
+        import ray
+
+        os.environ.update(env)
+        for entry in reversed(sys_path):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        error = None
+        try:
+            self.body = WorkerBody(index, factory)
+        except BaseException as exc:
+            error = describe_error(exc)
+        return (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
+                os.getpid(), error)
+
+    def call(self, payload: bytes) -> tuple[bool, Any]:
+        return self.body.call(payload)
+
+    def set_state(self, state: bytes) -> tuple[bool, Optional[dict]]:
+        return self.body.set_state(state)
+
+    def close(self) -> None:
+        self.body.close()
+
+    def watch(self) -> None:
+        threading.Event().wait()  # fails (with the actor) only
+
+
+@dataclass
+class _Actor:
+    actor: Any
+    node_id: Optional[str] = None
+    ip: Optional[str] = None
+    pid: Optional[int] = None
+    watch_ref: Any = None
+    calls: dict = field(default_factory=dict)  # call id -> its ObjectRef
+
+
+_ACTOR_CLASS: Any = None
+
+
+def _actor_class(ray: Any) -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = ray.remote(concurrency_groups={"watch": 1})(_WorkerActor)
+    return _ACTOR_CLASS
+
+
+def in_ray_worker() -> bool:
+    """Whether this process is a Ray actor (a trial on the Ray executor is one); never imports
+    ray."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    try:
+        return ray.get_runtime_context().get_actor_id() is not None
+    except Exception:
+        return False
+
+
+class RayWorkers:
+    """Workers as Ray actors (see the module docstring). Connects to Ray if this process is
+    not yet: to ``RAY_ADDRESS``, else a new local instance (as ``ray.init()``)."""
+
+    name = "ray"
+
+    def __init__(self, resources: Any, custom: dict) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=os.environ.get("RAY_ADDRESS") or None, log_to_driver=False,
+                     ignore_reinit_error=True)
+        self._ray = ray
+        self._check_fits(resources, custom)
+        self._options = dict(num_cpus=resources.cpu, num_gpus=resources.gpu,
+                             resources=dict(custom) or None, max_restarts=0,
+                             scheduling_strategy="SPREAD")
+        self._env = {"OMP_NUM_THREADS": str(max(1, int(resources.cpu)))}
+        self._actor_class = _actor_class(ray)
+        self._payload: tuple[Any, Any] = (None, None)  # the last payload and its Ray object
+
+    def _check_fits(self, resources: Any, custom: dict) -> None:
+        asked = {"CPU": resources.cpu, "GPU": resources.gpu, **custom}
+        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+        if any(all(n.get(k, 0.0) + _EPS >= v for k, v in asked.items() if v) for n in nodes):
+            return
+        shown = {k: v for k, v in asked.items() if v}
+        raise ValueError(
+            f"WorkerGroup(resources_per_worker=...) asks for {shown} per worker, which no "
+            f"alive node of this Ray cluster has ({len(nodes)} nodes). Fix: ask for less, or "
+            "add a node with those resources."
+        )
+
+    def start(self, slots: list[WorkerSlot], factory: bytes) -> list[tuple[WorkerSlot, dict]]:
+        ray = self._ray
+        starting: dict[Any, WorkerSlot] = {}
+        for slot in slots:
+            actor = self._actor_class.options(**self._options).remote()
+            slot.handle = _Actor(actor)
+            ref = actor.start.remote(slot.index, factory, self._env, list(sys.path), os.getcwd())
+            starting[ref] = slot
+        ready, _ = ray.wait(list(starting), num_returns=len(starting), timeout=START_TIMEOUT_S)
+        failed = []
+        for ref, slot in starting.items():
+            handle = slot.handle
+            error = None
+            if ref not in ready:
+                error = {"kind": "timeout", "type": None, "traceback": None,
+                         "message": f"did not come up in {START_TIMEOUT_S:.0f} s (no node "
+                                    "with room for it?)"}
+            else:
+                try:
+                    handle.node_id, handle.ip, handle.pid, error = ray.get(ref)
+                except Exception as exc:
+                    error = self._error(slot, exc)
+            if error is not None:
+                self.kill(slot)
+                failed.append((slot, error))
+            else:
+                handle.watch_ref = handle.actor.watch.options(concurrency_group="watch").remote()
+        return failed
+
+    def push_state(self, slots: list[WorkerSlot], state: bytes) -> list[tuple[WorkerSlot, dict]]:
+        ray = self._ray
+        state_ref = ray.put(state)  # once, however many workers take it
+        refs = {slot.handle.actor.set_state.remote(state_ref): slot for slot in slots}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=START_TIMEOUT_S)
+        failed = []
+        for ref, slot in refs.items():
+            if ref not in ready:
+                failed.append((slot, {"kind": "timeout", "type": None, "traceback": None,
+                                      "message": "set_state did not return in "
+                                                 f"{START_TIMEOUT_S:.0f} s"}))
+                continue
+            try:
+                ok, error = ray.get(ref)
+            except Exception as exc:
+                ok, error = False, self._error(slot, exc)
+            if not ok:
+                failed.append((slot, error))
+        return failed
+
+    def send(self, slot: WorkerSlot, call_id: int, payload: bytes) -> Optional[dict]:
+        last, ref = self._payload
+        if payload is not last:  # one copy in the object store per map, not one per worker
+            ref = self._ray.put(payload)
+            self._payload = (payload, ref)
+        slot.handle.calls[call_id] = slot.handle.actor.call.remote(ref)
+        return None
+
+    def wait(self, slots: list[WorkerSlot], timeout: Optional[float]) -> list[Answer]:
+        ray = self._ray
+        refs: dict[Any, tuple[WorkerSlot, Optional[int]]] = {}
+        for slot in slots:
+            for call_id in slot.in_flight:
+                if call_id in slot.handle.calls:
+                    refs[slot.handle.calls[call_id]] = (slot, call_id)
+        for slot in slots:
+            refs[slot.handle.watch_ref] = (slot, None)
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+        if not ready:
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        ready_set = set(ready)
+        answers: list[Answer] = []
+        dead: set[WorkerSlot] = set()
+        for ref, (slot, call_id) in refs.items():  # a slot's calls in order, then its watch
+            if ref not in ready_set or slot in dead:
+                continue
+            if call_id is not None:
+                del slot.handle.calls[call_id]
+            try:
+                value = ray.get(ref)
+            except self._ray.exceptions.RayActorError as exc:
+                dead.add(slot)
+                answers.append((slot, None, False, self._error(slot, exc)))
+                continue
+            except Exception as exc:  # Ray could not return the value (unpicklable)
+                answers.append((slot, call_id, False, describe_error(exc)))
+                continue
+            if call_id is not None:
+                answers.append((slot, call_id, *value))
+        return answers
+
+    def died_idle(self, slot: WorkerSlot) -> Optional[dict]:
+        ready, _ = self._ray.wait([slot.handle.watch_ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            self._ray.get(ready[0])
+        except Exception as exc:
+            return self._error(slot, exc)
+        return None
+
+    def _error(self, slot: WorkerSlot, exc: BaseException) -> dict:
+        """What an exception of Ray's about a worker's actor means (see the module
+        docstring)."""
+        ray = self._ray
+        message = str(exc)
+        if not isinstance(exc, ray.exceptions.RayActorError):
+            return describe_error(exc)
+        if getattr(exc, "actor_init_failed", False):
+            return dict(describe_error(exc), kind="exception")
+        node_id = slot.handle.node_id
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        if getattr(exc, "preempted", False):
+            kind, what = "preemption", "its node was drained for preemption"
+        elif node_id is not None and node_id not in alive:
+            kind, what = "node_lost", f"its node {node_id[:12]} is gone"
+        elif "low on memory" in message or "memory pressure" in message:
+            kind, what = "oom", "Ray's memory monitor killed it"
+        else:
+            kind, what = "signal", "its process died (killed)"
+        return {"kind": kind, "type": type(exc).__name__, "traceback": None,
+                "message": f"the worker's actor died: {what}", "detail": message[-2000:],
+                "node_id": node_id}
+
+    def kill(self, slot: WorkerSlot) -> None:
+        handle = slot.handle
+        if handle is None:
+            return
+        handle.calls.clear()
+        try:
+            self._ray.kill(handle.actor, no_restart=True)
+        except Exception:
+            pass
+
+    def close(self, slots: list[WorkerSlot]) -> None:
+        ray = self._ray
+        closing = [slot.handle.actor.close.remote() for slot in slots
+                   if slot.handle is not None and slot.healthy]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_S)
+        for slot in slots:
+            self.kill(slot)
+        # Wait (a moment) for the actors' processes on this machine to be gone, so a caller
+        # that checks finds none left.
+        from ..storage.lease import process_status
+
+        here = ray.util.get_node_ip_address()
+        deadline = time.monotonic() + _CLOSE_S
+        for slot in slots:
+            handle = slot.handle
+            while handle is not None and handle.pid and handle.ip == here \
+                    and time.monotonic() < deadline:
+                if process_status(handle.pid) in (None, "Z", "X"):
+                    break
+                time.sleep(0.01)
