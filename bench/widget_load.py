@@ -12,8 +12,9 @@ the front end (``comm_kb_per_s``), how long building the widget took in the kern
 (``poll_first_s``: the first, complete read; ``poll_idle_ms``: nothing changed;
 ``poll_changed_ms``: ``running`` trials appended a row).
 
-No browser is attached: the front end's replies (plotly's trace deltas after each restyle) are
-not part of the figure.
+No browser is attached: this client sends what a browser's view of the chart sends (it opens,
+it closes), so the figures are those of a viewed widget; what a browser does with them is not
+part of the figure.
 
 The writer runs as ``python -m bench.widget_load writer SPEC_JSON``; ftnb-only (Ray Tune has no
 such widget).
@@ -32,7 +33,8 @@ from typing import Any, Optional
 
 from .procs import subprocess_env
 
-__all__ = ["FULL", "QUICK", "TARGET_CPU_PCT", "widget_updater", "write_experiment"]
+__all__ = ["FULL", "QUICK", "TARGET_CPU_PCT", "WidgetKernel", "chart_comm_id", "display_bytes",
+           "message_bytes", "widget_updater", "write_experiment"]
 
 # Registered in bench/workloads.py with these sizes and target.
 FULL = {"trials": 500, "reports": 100, "running": 16, "rows_per_s": 4.0, "window_s": 20.0,
@@ -186,24 +188,29 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class _Kernel:
-    """A real IPython kernel (jupyter_client) and the messages it publishes."""
+class WidgetKernel:
+    """A real IPython kernel (jupyter_client), the messages it publishes, and a front end's
+    side of its widgets: :meth:`open_view` reports a view of a chart as a browser's does."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Optional[dict] = None, cwd: Optional[str] = None) -> None:
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", env=subprocess_env())
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env=env or subprocess_env(),
+                                            cwd=cwd)
+        self.cell: list[dict] = []  # the last cell's messages
         self.pid = int(self.run("import os; print(os.getpid())").strip())
 
     def run(self, code: str, timeout: float = 300.0) -> str:
         """Execute ``code``; its stdout. Raises with the traceback if it failed."""
         msg_id = self.kc.execute(code)
         out, error = [], None
+        self.cell = []
         deadline = time.time() + timeout
         while True:
             msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.time()))
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
+            self.cell.append(msg)
             kind = msg["msg_type"]
             if kind == "stream":
                 out.append(msg["content"]["text"])
@@ -217,27 +224,68 @@ class _Kernel:
 
     def drain(self, seconds: float) -> tuple[int, int]:
         """Read what the kernel publishes for ``seconds``: (comm messages, their bytes)."""
-        count = size = 0
+        messages = self.comm_messages(seconds)
+        return len(messages), sum(message_bytes(m) for m in messages)
+
+    def comm_messages(self, seconds: float, until: Any = None) -> list[dict]:
+        """The comm messages the kernel publishes within ``seconds`` (or until one satisfies
+        ``until``)."""
+        out: list[dict] = []
         deadline = time.time() + seconds
         while True:
             left = deadline - time.time()
             if left <= 0:
-                return count, size
+                return out
             try:
                 msg = self.kc.get_iopub_msg(timeout=left)
             except queue.Empty:
-                return count, size
-            if msg["msg_type"] == "comm_msg":
-                count += 1
-                size += len(json.dumps(msg["content"], default=str))
-                size += sum(len(b) for b in msg.get("buffers") or [])
+                return out
+            if msg["msg_type"] in ("comm_msg", "comm_open"):
+                out.append(msg)
+                if until is not None and until(msg):
+                    return out
+
+    def send_comm(self, comm_id: str, data: dict) -> None:
+        """A front end's comm message to the widget ``comm_id`` (queued while a cell runs)."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        self.kc.shell_channel.send(msg)
+
+    def report_view(self, comm_id: str, event: str = "open", view: str = "bench-view",
+                    **extra: Any) -> None:
+        """What a browser's view of the chart ``comm_id`` sends when it opens (``open``), every
+        30 s (``beat``) and when it goes (``close``)."""
+        self.send_comm(comm_id, {"method": "custom", "content": {
+            "type": "view", "view": view, "event": event, **extra}})
 
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
 
 
-def _measure_cpu(kernel: _Kernel, window_s: float) -> tuple[float, int, int]:
+def message_bytes(msg: dict) -> int:
+    """A widget message's size on the wire, about: its content as JSON plus its buffers."""
+    return len(json.dumps(msg["content"], default=str)) + sum(
+        len(b) for b in msg.get("buffers") or [])
+
+
+def display_bytes(cell: list[dict]) -> int:
+    """What a cell that displayed a widget sent to show it: its widgets' comm_open messages and
+    the display_data that places it."""
+    return sum(message_bytes(m) for m in cell
+               if m["msg_type"] in ("comm_open", "comm_msg", "display_data"))
+
+
+def chart_comm_id(cell: list[dict]) -> str:
+    """The comm id of the widget's chart among a cell's comm_open messages."""
+    for msg in cell:
+        if msg["msg_type"] == "comm_open":
+            state = msg["content"]["data"].get("state", {})
+            if state.get("_anywidget_id", "").endswith("TrialChart"):
+                return msg["content"]["comm_id"]
+    raise LookupError("no chart was opened in that cell")
+
+
+def _measure_cpu(kernel: WidgetKernel, window_s: float) -> tuple[float, int, int]:
     start_cpu, start = _cpu_seconds(kernel.pid), time.time()
     count, size = kernel.drain(window_s)
     elapsed = time.time() - start
@@ -272,13 +320,14 @@ def _poll_costs(storage_dir: str, trials: int, reports: int, running: int) -> tu
 _BUILD = """
 import time, json
 from IPython.display import display
+_t = time.perf_counter()
 import ftnb
 from ftnb.notebook.widget import ExperimentWidget
-_t = time.perf_counter()
 w = ExperimentWidget(ftnb.attach({path!r}))
-_build = time.perf_counter() - _t
 display(w)
-print(json.dumps({{"build_s": _build, "updating": w.updating, "traces": len(w.chart.figure.data)}}))
+_build = time.perf_counter() - _t
+print(json.dumps({{"build_s": _build, "updating": w.updating, "traces": len(w.chart.series),
+                  "plotly": "plotly" in __import__("sys").modules}}))
 """
 
 
@@ -290,7 +339,12 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
     shows ExperimentWidget on it. kernel_cpu_pct: the kernel's CPU (% of one core) over
     `window_s` with the widget updating (target under 5); idle_kernel_cpu_pct: the same kernel
     before the widget; updates_per_s: updates the widget showed; comm_kb_per_s: what it sent;
-    widget_build_s: building it (first complete read, every trace) in the kernel;
+    widget_build_s: the first widget in a warm kernel (ftnb imported), from the cell's start to
+    its display (the widget's imports, the first complete read, every trial's points);
+    display_kb: what that display sent (its widgets' comm_open messages, the display_data);
+    unviewed_comm_msgs: comm messages the kernel sent in the seconds after the display while no
+    view reported itself (0: an unattended server is cullable); the CPU and comm figures are
+    taken while one view (a browser's messages, sent by this client) looks;
     poll_first_s / poll_idle_ms / poll_changed_ms: an ExperimentMonitor poll in this process on a
     still copy: the first one / nothing changed / `running` trials appended a row.
     """
@@ -316,18 +370,26 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
             time.sleep(0.05)
         poll_first_s, poll_idle_ms, poll_changed_ms = _poll_costs(storage_dir, trials, reports,
                                                                   running)
-        kernel = _Kernel()
-        kernel.run("import ftnb, ftnb.ui.monitor, ipywidgets, plotly.graph_objects, anywidget")
+        kernel = WidgetKernel()
+        # A warm kernel: ftnb loaded (as %load_ext ftnb does); the widget's modules not yet.
+        kernel.run("import ftnb, ftnb.ui.monitor, ipywidgets")
         idle_pct, _, _ = _measure_cpu(kernel, idle_s)
         built = json.loads(kernel.run(_BUILD.format(path=exp)).strip().splitlines()[-1])
         if not built["updating"]:
             raise RuntimeError("the widget's updater is not running")
-        kernel.drain(2.0)  # let the first updates after the display pass
+        shown_bytes = display_bytes(kernel.cell)
+        chart = chart_comm_id(kernel.cell)
+        # No browser: the kernel sends nothing (an idle server stays cullable).
+        unviewed, _ = kernel.drain(min(window_s, 3.0))
+        # A view opens (what a browser's sends): caught up, then updated while it looks.
+        kernel.report_view(chart, "open")
+        kernel.drain(2.0)  # the catch-up and the first updates after it
         # The kernel's own clock times the stats: a busy machine delays the replies, not that.
         stats = "print(json.dumps(dict(w.stats, at=time.monotonic())))"
         before = json.loads(kernel.run(stats).strip())
         cpu_pct, count, size = _measure_cpu(kernel, window_s)
         after = json.loads(kernel.run(stats).strip())
+        kernel.report_view(chart, "close")
         kernel.run("w.close()")
     finally:
         if kernel is not None:
@@ -344,6 +406,9 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
         "comm_msgs_per_s": count / window_s,
         "comm_kb_per_s": size / 1024 / window_s,
         "widget_build_s": built["build_s"],
+        "display_kb": shown_bytes / 1024,
+        "plotly_imported": built["plotly"],
+        "unviewed_comm_msgs": unviewed,
         "chart_traces": built["traces"],
         "poll_first_s": poll_first_s,
         "poll_idle_ms": poll_idle_ms,

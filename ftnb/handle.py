@@ -76,11 +76,13 @@ def launch(
     from . import supervisor
     from .input_checks import check_trainable
     from .objects import bind_objects
+    from .objects.cell_source import carry_cell_source
     from .start_or_resume import start_or_resume
     from .storage.lease import ExperimentLockedError
     from .tuner import check_new_experiment
 
     check_trainable(trainable, "ftnb.launch")
+    carry_cell_source(trainable)  # its traceback in a trial shows the notebook cell's lines
     # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
     origin = origin or {"trainable": getattr(trainable, "__name__", None)}
     if run_config is None:  # a TorchTrainer brings its own (name, storage, failure config)

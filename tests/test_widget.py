@@ -1,11 +1,11 @@
 """The live widget's view model, without a kernel: widgets built from real experiment folders in
 every state (finished, errored, interrupted with a dead driver, running under a supervisor,
 with failures and restarts), their values asserted; the controls against a real running
-experiment; and what is sent to the browser (only what changed)."""
+experiment; and what is sent to the browser (only what changed). Its behaviour in a real kernel
+(views, bytes per display, controls by id, tracebacks) is tests/test_widget_chart.py's."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import shutil
@@ -16,14 +16,13 @@ import time
 import pytest
 
 pytest.importorskip("ipywidgets", reason="the widget needs ftnb[notebook]")
-pytest.importorskip("plotly", reason="the widget needs ftnb[notebook]")
+pytest.importorskip("anywidget", reason="the widget needs ftnb[notebook]")
 
 import comm  # noqa: E402
 
 import ftnb  # noqa: E402
 from ftnb.storage.lease import process_name  # noqa: E402
 from ftnb.core.records import ExperimentState  # noqa: E402
-from ftnb.notebook.plots import LEGEND_MAX_TRIALS  # noqa: E402
 from ftnb.notebook.widget import (  # noqa: E402
     DEFAULT_TABLE_ROWS,
     ExperimentWidget,
@@ -82,6 +81,25 @@ def _rows(widget):
     return {r[0]: dict(zip(header, r)) for r in rows}
 
 
+def _stoppable(widget):
+    return [trial_id for trial_id, _ in widget.chart.controls["stoppable"]]
+
+
+def _control(widget, action, trial_id=None):
+    """A control request as a view sends it; returns the reply it gets ``(ok, text)``."""
+    replies = []
+    original = widget.chart.send
+    widget.chart.send = lambda content, buffers=None: replies.append(content)
+    try:
+        widget.chart._on_front_end_msg(widget.chart, {"type": action, "trial_id": trial_id,
+                                                "request": 7, "view": "v1"}, [])
+    finally:
+        widget.chart.send = original
+    (reply,) = [r for r in replies if r.get("type") == "reply"]
+    assert (reply["request"], reply["view"]) == (7, "v1")
+    return reply["ok"], reply["text"]
+
+
 @pytest.fixture
 def sent(monkeypatch):
     """Every comm message the widgets send (outside a kernel they go nowhere)."""
@@ -124,18 +142,22 @@ def test_errored_experiment_shows_everything(errored_path):
         assert list(w.metric_picker.options)[:2] == ["score", "resumed_from"]
         traces = w.chart.trial_traces
         assert set(traces) == set(ids.values())
-        assert len(w.chart.figure.data) == len(ids) + 1
         for name, trial_id in ids.items():
             file_rows = result_rows(case_dirs(errored_path)[name])
             assert list(traces[trial_id].x) == [r["training_iteration"] for r in file_rows]
             assert list(traces[trial_id].y) == [r["score"] for r in file_rows]
-        assert traces[ids["errored"]].line.dash == "dot"
+        shown = w.chart.trial_statuses
+        assert shown[ids["errored"]] == "ERRORED" and shown[ids["clean"]] == "TERMINATED"
         marks = w.chart.restarts_trace
         points = sorted(zip(marks.x, marks.y, marks.hovertext))
         assert [(x, y) for x, y, _ in points] == [(1, 1.0), (2, 2.0)]
         assert f"{ids['restart']}: attempt 2 resumed from iteration 2" in points[1][2]
-        assert w.chart.figure.layout.yaxis.title.text == "score"
-        assert w.chart.figure.layout.showlegend is True
+        assert "after a failure (exception)" in points[1][2]
+        assert marks.kind == ["retry", "retry"]
+        assert w.chart.metric == "score"
+        # Legend and hover name each trial by its varying hyperparameters.
+        labels = w.chart.labels
+        assert labels[ids["clean"]].startswith("case/name=clean")
 
         # Failures: newest first, one line each; the traceback only on demand.
         # (The restart trial's failure and the errored trial's first one race each other on a
@@ -170,8 +192,8 @@ def test_errored_experiment_shows_everything(errored_path):
         assert w.traceback.value == ""
 
         # Controls: nothing to stop or resume.
-        assert w.running_controls.layout.display == "none"
-        assert w.resume_controls.layout.display == "none"
+        assert not w.chart.controls["running"] and not w.chart.controls["interrupted"]
+        assert w.chart.controls["stoppable"] == []
         assert "Resume it with" not in text_view(w.snapshot)
 
         # Where widgets cannot be shown, the same view as text instead of the widget's repr.
@@ -191,7 +213,7 @@ def test_choosing_another_metric_redraws_every_trace_and_the_table(errored_path)
         traces = w.chart.trial_traces
         restart_rows = result_rows(case_dirs(errored_path)["restart"])
         assert list(traces[ids["restart"]].y) == [r["resumed_from"] for r in restart_rows]
-        assert w.chart.figure.layout.yaxis.title.text == "resumed_from"
+        assert w.chart.metric == "resumed_from"
         # The restart marker sits on the new metric's value at the iteration it resumed from.
         marks = dict(zip(w.chart.restarts_trace.x, w.chart.restarts_trace.y))
         assert marks[2] == 0  # resumed_from at iteration 2 was 0 (attempt 1 started fresh)
@@ -200,7 +222,7 @@ def test_choosing_another_metric_redraws_every_trace_and_the_table(errored_path)
         w.close()
 
 
-def test_nothing_is_sent_when_nothing_changed_and_only_the_changed_trace_when_one_did(
+def test_nothing_is_sent_when_nothing_changed_and_only_the_new_points_when_some_came(
     errored_path, tmp_path, sent
 ):
     path = str(tmp_path / "copy")
@@ -219,15 +241,12 @@ def test_nothing_is_sent_when_nothing_changed_and_only_the_changed_trace_when_on
             f.write(json.dumps({"score": 42.0, "training_iteration": N + 1,
                                 "trial_id": ids["clean"]}) + "\n")
         w.refresh()
-        fig_id = w.chart.figure.comm.comm_id
-        # One batched update, for that trace alone, its points as binary arrays.
-        updates = [d["state"]["_py2js_update"] for cid, kind, d in sent
-                   if cid == fig_id and d and d.get("state", {}).get("_py2js_update")]
-        (update,) = updates
-        index = list(w.chart.figure.data).index(w.chart.trace(ids["clean"]))
-        assert update["style_traces"] == [index]
-        assert update["style_data"]["y"][0]["dtype"] == "float64"
-        assert set(update["style_data"]) == {"x", "y"} and not update["layout_data"]
+        chart_id = w.chart.comm.comm_id
+        # One append, for that trial alone: its one new point, from where the view's line ends.
+        customs = [d["content"] for cid, kind, d in sent
+                   if cid == chart_id and d and d.get("method") == "custom"]
+        assert customs == [{"type": "delta", "metric": "score", "trials": {
+            ids["clean"]: {"start": N, "x": [N + 1], "y": [42.0]}}}]
         assert list(w.chart.trace(ids["clean"]).y) == [float(i) for i in range(1, N + 1)] + [42.0]
         # The table changed (its iteration), the failures did not: not re-sent.
         changed = {cid for cid, kind, d in sent}
@@ -239,13 +258,12 @@ def test_nothing_is_sent_when_nothing_changed_and_only_the_changed_trace_when_on
         w.close()
 
 
-def test_many_trials_cut_table_and_no_legend(tmp_path):
+def test_many_trials_cut_table(tmp_path):
     trials = DEFAULT_TABLE_ROWS + 10
     paths, _ = write_experiment(str(tmp_path), "many", trials, 5)
     w = ExperimentWidget(ftnb.attach(paths.dir))
     try:
         assert len(w.chart.trial_traces) == trials
-        assert w.chart.figure.layout.showlegend is False and trials > LEGEND_MAX_TRIALS
         assert w.table.value.count("<tr>") == DEFAULT_TABLE_ROWS + 1  # + the header row
         assert "10 more trials" in w.table.value
         w.show_all_rows.value = True
@@ -286,8 +304,7 @@ def test_interrupted_by_a_dead_driver_offers_the_resume_line(tmp_path):
                     and all(len(t.x) >= 4 for t in w.chart.trial_traces.values()),
                     timeout=60, what="the updater to show rows and a restart")
         assert "RUNNING" in w.header.value
-        assert w.running_controls.layout.display is None
-        assert w.resume_controls.layout.display == "none"
+        assert w.chart.controls["running"] and not w.chart.controls["interrupted"]
         assert len(w.chart.restarts_trace.x) == 1
         token = json.loads(open(os.path.join(exp, "owner.json")).read())["token"]
     finally:
@@ -297,16 +314,15 @@ def test_interrupted_by_a_dead_driver_offers_the_resume_line(tmp_path):
         wait_widget(w, lambda: "INTERRUPTED" in w.header.value, timeout=30,
                     what="the widget to show the dead driver")
         assert "is gone" in w.header.value
-        assert w.resume_controls.layout.display is None
-        assert w.running_controls.layout.display == "none"
-        assert html.escape(handle.resume_line) in w.resume_box.value
+        assert w.chart.controls["interrupted"] and not w.chart.controls["running"]
+        assert w.chart.controls["resume_line"] == handle.resume_line
         assert w.updating  # it keeps watching (slowly) for a resume from elsewhere
         assert "Resume it with" in text_view(w.snapshot)
 
         # The trials it was running show as INTERRUPTED too; the stored state is unchanged.
         assert {r.status for r in w.snapshot.view.rows} == {"INTERRUPTED"}
         assert "2 INTERRUPTED" in w.header.value and "RUNNING" not in w.header.value
-        assert w.trial_picker.options == ()  # nothing runs that could be stopped
+        assert w.chart.controls["stoppable"] == []  # nothing runs that could be stopped
         stored = ExperimentState.load(handle.paths).merge_trial_records(handle.paths)
         assert {t.status for t in stored.trials} == {"RUNNING"}
 
@@ -345,33 +361,41 @@ def test_controls_stop_a_trial_stop_the_experiment_and_resume_it(tmp_path):
     )
     w = ExperimentWidget(handle)
     try:
-        wait_widget(w, lambda: w.snapshot is not None and len(w.trial_picker.options) == 3
+        wait_widget(w, lambda: w.snapshot is not None and len(_stoppable(w)) == 3
                     and len(w.chart.trial_traces) == 2
                     and all(len(t.x) >= 3 for t in w.chart.trial_traces.values()),
                     timeout=60, what="two trials reporting in the widget")
-        assert w.running_controls.layout.display is None and w.updating
+        assert w.chart.controls["running"] and w.updating
 
-        # Stop one trial: it ends TERMINATED, the experiment goes on.
+        # Stop one trial, as a view's message names it: it ends STOPPED (not completed), the
+        # experiment goes on.
         victim = next(iter(w.chart.trial_traces))
-        w.trial_picker.value = victim
-        w.stop_trial_button.click()
+        assert _control(w, "stop_trial", victim) == (True, f"Stopping trial {victim}: requested.")
         assert f"Stopping trial {victim}: requested" in w.status_line.value
-        wait_widget(w, lambda: _rows(w)[victim]["status"] == "TERMINATED", timeout=60,
+        wait_widget(w, lambda: _rows(w)[victim]["status"] == "STOPPED", timeout=60,
                     what="the stopped trial to end")
-        assert victim not in w.trial_picker.options
+        assert victim not in _stoppable(w)
+        assert w.chart.trial_statuses[victim] == "STOPPED"
         assert "RUNNING" in w.header.value
+        # A second stop of it (a click queued behind a busy kernel) is refused: no other trial
+        # is stopped in its place.
+        ok, text = _control(w, "stop_trial", victim)
+        assert not ok and text == f"Trial {victim} already ended (STOPPED): nothing stopped."
+        ok, text = _control(w, "stop_trial", "gone_00009")
+        assert not ok and "No trial gone_00009" in text
+        assert len(_stoppable(w)) == 2
 
         # Stop the experiment: INTERRUPTED, with the line (and the button) that resumes it.
-        w.stop_button.click()
+        assert _control(w, "stop")[0]
         wait_widget(w, lambda: w.snapshot.status == "INTERRUPTED"
-                    and w.resume_controls.layout.display is None, timeout=60,
+                    and w.chart.controls["interrupted"], timeout=60,
                     what="the experiment to stop")
-        assert w.running_controls.layout.display == "none"
-        assert html.escape(handle.resume_line) in w.resume_box.value
+        assert not w.chart.controls["running"]
+        assert w.chart.controls["resume_line"] == handle.resume_line
         stopped_at = {t: len(tr.x) for t, tr in w.chart.trial_traces.items()}
 
         # Resume (with the trainable this process launched it with), then let it finish.
-        w.resume_button.click()
+        assert _control(w, "resume")[0], w.status_line.value
         assert "failed" not in w.status_line.value, w.status_line.value
         wait_widget(w, lambda: w.snapshot.status == "RUNNING", timeout=60,
                     what="the widget to show the resumed experiment")
@@ -382,9 +406,13 @@ def test_controls_stop_a_trial_stop_the_experiment_and_resume_it(tmp_path):
         wait_for(lambda: not w.updating, timeout=120,
                  what="the updater to stop once the experiment finished")
         assert w.snapshot.status == "FINISHED" and "FINISHED" in w.header.value
-        assert all(r["status"] == "TERMINATED" for r in _rows(w).values())
-        assert w.running_controls.layout.display == "none"
-        assert w.resume_controls.layout.display == "none"
+        statuses = {t: r["status"] for t, r in _rows(w).items()}
+        assert statuses.pop(victim) == "STOPPED"
+        assert set(statuses.values()) == {"TERMINATED"}
+        # Paused by the stop, then resumed: not retries (nothing failed).
+        assert "0 failures, 0 retries" in w.header.value
+        assert set(w.chart.restarts_trace.kind) == {"resume"}
+        assert not w.chart.controls["running"] and not w.chart.controls["interrupted"]
     finally:
         if hold.exists():
             hold.unlink()
@@ -417,16 +445,15 @@ class _BrokenHandle:
 def test_control_errors_go_to_the_status_line(errored_path):
     w = ExperimentWidget(_BrokenHandle(ftnb.attach(errored_path)))
     try:
-        w.stop_button.click()
+        assert not _control(w, "stop")[0]
         assert "Stopping experiment sweep failed: the storage said no" in w.status_line.value
-        w.resume_button.click()
+        assert not _control(w, "resume")[0]
         assert "cannot resume without its trainable" in w.status_line.value
-        w.stop_trial_button.click()
+        assert not _control(w, "stop_trial", "")[0]
         assert "Choose a trial to stop first" in w.status_line.value
-        w.trial_picker.options = ["t1"]
-        w.trial_picker.value = "t1"
-        w.stop_trial_button.click()
-        assert "failed: no trial t1" in w.status_line.value
+        # An id the experiment has, but ended: refused before the handle is asked.
+        ended = w.snapshot.trial_ids[0]
+        assert _control(w, "stop_trial", ended)[1].startswith(f"Trial {ended} already ended")
     finally:
         w.close()
 
@@ -497,7 +524,9 @@ def test_updater_in_a_real_kernel(tmp_path):
     # widget is built long before any pending trial could start.
     figures = widget_updater("ftnb", str(tmp_path), trials=12, reports=1000, running=3,
                              rows_per_s=2.0, window_s=3.0, idle_s=0.5)
-    assert figures["chart_traces"] == 1 + 12 - 3  # the pending ones have no rows yet
+    assert figures["chart_traces"] == 12 - 3  # the pending ones have no rows yet
+    assert figures["unviewed_comm_msgs"] == 0  # no view: nothing sent
+    assert 0 < figures["display_kb"] < 300 and not figures["plotly_imported"]
     assert figures["updates_per_s"] > 0 and figures["comm_msgs_per_s"] > 0
     # Never more than 2 updates a second (one more for where the window starts and ends).
     window = figures["stats_window_s"]

@@ -52,11 +52,14 @@ class OneMachineExecutor:
         start."""
         import cloudpickle
 
+        from ..objects.cell_source import carry_cell_source
+
         if self._closed:
             raise RuntimeError("this executor was shut down: it starts nothing more")
         self.check_fits(spec.resources, spec.num_workers)
         if spec.trial_id in self.running():
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
+        carry_cell_source(spec.trainable)  # a notebook trainable's traceback shows its lines
         payload = cloudpickle.dumps(spec)
         return payload, self._allocate(spec)
 

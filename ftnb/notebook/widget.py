@@ -1,19 +1,32 @@
-"""The live experiment widget: ipywidgets and a plotly chart over an :class:`ExperimentMonitor`.
+"""The live experiment widget: ipywidgets and an anywidget chart over an :class:`ExperimentMonitor`.
 
 :class:`ExperimentWidget` is displayed once; from then on only its values change. One
 background updater thread polls the experiment's monitor at most twice a second (on object
 stores, as often as their :attr:`~ftnb.storage.Storage.poll_interval_s` says: every 2 s), and
-sends only what changed, batched (``hold_sync()``, ``batch_update()``). It
+sends only what changed, batched (``hold_sync()``; the chart's new points as appends). It
 never writes to an ``Output`` widget (``with output:`` from a thread lands in whatever cell runs
 then). It stops by itself once a finished experiment's last state is shown, and on
 :meth:`ExperimentWidget.close`.
 
 What it shows: a header (status, trials by status, ranks per trial for data-parallel trials,
-failures and retries, run time), a table with a row per trial, the chosen metric against
-``training_iteration`` (restarts marked), the failures (a group's: which rank failed first, how
-the other ranks ended, how long the restart took; traceback on demand), and controls: stop a
-trial, stop the experiment, resume an interrupted one (with the exact line that does it), choose
-the metric.
+failures and retries: a resume after a pause is no retry, run time), a table with a row per
+trial (a trial a user stopped reads ``STOPPED``), the chosen metric against
+``training_iteration`` (:class:`ftnb.notebook.chart.TrialChart`: legend and hover name each
+trial's varying hyperparameters, log scale, retries and resumes marked apart), the failures (a
+group's: which rank failed first, how the other ranks ended, how long the restart took;
+traceback on demand), and controls: stop a trial (by its id), stop the experiment, resume an
+interrupted one (with the exact line that does it), take over from a silent driver, choose the
+metric.
+
+**Cullable.** While no front end views it (views report themselves, see
+:mod:`ftnb.notebook.chart`) and no cell runs, it sends nothing: the updater only polls, and a
+view that opens is caught up at once. So JupyterHub's idle culler can cull a server whose
+widget nobody looks at; the experiment goes on (its supervisor is not the kernel's).
+
+**Controls while the kernel is busy.** With ftnb's Jupyter server extension, the front end
+sends stops to the server, not the kernel; without it, the widget says that controls wait for
+the kernel, and a stop that reaches the kernel after its trial ended is refused, never applied
+to another trial.
 
 Outside a notebook the same view is :func:`text_view`. Needs ``ftnb[notebook]``.
 
@@ -31,13 +44,14 @@ import time
 from typing import Any, Optional
 
 import ipywidgets as widgets
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from ..core.records import ExperimentStatus, StateFormatError, StateVersionError, TrialStatus
 from ..storage import is_transient
 from ..ui.failures import failure_what, group_lines, is_group_failure
 from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
-from ..ui.view import URGENCY, format_value, plural
-from .plots import TrialChart
+from ..ui.view import URGENCY, format_value, params_label, plural, shown_status
+from .chart import TrialChart, at_cell_end
 
 __all__ = ["ExperimentWidget", "text_view"]
 
@@ -48,8 +62,9 @@ MAX_FAILURES_SHOWN = 50
 
 _STATUS_COLOR = {
     "RUNNING": "#1f77b4", "PENDING": "#7f7f7f", "PAUSED": "#ff7f0e", "TERMINATED": "#2ca02c",
-    "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e",
+    "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e", "STOPPED": "#ff7f0e",
 }
+_MUTED = "color:var(--jp-ui-font-color2, #666)"
 
 
 # -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
@@ -60,17 +75,17 @@ _TIMES_TIP = ("run time: how long its drivers ran it; wall: since it was created
 def header_html(snap: ExperimentSnapshot) -> str:
     """Status, trials by status, failures and retries, run time (and wall time)."""
     view = snap.view
-    color = _STATUS_COLOR.get(view.status, "black")
+    color = _STATUS_COLOR.get(view.status, "inherit")
     counts = ", ".join(
         f"{n} {s}" for s, n in view.counts.items() if n
     ) or "no trials"
-    retries = sum(max(0, r.attempts - 1) for r in view.rows)
     parts = [
         f"<b>{html.escape(view.name)}</b>",
         f"<b style='color:{color}'>{view.status}</b>",
         html.escape(counts),
         *([html.escape(view.ranks_text())] if view.is_group else []),
-        f"{plural(view.total_failures, 'failure')}, {plural(retries, 'retry', 'retries')}"
+        f"{plural(view.total_failures, 'failure')}, "
+        f"{plural(view.total_retries, 'retry', 'retries')}"
         + (f", {plural(view.total_preemptions, 'preemption')}"
            if view.total_preemptions else ""),
         f"<span title='{_TIMES_TIP}'>{view.times_text()}</span>",
@@ -79,7 +94,7 @@ def header_html(snap: ExperimentSnapshot) -> str:
     sub = html.escape(snap.path)
     if snap.driver_gone:
         sub += f" &middot; <span style='color:#d62728'>{html.escape(snap.driver)}</span>"
-    return f"<div>{line}</div><div style='color:#666;font-size:90%'>{sub}</div>"
+    return f"<div>{line}</div><div style='{_MUTED};font-size:90%'>{sub}</div>"
 
 
 def table_columns(snap: ExperimentSnapshot, metric: Optional[str]) -> list[str]:
@@ -107,7 +122,8 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
     for row in rows:
         last = last_results.get(row.trial_id, {})
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
-        cells = [row.trial_id, row.status, *([str(row.num_workers)] if group else []),
+        cells = [row.trial_id, row.shown_status or row.status,
+                 *([str(row.num_workers)] if group else []),
                  str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(last.get(k)) for k in metrics]
@@ -137,7 +153,7 @@ def table_html(snap: ExperimentSnapshot, metric: Optional[str],
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = ""
     if max_rows is not None and len(snap.view.rows) > max_rows:
-        more = (f"<div style='color:#666'>{plural(len(snap.view.rows) - max_rows, 'more trial')} "
+        more = (f"<div style='{_MUTED}'>{plural(len(snap.view.rows) - max_rows, 'more trial')} "
                 "(errored and running first)</div>")
     return (
         f"{_TABLE_CSS}<div style='max-height:320px;overflow:auto'><table class='ftnb-table'>"
@@ -178,12 +194,12 @@ def failures_html(snap: ExperimentSnapshot) -> str:
     """Every failure on a line, newest first; a group's with its ranks and restart below it."""
     items = failure_list(snap)
     if not items:
-        return "<div style='color:#666'>No failures.</div>"
+        return f"<div style='{_MUTED}'>No failures.</div>"
     trials = {t.trial_id: t for t in snap.state.trials}
     lines = []
     for t, _, f in items[:MAX_FAILURES_SHOWN]:
         lines.append(html.escape(failure_label(t, f)))
-        lines += [f"<span style='color:#666'>    {html.escape(line)}</span>"
+        lines += [f"<span style='{_MUTED}'>    {html.escape(line)}</span>"
                   for line in group_lines(f, trials.get(t))]
     more = len(items) - MAX_FAILURES_SHOWN
     if more > 0:
@@ -197,11 +213,38 @@ def _traceback_html(failure: Any, trial: Any = None) -> str:
     lines = group_lines(failure, trial)
     if lines:  # a group's: the cause, the other ranks and the restart, then the cause's traceback
         text = "\n".join(lines) + (f"\n\n{failure.traceback}" if failure.traceback else "")
-    return ("<pre style='max-height:300px;overflow:auto;font-size:85%;background:#f7f7f7;"
+    return ("<pre style='max-height:300px;overflow:auto;font-size:85%;"
+            "background:var(--jp-layout-color2, #f7f7f7);color:var(--jp-ui-font-color1, inherit);"
             f"padding:4px'>{html.escape(text)}</pre>")
 
 
 # -- the widget ----------------------------------------------------------------------------------
+_STOPPABLE = (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.PAUSED)
+
+
+def takeover_offer(snap: ExperimentSnapshot) -> Optional[dict]:
+    """The Take over control while the experiment's driver is silent (its death unproven: the
+    read model's ``takeover`` line, ``driver_silent_s`` and ``driver_dead_in_s``): ``{"text",
+    "available", "line"}``; None when there is nothing to take over (or this ftnb's read model
+    does not say: the hook for a read model without the takeover)."""
+    line = getattr(snap, "takeover", None)
+    if not line:
+        return None
+    driver = snap.driver_status
+    silent = getattr(driver, "silent_s", None)
+    dead_in = getattr(driver, "dead_in_s", None)
+    text = f"Its driver has been silent for {silent:.0f} s" if silent is not None else (
+        "Its driver is silent")
+    text += (f"; it counts as dead in {max(0.0, dead_in):.0f} s." if dead_in is not None
+             else "; it never counts as dead on its own.")
+    here = bool(getattr(driver, "alive_here", False))
+    if here:
+        text += " It is alive on this machine: no takeover."
+    else:
+        text += f" Take it over now ({line}):"
+    return {"text": text, "available": not here, "line": line}
+
+
 class ExperimentWidget(widgets.VBox):
     """The live view of an experiment, with its controls.
 
@@ -215,7 +258,8 @@ class ExperimentWidget(widgets.VBox):
         start: start the background updater (tests drive :meth:`refresh` themselves).
 
     The first state is read before the constructor returns, so a finished experiment's widget
-    is complete when displayed.
+    is complete when displayed. The controls are methods too (:meth:`stop_trial`,
+    :meth:`stop`, :meth:`resume`, :meth:`take_over`), each returning ``(ok, what happened)``.
     """
 
     def __init__(self, handle: Any, metric: Optional[str] = None,
@@ -235,58 +279,51 @@ class ExperimentWidget(widgets.VBox):
         self._poll_error: Optional[str] = None
         self._unreadable = False  # written by a newer ftnb: polling again cannot help
         self._view_dirty = False  # a choice of the user (metric, rows, failure) to show
+        self._behind = False  # polled while no view looked: the next apply shows all of it
         self._applying = False
         self._fast_until = 0.0  # after a resume: poll at full speed until it shows RUNNING
-        #: polls done, and updates (polls that found something new) shown.
-        self.stats = {"polls": 0, "updates": 0}
+        #: polls done, updates (polls that found something new) shown, and polls kept
+        #: unsent because no view looked.
+        self.stats = {"polls": 0, "updates": 0, "unviewed": 0}
 
-        self.header = widgets.HTML()
-        self.status_line = widgets.HTML()
-        self.resume_box = widgets.HTML()
-        self.resume_button = widgets.Button(description="Resume", icon="play",
-                                            tooltip="resume the experiment in the background")
-        self.trial_picker = widgets.Dropdown(description="Trial", options=[],
-                                             layout=widgets.Layout(width="260px"))
-        self.stop_trial_button = widgets.Button(description="Stop trial", icon="stop")
-        self.stop_button = widgets.Button(description="Stop experiment", icon="stop",
-                                          button_style="danger")
+        # One layout and one style for every part that never changes its own: each is a model
+        # of its own in the front end, 1 KB per display apiece.
+        plain, text = widgets.Layout(), HTMLStyle()
+        self.header = widgets.HTML(layout=plain, style=text)
+        self.status_line = widgets.HTML(layout=plain, style=text)
         self.metric_picker = widgets.Dropdown(description="Metric", options=[],
                                               layout=widgets.Layout(width="260px"))
-        self.show_all_rows = widgets.ToggleButton(description="Show all trials", value=False)
-        self.table = widgets.HTML()
-        self.chart = TrialChart(metric)
-        self.failures = widgets.HTML()
+        self.show_all_rows = widgets.ToggleButton(description="Show all trials", value=False,
+                                                  layout=plain)
+        self.table = widgets.HTML(layout=plain, style=text)
+        self.chart = TrialChart(metric, on_control=self._on_control, on_view=self._catch_up,
+                                layout=plain)
+        self.failures = widgets.HTML(layout=plain, style=text)
         self.failure_picker = widgets.Dropdown(description="Failure", options=[],
                                                layout=widgets.Layout(width="520px"))
-        self.traceback_toggle = widgets.ToggleButton(description="Show traceback", value=False)
-        self.traceback = widgets.HTML()
+        self.traceback_toggle = widgets.ToggleButton(description="Show traceback", value=False,
+                                                     layout=plain)
+        self.traceback = widgets.HTML(layout=plain, style=text)
 
-        self.resume_button.on_click(self._on_resume)
-        self.stop_trial_button.on_click(self._on_stop_trial)
-        self.stop_button.on_click(self._on_stop)
         self.metric_picker.observe(self._on_metric, names="value")
         self.show_all_rows.observe(self._on_view_option, names="value")
         self.failure_picker.observe(self._on_view_option, names="value")
         self.traceback_toggle.observe(self._on_view_option, names="value")
 
-        self.running_controls = widgets.HBox(
-            [self.trial_picker, self.stop_trial_button, self.stop_button])
-        self.resume_controls = widgets.HBox([self.resume_box, self.resume_button])
         self.failure_box = widgets.VBox([
             self.failures, widgets.HBox([self.failure_picker, self.traceback_toggle]),
-            self.traceback])
+            self.traceback], layout=plain)
         super().__init__([
             self.header,
             self.status_line,
-            self.running_controls,
-            self.resume_controls,
-            widgets.HBox([self.metric_picker, self.show_all_rows]),
+            widgets.HBox([self.metric_picker, self.show_all_rows], layout=plain),
+            self.chart,
             self.table,
-            self.chart.figure,
-            widgets.HTML("<b>Failures</b>"),
+            widgets.HTML("<b>Failures</b>", layout=plain, style=text),
             self.failure_box,
         ])
         self.refresh()
+        at_cell_end(self)
         if start:
             self.start()
 
@@ -335,7 +372,8 @@ class ExperimentWidget(widgets.VBox):
             except Exception as exc:  # never let the thread die silently
                 self._say(f"ftnb widget: update failed: {type(exc).__name__}: {exc}", error=True)
                 snap = None
-            if snap is not None and ExperimentStatus(snap.status).is_finished():
+            if (snap is not None and ExperimentStatus(snap.status).is_finished()
+                    and not self._behind):
                 return  # its last state is shown: nothing will change any more
 
     def close(self) -> None:
@@ -345,7 +383,6 @@ class ExperimentWidget(widgets.VBox):
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
-        self.chart.figure.close()
         for child in self._all_children(self):
             for part in (getattr(child, "layout", None), getattr(child, "style", None), child):
                 if isinstance(part, widgets.Widget):
@@ -361,7 +398,8 @@ class ExperimentWidget(widgets.VBox):
 
     # -- polling and applying ------------------------------------------------------------------
     def refresh(self) -> Optional[ExperimentSnapshot]:
-        """Poll the experiment once and show what changed; returns the snapshot shown."""
+        """Poll the experiment once and show what changed (while a view looks: see the module
+        docstring); returns the snapshot read."""
         with self._lock:
             self.stats["polls"] += 1
             try:
@@ -385,8 +423,33 @@ class ExperimentWidget(widgets.VBox):
             if self._poll_error is not None:
                 self._poll_error = None
                 self._say("")
+            if self.snapshot is not None and not self.chart.viewed:
+                # Nobody looks: keep it, send nothing (an idle server stays idle).
+                self._latest, self._behind = snap, True
+                self.stats["unviewed"] += 1
+                return snap
             self._apply(snap)
             return snap
+
+    def at_cell_end(self) -> None:
+        """The cell that ran ends (the kernel is still busy): show the experiment as it is now,
+        before going quiet if no view looks."""
+        if self._stop.is_set() or self._unreadable:
+            return
+        with self._lock:
+            if self.snapshot is None or self._applying:
+                return
+            if self.updating or self._behind:
+                self.refresh()
+
+    def _catch_up(self) -> None:
+        """A view opened after a time without any: show it everything as it is now."""
+        with self._lock:
+            snap = getattr(self, "_latest", None) if self._behind else None
+            if snap is None or self._applying:
+                return
+            self._view_dirty = True
+            self._apply(snap)
 
     def _apply(self, snap: ExperimentSnapshot) -> None:
         self._applying = True
@@ -394,45 +457,43 @@ class ExperimentWidget(widgets.VBox):
             self._apply_all(snap)
         finally:
             self._applying = False
+            self._behind = False
 
     def _apply_all(self, snap: ExperimentSnapshot) -> None:
         previous = self.snapshot
         self.snapshot = snap
-        structural = previous is None or previous.generation != snap.generation
+        structural = previous is None or previous.generation != snap.generation or self._behind
         if structural:
             self.stats["updates"] += 1
         _set(self.header, "value", header_html(snap))
+        self._apply_controls(snap, structural)
         if structural:
-            self._apply_controls(snap)
             self._apply_metric_options(snap)
         metric = self.metric_picker.value or None
         if structural or self._view_dirty:
             _set(self.table, "value", table_html(
                 snap, metric, None if self.show_all_rows.value else DEFAULT_TABLE_ROWS))
             self._apply_failures(snap)
-        if structural or self._view_dirty or metric != self.chart.metric:
+        if structural or self._view_dirty or (metric or "") != self.chart.metric:
             self.chart.update(snap, metric)
         self._view_dirty = False
 
-    def _apply_controls(self, snap: ExperimentSnapshot) -> None:
-        running = snap.status == ExperimentStatus.RUNNING
-        interrupted = snap.status == ExperimentStatus.INTERRUPTED
-        _show(self.running_controls, running)
-        _show(self.resume_controls, interrupted)
-        if interrupted:
-            _set(self.resume_box, "value",
-                 "Interrupted: nothing runs it now. Resume it with "
-                 f"<code>{html.escape(snap.resume_line)}</code> or the button:")
-        stoppable = [
-            r.trial_id for r in snap.view.rows if r.status in (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.PAUSED)
-        ]
-        with self.trial_picker.hold_sync():
-            if list(self.trial_picker.options) != stoppable:
-                current = self.trial_picker.value
-                self.trial_picker.options = stoppable
-                if current in stoppable:
-                    self.trial_picker.value = current
-        _set(self.stop_trial_button, "disabled", not stoppable)
+    def _apply_controls(self, snap: ExperimentSnapshot, structural: bool) -> None:
+        takeover = takeover_offer(snap)
+        if not structural and takeover is None and self.chart.controls.get("takeover") is None:
+            return
+        labels = {r.trial_id: params_label(r.params) for r in snap.view.rows}
+        stoppable = [[r.trial_id, labels.get(r.trial_id, "")]
+                     for r in snap.view.rows if r.status in _STOPPABLE]
+        self.chart.set_controls({
+            "running": snap.status == ExperimentStatus.RUNNING,
+            "interrupted": snap.status == ExperimentStatus.INTERRUPTED,
+            "stoppable": stoppable,
+            "resume_line": snap.resume_line if snap.status == ExperimentStatus.INTERRUPTED
+            else "",
+            "path": snap.path,
+            "takeover": takeover,
+        })
 
     def _apply_metric_options(self, snap: ExperimentSnapshot) -> None:
         options = list(snap.metrics)
@@ -499,45 +560,90 @@ class ExperimentWidget(widgets.VBox):
         with self._lock:
             self._view_dirty = True
             if self.snapshot is not None and not self._applying:
-                self._apply(self.snapshot)
+                self._apply(getattr(self, "_latest", None) if self._behind else self.snapshot)
 
-    def _on_stop_trial(self, _button: Any) -> None:
-        trial_id = self.trial_picker.value
+    # -- controls ------------------------------------------------------------------------------
+    def _on_control(self, request: dict) -> tuple[bool, str]:
+        """A control request from a view (a message: it reached the kernel once the kernel was
+        free, maybe long after the click)."""
+        action = request.get("type")
+        if action == "stop_trial":
+            return self.stop_trial(str(request.get("trial_id") or ""))
+        if action == "stop":
+            return self.stop()
+        if action == "resume":
+            return self.resume()
+        if action == "takeover":
+            return self.take_over()
+        return False, f"unknown control {action!r}"
+
+    def stop_trial(self, trial_id: str) -> tuple[bool, str]:
+        """Stop the trial ``trial_id`` (TERMINATED; the others go on). Refused, never applied
+        to another trial, when it has ended or is not in the experiment: a click queued behind
+        a busy kernel may arrive after the trial finished."""
         if not trial_id:
-            self._say("Choose a trial to stop first.", error=True)
-            return
-        self._action(f"Stopping trial {trial_id}",
-                     lambda: self.handle.stop_trial(trial_id, wait=False))
+            return self._said("Choose a trial to stop first.", False)
+        with self._lock:
+            snap = self._poll_quietly()
+        trial = None if snap is None else next(
+            (t for t in snap.state.trials if t.trial_id == trial_id), None)
+        if snap is not None and trial is None:
+            return self._said(f"No trial {trial_id} in experiment {self.handle.name}: nothing "
+                              "stopped.", False)
+        if trial is not None and trial.status not in _STOPPABLE:
+            return self._said(f"Trial {trial_id} already ended ({shown_status(trial)}): "
+                              "nothing stopped.", False)
+        return self._action(f"Stopping trial {trial_id}",
+                            lambda: self.handle.stop_trial(trial_id, wait=False))
 
-    def _on_stop(self, _button: Any) -> None:
-        self._action(f"Stopping experiment {self.handle.name}",
-                     lambda: self.handle.stop(wait=False))
+    def stop(self) -> tuple[bool, str]:
+        """Stop the experiment (INTERRUPTED, resumable)."""
+        return self._action(f"Stopping experiment {self.handle.name}",
+                            lambda: self.handle.stop(wait=False))
 
-    def _on_resume(self, _button: Any) -> None:
+    def resume(self, takeover: bool = False) -> tuple[bool, str]:
+        """Resume the interrupted experiment in a new supervisor, with the trainable this kernel
+        launched it with (or its recorded name in the notebook); ``takeover``: from a silent
+        driver (``handle.resume(takeover=True)``)."""
         def resume() -> None:
             self._fast_until = time.monotonic() + 60.0
-            new = self.handle.resume(wait=False)
+            kwargs = {"takeover": True} if takeover else {}
+            new = self.handle.resume(wait=False, **kwargs)
             if new is not None and new is not self.handle:
                 self.handle = new
             self.start()
 
-        self._action(f"Resuming experiment {self.handle.name}", resume)
+        what = "Taking over" if takeover else "Resuming"
+        return self._action(f"{what} experiment {self.handle.name}", resume)
 
-    def _action(self, what: str, fn: Any) -> None:
+    def take_over(self) -> tuple[bool, str]:
+        """Take the experiment over from its silent driver and resume it here."""
+        return self.resume(takeover=True)
+
+    def _poll_quietly(self) -> Optional[ExperimentSnapshot]:
+        try:
+            return self.monitor.poll()
+        except Exception:  # unreadable now: the handle's own checks decide
+            return None
+
+    def _action(self, what: str, fn: Any) -> tuple[bool, str]:
         """Run a control action; its errors (and what it printed) go to the status line."""
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 fn()
         except Exception as exc:
-            self._say(f"{what} failed: {exc}", error=True)
-            return
+            return self._said(f"{what} failed: {exc}", False)
         printed = " ".join(out.getvalue().split())
-        self._say(f"{what}: requested." + (f" {printed}" if printed else ""))
         self._wake.set()  # show its effect as soon as the next poll can
+        return self._said(f"{what}: requested." + (f" {printed}" if printed else ""), True)
+
+    def _said(self, text: str, ok: bool) -> tuple[bool, str]:
+        self._say(text, error=not ok)
+        return ok, text
 
     def _say(self, text: str, error: bool = False) -> None:
-        color = "#d62728" if error else "#333"
+        color = "var(--jp-error-color1, #d62728)" if error else "inherit"
         value = f"<span style='color:{color}'>{html.escape(text)}</span>" if text else ""
         _set(self.status_line, "value", value)
 

@@ -11,20 +11,30 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ..core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
+from ..core.records import (
+    AttemptOutcome,
+    ExperimentState,
+    ExperimentStatus,
+    TrialRecord,
+    TrialStatus,
+)
 from ..storage import AUTO_KEYS
 from ..wording import plural
 from .failures import shorten_keeping_rank
 
 __all__ = [
+    "STOPPED",
     "ExperimentView",
     "TrialRow",
     "format_duration",
     "format_value",
+    "params_label",
     "planned_workers",
     "plural",
     "render_table",
+    "retries",
     "run_times",
+    "shown_status",
 ]
 
 _AUTO = frozenset(AUTO_KEYS)  # not metrics: ftnb fills them in on every row
@@ -32,6 +42,38 @@ _AUTO = frozenset(AUTO_KEYS)  # not metrics: ftnb fills them in on every row
 #: When a table is cut, the trials shown first (lower first).
 URGENCY = {TrialStatus.ERRORED: 0, TrialStatus.RUNNING: 1, ExperimentStatus.INTERRUPTED: 1, TrialStatus.PAUSED: 2,
            TrialStatus.PENDING: 3, TrialStatus.TERMINATED: 4}
+
+
+#: How a view shows a trial a user (or a restore) stopped before it completed: stored as
+#: TERMINATED, like one that completed, with the stop's reason as its note.
+STOPPED = "STOPPED"
+
+#: Outcomes after which the next attempt is a retry; after the others (a stop, a driver gone)
+#: it is a resume, not a retry.
+RETRIED_AFTER = frozenset(
+    {AttemptOutcome.FAILED.value, AttemptOutcome.PREEMPTED.value, AttemptOutcome.NODE_LOST.value})
+
+
+def retries(trial: TrialRecord) -> int:
+    """Attempts of ``trial`` that followed a failed, preempted or lost one (an attempt after a
+    pause and a resume is no retry)."""
+    attempts = trial.attempts
+    return sum(1 for before in attempts[:-1] if before.outcome in RETRIED_AFTER)
+
+
+def shown_status(trial: TrialRecord) -> str:
+    """The trial's status as views show it: :data:`STOPPED` for a TERMINATED trial that was
+    stopped (its note says why) before it completed, else its status."""
+    if (trial.status == TrialStatus.TERMINATED and trial.note
+            and not (trial.attempts and trial.attempts[-1].outcome == AttemptOutcome.FINISHED)):
+        return STOPPED
+    return trial.status
+
+
+def params_label(params: dict) -> str:
+    """A trial's varying hyperparameters on one line (``lr=0.01, layers=2``), as legends and
+    hovers name it; "" when none vary."""
+    return ", ".join(f"{k}={format_value(v)}" for k, v in params.items())
 
 
 @dataclass
@@ -48,6 +90,10 @@ class TrialRow:
     #: Ranks of the trial's attempts: its latest attempt's ``num_workers`` (a trial not started
     #: yet: the experiment's, :func:`planned_workers`); 1 for an ordinary trial.
     num_workers: int = 1
+    #: Attempts that followed a failure (:func:`retries`): a resume after a pause is none.
+    retries: int = 0
+    #: Its status as views show it (:func:`shown_status`: a stopped trial is ``STOPPED``).
+    shown_status: str = ""
 
 
 @dataclass
@@ -104,6 +150,8 @@ class ExperimentView:
                     metrics={k: last.get(k) for k in metric_columns},
                     params={k: flat_config.get(k) for k in param_columns},
                     num_workers=trial.attempts[-1].num_workers if trial.attempts else ranks,
+                    retries=retries(trial),
+                    shown_status=shown_status(trial),
                 )
             )
         end = state.updated if state.status != ExperimentStatus.RUNNING else time.time()
@@ -127,6 +175,11 @@ class ExperimentView:
         the last sign of life, for one whose driver died)."""
         running_s, elapsed_s = run_times(state, end)
         return replace(self, running_s=running_s, elapsed_s=elapsed_s)
+
+    @property
+    def total_retries(self) -> int:
+        """Attempts that followed a failure, over every trial (resumes after a pause aside)."""
+        return sum(r.retries for r in self.rows)
 
     @property
     def is_group(self) -> bool:

@@ -1,0 +1,243 @@
+"""The widget's chart and controls where behaviour depends on a front end and a kernel: every
+trial's points in the model state (a reload shows the whole chart), the bytes one display
+sends, a kernel that sends nothing while no view looks and catches a view up when one opens,
+controls that name a trial by id (a stop for an ended or unknown trial is refused, never
+redirected), a user-stopped trial and a resumed one shown apart from a completed one and a
+retry, and the source lines of a notebook-defined trainable in its trial's traceback. The
+kernels are real (jupyter_client); this client sends what a browser's view sends."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from array import array
+
+import pytest
+
+pytest.importorskip("anywidget", reason="the widget needs ftnb[notebook]")
+pytest.importorskip("jupyter_client", reason="needs jupyter_client")
+pytest.importorskip("ipykernel", reason="needs ipykernel")
+
+import ftnb  # noqa: E402
+from ftnb.core.records import AttemptRecord, ExperimentState, FailureRecord  # noqa: E402
+from ftnb.notebook.widget import ExperimentWidget  # noqa: E402
+from ftnb.storage.lease import Lease  # noqa: E402
+from procs import REPO, TESTS, wait_for  # noqa: E402
+
+sys.path.insert(0, REPO)
+from bench.procs import subprocess_env  # noqa: E402
+from bench.widget_load import (  # noqa: E402
+    WidgetKernel,
+    _line,
+    _row,
+    chart_comm_id,
+    display_bytes,
+    write_experiment,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def decode_series(series: dict, buffers: list = ()) -> dict:
+    """The chart's ``series`` state (or a ``series`` message) as ``{trial: (xs, ys)}``; buffers
+    given by index (a message) or inline (the state)."""
+    def raw(value):
+        return bytes(buffers[value]) if isinstance(value, int) else bytes(value)
+
+    ys, xs = array("f"), array("i")
+    ys.frombytes(raw(series["y"]))
+    xs.frombytes(raw(series["x"]))
+    out, yi, xi = {}, 0, 0
+    for trial_id, n, x0 in zip(series["ids"], series["n"], series["x0"]):
+        if x0 is None:
+            trial_xs, xi = list(xs[xi:xi + n]), xi + n
+        else:
+            trial_xs = list(range(x0, x0 + n))
+        out[trial_id] = (trial_xs, [None if math.isnan(v) else v for v in ys[yi:yi + n]])
+        yi += n
+    return out
+
+
+def _append(paths, trial, index, step):
+    with open(paths.trial(trial.dir_name).results, "ab") as f:
+        f.write(_line(_row(index, step, trial.trial_id)))
+
+
+def _loss(index, step):
+    return array("f", [_row(index, step, "t")["loss"]])[0]  # as float32 carries it
+
+
+def test_every_point_is_in_the_model_state_after_lines_were_added(tmp_path):
+    paths, state = write_experiment(str(tmp_path), "grow", 4, 5, finished=2, partial=[2],
+                                    status="RUNNING")
+    w = ExperimentWidget(ftnb.attach(paths.dir), start=False)
+    try:
+        running, pending = state.trials[2], state.trials[3]
+        for step in (3, 4, 5):
+            _append(paths, running, 2, step)
+        _append(paths, pending, 3, 1)  # a trial's first line, after the display
+        w.refresh()
+        # What a reloaded page (or a reopened notebook) gets: the whole current chart.
+        series = decode_series(w.chart.get_state()["series"])
+        assert set(series) == {t.trial_id for t in state.trials}
+        assert series[running.trial_id] == ([1, 2, 3, 4, 5], [_loss(2, s) for s in range(1, 6)])
+        assert series[pending.trial_id] == ([1], [_loss(3, 1)])
+        assert series[state.trials[0].trial_id][0] == [1, 2, 3, 4, 5]
+        # A trial restarted from a checkpoint: its rows replaced by fewer, then new ones.
+        with open(paths.trial(running.dir_name).results, "wb") as f:
+            f.write(b"".join(_line(_row(2, s, running.trial_id)) for s in (1, 2, 3)))
+        w.refresh()
+        assert decode_series(w.chart.get_state()["series"])[running.trial_id][0] == [1, 2, 3]
+    finally:
+        w.close()
+
+
+def test_user_stopped_and_resumed_trials_are_shown_apart(tmp_path):
+    paths, state = write_experiment(str(tmp_path), "kinds", 4, 6)
+    done, stopped, resumed, retried = state.trials
+    t0 = state.created
+    stopped.note = "stopped by user"
+    stopped.attempts[0].outcome = "stopped"
+    resumed.attempts = [AttemptRecord(1, t0, outcome="interrupted", ended=t0 + 1),
+                        AttemptRecord(2, t0 + 2, start_iteration=3, outcome="finished")]
+    retried.attempts = [AttemptRecord(1, t0, outcome="failed", ended=t0 + 1),
+                        AttemptRecord(2, t0 + 2, start_iteration=2, outcome="finished")]
+    retried.failures = [FailureRecord(attempt=1, time=t0 + 1, iteration=2, kind="exception",
+                                      type="ValueError", message="boom")]
+    for trial in state.trials:
+        trial.seq += 1
+        paths.storage.write_atomic(paths.trial(trial.dir_name).record,
+                                   json.dumps(trial.to_json()))
+    state.save(paths, final=True)
+    w = ExperimentWidget(ftnb.attach(paths.dir))
+    try:
+        shown = w.chart.trial_statuses
+        assert shown == {done.trial_id: "TERMINATED", stopped.trial_id: "STOPPED",
+                         resumed.trial_id: "TERMINATED", retried.trial_id: "TERMINATED"}
+        assert f"class='s-STOPPED'>STOPPED<" in w.table.value
+        marks = {m["trial"]: m for m in w.chart.restarts}
+        assert marks[resumed.trial_id]["kind"] == "resume"
+        assert "after a pause (not a retry)" in marks[resumed.trial_id]["text"]
+        assert marks[retried.trial_id]["kind"] == "retry"
+        # One failure, one retry: the resume after a pause is none.
+        assert "1 failure, 1 retry" in w.header.value
+        rows = {r.trial_id: r for r in w.snapshot.view.rows}
+        assert (rows[resumed.trial_id].retries, rows[retried.trial_id].retries) == (0, 1)
+    finally:
+        w.close()
+
+
+# -- in a real kernel ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([REPO, TESTS, env.get("PYTHONPATH", "")])
+    k = WidgetKernel(env=env, cwd=str(tmp_path_factory.mktemp("kernel")))
+    k.run("import ftnb, json, sys")
+    yield k
+    k.close()
+
+
+def _show(kernel, path, name="w"):
+    kernel.run(f"from IPython.display import display\n"
+               f"from ftnb.notebook.widget import ExperimentWidget\n"
+               f"{name} = ExperimentWidget(ftnb.attach({path!r})); display({name})")
+    return list(kernel.cell)
+
+
+def _custom(msg):
+    data = msg["content"].get("data", {})
+    return data.get("content") if data.get("method") == "custom" else None
+
+
+def test_one_display_is_under_300_kb_and_a_reload_gets_every_point(kernel, tmp_path):
+    paths, _ = write_experiment(str(tmp_path), "big", 500, 100)
+    cell = _show(kernel, paths.dir, "big")
+    assert display_bytes(cell) < 300 * 1024, display_bytes(cell)
+    assert kernel.run("print('plotly' in sys.modules)").strip() == "False"
+    # A reloaded page asks each widget for its state: the chart's holds all 50,000 points.
+    chart = chart_comm_id(cell)
+    kernel.send_comm(chart, {"method": "request_state"})
+    [reply] = kernel.comm_messages(30, until=lambda m: m["content"]["data"].get(
+        "method") == "update" and "series" in m["content"]["data"]["state"])[-1:]
+    data = reply["content"]["data"]
+    buffers = {tuple(p): bytes(b) for p, b in zip(data["buffer_paths"], reply["buffers"])}
+    series = dict(data["state"]["series"], x=buffers[("series", "x")],
+                  y=buffers[("series", "y")])
+    decoded = decode_series(series)
+    assert len(decoded) == 500 and sum(len(xs) for xs, _ in decoded.values()) == 50_000
+    kernel.run("big.close()")
+
+
+def test_no_view_no_messages_then_a_view_is_caught_up_and_controls_name_trials(kernel, tmp_path):
+    paths, state = write_experiment(str(tmp_path), "live", 3, 5, finished=1, partial=[2, 2],
+                                    status="RUNNING")
+    lease = Lease.acquire(paths, what="run")
+    lease.start_heartbeat()
+    try:
+        cell = _show(kernel, paths.dir, "live")
+        chart = chart_comm_id(cell)
+        a, b = state.trials[1], state.trials[2]
+        # The cell ended and no view reported itself: rows come, nothing is sent.
+        for step in (3, 4):
+            _append(paths, a, 1, step)
+            assert kernel.comm_messages(1.5) == []
+        assert json.loads(kernel.run("print(json.dumps(live.stats))"))["unviewed"] >= 1
+        # A view opens: it gets every point as it is now, and the header.
+        kernel.report_view(chart, "open", view="v1")
+        got = kernel.comm_messages(30, until=lambda m: (_custom(m) or {}).get("type") == "series")
+        full = got[-1]
+        series = decode_series(_custom(full), full["buffers"])
+        assert series[a.trial_id][0] == [1, 2, 3, 4]
+        # While it looks, a new row goes as an append of that row alone.
+        _append(paths, b, 2, 3)
+        got = kernel.comm_messages(30, until=lambda m: (_custom(m) or {}).get("type") == "delta")
+        assert _custom(got[-1])["trials"] == {b.trial_id: {"start": 2, "x": [3],
+                                                            "y": [_row(2, 3, "")["loss"]]}}
+        # A stop for a trial that ended, or one that is not there, is refused: no other trial
+        # is stopped in its place (the id, never a position, travels).
+        for trial_id, words in ((state.trials[0].trial_id, "already ended (TERMINATED)"),
+                                ("nope_00007", "No trial nope_00007")):
+            kernel.send_comm(chart, {"method": "custom", "content": {
+                "type": "stop_trial", "trial_id": trial_id, "request": 3, "view": "v1"}})
+            got = kernel.comm_messages(
+                30, until=lambda m: (_custom(m) or {}).get("type") == "reply")
+            reply = _custom(got[-1])
+            assert reply["ok"] is False and words in reply["text"], reply
+        assert paths.control_request_ids() == []  # no request was written
+        # The view goes: silence again.
+        kernel.report_view(chart, "close", view="v1")
+        _append(paths, a, 1, 5)
+        wait_for(lambda: json.loads(kernel.run("print(json.dumps(live.chart.views))")) == 0,
+                 timeout=10, what="the view to be gone")
+        assert kernel.comm_messages(1.5) == []
+        kernel.run("live.close()")
+    finally:
+        lease.release()
+
+
+RAISES = '''
+def fails_here(config):
+    step = config["x"] + 1
+    raise ValueError(f"boom in a notebook cell at {step}")  # the line a traceback shows
+'''
+
+
+def test_a_notebook_trainable_traceback_shows_its_source_line(kernel, tmp_path):
+    kernel.run("%load_ext ftnb\n" + RAISES)
+    store = str(tmp_path / "store")
+    # In the kernel's own Tuner, and through a detached supervisor (%ftrun): each trial's
+    # traceback carries the cell's line.
+    kernel.run(f"grid = ftnb.run(fails_here, param_space={{'x': 1}}, name='inline', "
+               f"storage_path={store!r})")
+    kernel.run("space = {'x': 2}")
+    kernel.run(f"%ftrun fails_here -p space --name detached --storage {store} "
+               "--wait --no-widget -q")
+    for name, step in (("inline", 2), ("detached", 3)):
+        trials = ftnb.attach(os.path.join(store, name)).state().trials
+        [failure] = trials[0].failures
+        assert failure.type == "ValueError" and f"at {step}" in failure.message
+        assert 'raise ValueError(f"boom in a notebook cell at {step}")' in failure.traceback, (
+            failure.traceback)
