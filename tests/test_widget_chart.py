@@ -241,3 +241,125 @@ def test_a_notebook_trainable_traceback_shows_its_source_line(kernel, tmp_path):
         assert failure.type == "ValueError" and f"at {step}" in failure.message
         assert 'raise ValueError(f"boom in a notebook cell at {step}")' in failure.traceback, (
             failure.traceback)
+
+
+# -- the ES module in a real browser (no JupyterLab: a page gives it a model) -----------------
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style id="css"></style></head>
+<body><div id="host" style="width:800px"></div><script type="module">
+import chart from "./chart.js";
+const state = await (await fetch("./state.json")).json();
+const bytes = (b64) => { const s = atob(b64), a = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return new DataView(a.buffer); };
+state.series.x = bytes(state.series.x); state.series.y = bytes(state.series.y);
+document.getElementById("css").textContent = state._css;
+const handlers = {};
+window.sent = [];
+window.model = {
+  get: (k) => state[k],
+  set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+  on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
+  off: (e, f) => { handlers[e] = (handlers[e] || []).filter((g) => g !== f); },
+  send: (m) => window.sent.push(m), save_changes: () => window.sent.push({saved: true}),
+};
+window.fire = (e, ...args) => (handlers[e] || []).forEach((f) => f(...args));
+window.cleanup = chart.render({model: window.model, el: document.getElementById("host")});
+window.ready = true;
+</script></body></html>"""
+
+
+@pytest.fixture
+def chart_page(tmp_path):
+    """A page serving the chart's ES module and a widget's state (its buffers as base64)."""
+    import base64
+    import functools
+    import http.server
+    import threading
+
+    from ftnb.notebook import chart as chart_module
+
+    paths, state = write_experiment(str(tmp_path / "runs"), "page", 4, 20, finished=3,
+                                    partial=[5])
+    stopped = state.trials[1]
+    stopped.note = "stopped by user"
+    stopped.attempts[0].outcome = "stopped"
+    stopped.seq += 1
+    paths.storage.write_atomic(paths.trial(stopped.dir_name).record,
+                               json.dumps(stopped.to_json()))
+    w = ExperimentWidget(ftnb.attach(paths.dir), start=False)
+    try:
+        data = w.chart.get_state()
+    finally:
+        w.close()
+    data["series"] = dict(data["series"], x=base64.b64encode(data["series"]["x"]).decode(),
+                          y=base64.b64encode(data["series"]["y"]).decode())
+    data["controls"] = dict(data["controls"], running=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "state.json").write_text(json.dumps(data))
+    (site / "chart.js").write_text(data["_esm"])
+    (site / "page.html").write_text(_PAGE)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/page.html", state, chart_module
+    finally:
+        server.shutdown()
+
+
+def test_the_es_module_draws_the_state_and_names_trials_by_id(chart_page):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright")
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("needs Debian's chromium (/usr/bin/chromium)")
+    url, state, _ = chart_page
+    ids = [t.trial_id for t in state.trials]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_function("window.ready === true", timeout=20_000)
+            lines = page.eval_on_selector_all(
+                "[data-testid=ftnb-chart] path.ftnb-line",
+                "es => es.map(e => [e.dataset.trialId, e.dataset.status,"
+                " e.getAttribute('stroke-dasharray')])")
+            assert lines == [[ids[0], "TERMINATED", None], [ids[1], "STOPPED", "7 3"],
+                             [ids[2], "TERMINATED", None], [ids[3], "RUNNING", None]]
+            legend = page.inner_text("[data-testid=ftnb-chart-legend]")
+            assert "lr=0.002, layers=3" in legend and "STOPPED" in legend
+            options = page.eval_on_selector_all("[data-testid=ftnb-trial-select] option",
+                                                "es => es.map(e => e.value)")
+            assert options == [ids[3]]  # by id; the running one only
+            # No ftnb server extension behind this page: the widget says controls wait.
+            page.wait_for_function("document.querySelector('[data-testid=ftnb-control-mode]')"
+                                   ".textContent.includes('wait for the kernel')")
+            page.click("[data-testid=ftnb-stop-trial]")
+            sent = page.evaluate("window.sent")
+            assert sent[0]["type"] == "view" and sent[0]["event"] == "open"
+            assert sent[0]["points"] == 3 * 20 + 5
+            assert {k: sent[-1][k] for k in ("type", "trial_id")} == {
+                "type": "stop_trial", "trial_id": ids[3]}
+            page.evaluate("fire('msg:custom', {type: 'reply', view: window.sent.at(-1).view,"
+                          " ok: false, text: 'refused: it ended'}, [])")
+            assert page.inner_text("[data-testid=ftnb-control-status]") == "refused: it ended"
+            # An append lengthens a line; one that skips rows asks for everything again.
+            page.evaluate(f"fire('msg:custom', {{type: 'delta', metric: 'loss', trials: "
+                          f"{{{ids[3]}: {{start: 5, x: [6, 7], y: [0.1, 0.09]}}}}}}, [])")
+            page.wait_for_function(
+                f"document.querySelector('[data-trial-id={ids[3]}]')"
+                ".getAttribute('d').split('L').length === 7")
+            page.evaluate(f"fire('msg:custom', {{type: 'delta', metric: 'loss', trials: "
+                          f"{{{ids[3]}: {{start: 50, x: [51], y: [0.1]}}}}}}, [])")
+            assert page.evaluate("window.sent.at(-1).type") == "resync"
+            page.check("[data-testid=ftnb-log-scale]")
+            assert page.evaluate("window.model.get('log_y')") is True
+            page.wait_for_function("[...document.querySelectorAll('[data-testid=ftnb-chart]"
+                                   " text')].some(e => e.textContent === 'loss (log)')")
+            page.evaluate("window.cleanup()")
+            assert page.evaluate("window.sent.at(-1).event") == "close"
+            assert errors == []
+        finally:
+            browser.close()
