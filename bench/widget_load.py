@@ -34,7 +34,7 @@ from typing import Any, Optional
 from .procs import subprocess_env
 
 __all__ = ["FULL", "QUICK", "TARGET_CPU_PCT", "WidgetKernel", "chart_comm_id", "display_bytes",
-           "message_bytes", "widget_updater", "write_experiment"]
+           "message_bytes", "widget_first_paint", "widget_updater", "write_experiment"]
 
 # Registered in bench/workloads.py with these sizes and target.
 FULL = {"trials": 500, "reports": 100, "running": 16, "rows_per_s": 4.0, "window_s": 20.0,
@@ -416,7 +416,60 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
     }
 
 
+_FIRST_PAINT_TRAINABLE = """
+import ftnb, time
+def reports_at_once(config):
+    for step in range(1, 400):
+        ftnb.report({"loss": 1.0 / step})
+        time.sleep(0.05)
+"""
+
+
+def widget_first_paint(storage_dir: str, repetitions: int = 3) -> dict:
+    """``%ftrun`` in a warm kernel (ftnb loaded, a trial process started once before) with the
+    live widget, and a view of it as a browser opens one when the cell ends: seconds from the
+    cell's end (``%ftrun`` returned) to the first comm message that carries the trials' points
+    (``first_points_s``, median), the widget's display in that cell (``display_kb``), and
+    whether plotly was imported on that path."""
+    kernel = WidgetKernel(cwd=storage_dir)
+    firsts, sizes = [], []
+    try:
+        kernel.run("%load_ext ftnb\n" + _FIRST_PAINT_TRAINABLE)
+        kernel.run(f"%ftrun reports_at_once --name warmup --storage {storage_dir} --no-widget "
+                   "-q -o h\nh.stop(wait=True)")
+        for rep in range(repetitions):
+            kernel.run(f"%ftrun reports_at_once --name paint{rep} --storage {storage_dir} -q")
+            ended = time.monotonic()
+            sizes.append(display_bytes(kernel.cell))
+            kernel.report_view(chart_comm_id(kernel.cell), "open", view=f"paint{rep}")
+
+            def has_points(msg: dict) -> bool:
+                data = msg["content"].get("data", {})
+                content = data.get("content") or {}
+                if content.get("type") == "delta":
+                    return any(t["y"] for t in content["trials"].values())
+                return content.get("type") == "series" and any(content.get("n", ()))
+
+            got = kernel.comm_messages(60, until=has_points)
+            if not got or not has_points(got[-1]):
+                raise RuntimeError("no points reached the front end within 60 s")
+            firsts.append(time.monotonic() - ended)
+            kernel.run(f"ftnb.attach('paint{rep}', storage_path={storage_dir!r}).stop(wait=True)")
+        plotly = kernel.run("import sys; print('plotly' in sys.modules)").strip() == "True"
+    finally:
+        kernel.close()
+    return {"first_points_s": sorted(firsts)[len(firsts) // 2], "first_points_max_s": max(firsts),
+            "display_kb": max(sizes) / 1024, "plotly_imported": plotly}
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["writer"]:
         sys.exit(_writer_main(sys.argv[2]))
-    sys.exit(f"usage: python -m bench.widget_load writer SPEC_JSON (got {sys.argv[1:]})")
+    if sys.argv[1:2] == ["first_paint"]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            print(json.dumps(widget_first_paint(folder), indent=1))
+        sys.exit(0)
+    sys.exit("usage: python -m bench.widget_load writer SPEC_JSON | first_paint "
+             f"(got {sys.argv[1:]})")

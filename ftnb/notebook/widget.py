@@ -57,6 +57,7 @@ __all__ = ["ExperimentWidget", "text_view"]
 
 LOCAL_INTERVAL_S = 0.5  # at most 2 updates a second (slower where the storage says so)
 INTERRUPTED_INTERVAL_S = 5.0  # watch for a resume from elsewhere, cheaply
+FIRST_POINTS_INTERVAL_S = 0.1  # until the first points show: on screen soon after %ftrun
 DEFAULT_TABLE_ROWS = 50
 MAX_FAILURES_SHOWN = 50
 
@@ -363,6 +364,8 @@ class ExperimentWidget(widgets.VBox):
             if (snap is not None and snap.status == ExperimentStatus.INTERRUPTED
                     and time.monotonic() > self._fast_until):
                 wait = max(wait, INTERRUPTED_INTERVAL_S)
+            elif not self.chart.series and (snap is None or not snap.finished):
+                wait = min(wait, FIRST_POINTS_INTERVAL_S)  # a new experiment's first points
             self._wake.wait(wait)
             self._wake.clear()
             if self._stop.is_set():
@@ -444,6 +447,7 @@ class ExperimentWidget(widgets.VBox):
 
     def _catch_up(self) -> None:
         """A view opened after a time without any: show it everything as it is now."""
+        self._wake.set()  # and poll at once
         with self._lock:
             snap = getattr(self, "_latest", None) if self._behind else None
             if snap is None or self._applying:
