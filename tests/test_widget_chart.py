@@ -363,3 +363,15 @@ def test_the_es_module_draws_the_state_and_names_trials_by_id(chart_page):
             assert errors == []
         finally:
             browser.close()
+
+
+def test_the_plotly_chart_is_still_there_for_those_who_want_it(tmp_path):
+    pytest.importorskip("plotly", reason="ftnb.notebook.plots needs plotly")
+    from ftnb.notebook.plots import TrialChart
+    from ftnb.ui.monitor import ExperimentMonitor
+
+    paths, state = write_experiment(str(tmp_path), "plotted", 3, 4)
+    chart = TrialChart("loss")
+    assert chart.update(ExperimentMonitor(paths).poll(), "loss")
+    assert set(chart.trial_traces) == {t.trial_id for t in state.trials}
+    assert list(chart.trace(state.trials[0].trial_id).x) == [1, 2, 3, 4]

@@ -1,7 +1,8 @@
 """ftnb in Jupyter: the ``%ftrun`` magics (:mod:`ftnb.notebook.magics`) and the live widget.
 
-Nothing here is imported by ``import ftnb``: IPython, ipywidgets and plotly load only when a
-notebook asks for them (``%load_ext ftnb``, ``handle.display()``).
+Nothing here is imported by ``import ftnb``: IPython, ipywidgets and anywidget load only when a
+notebook asks for them (``%load_ext ftnb``, ``handle.display()``); plotly only for
+:mod:`ftnb.notebook.plots`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,21 @@
-"""The live chart of an experiment: one plotly trace per trial, restart points marked (a group's
-say which rank failed and how long the restart took).
+"""An experiment's curves as a plotly figure: one trace per trial, restart points marked (a
+group's say which rank failed and how long the restart took).
 
-:class:`TrialChart` owns a ``plotly.graph_objects.FigureWidget`` and brings it up to date from
-:class:`ftnb.ui.monitor.ExperimentSnapshot` s. It sends only what changed: a trial's trace is
-restyled only when its points did, new trials are added in one message, and every update is
-one ``batch_update()``. Needs ``ftnb[notebook]`` (plotly, anywidget).
+The live widget does not use it: its chart (:mod:`ftnb.notebook.chart`) needs no plotly and
+sends no plotly.js with each display. This is for callers who want plotly's own tools on the
+same data (zoom, export, their own layout): :class:`TrialChart` owns a
+``plotly.graph_objects.FigureWidget`` and brings it up to date from
+:class:`ftnb.ui.monitor.ExperimentSnapshot` s, sending only what changed (a trial's trace is
+restyled only when its points did, new trials are added in one message, every update is one
+``batch_update()``). plotly is imported when a chart is built, never by importing this module.
+Needs ``plotly`` (in ``ftnb[notebook]``)::
+
+    from ftnb.notebook.plots import TrialChart
+    from ftnb.ui.monitor import ExperimentMonitor
+
+    chart = TrialChart("loss")
+    chart.update(ExperimentMonitor("~/ftnb_results/sweep1").poll(), "loss")
+    chart.figure
 """
 
 from __future__ import annotations
