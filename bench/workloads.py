@@ -613,3 +613,16 @@ workload(
         Target("map_overhead_ms", "ftnb<=", 1.0),
     ),
 )(elastic_workloads.elastic_map)
+
+
+# ---- lease_heartbeat (bench/lease_workloads.py) -------------------------------------------------
+# The owner lease's heartbeat on a disk and on S3 (moto): what chooses the default TTL (issue 19).
+from . import lease_workloads  # noqa: E402
+
+workload(
+    "lease_heartbeat",
+    full={"beats": 200, "interval_s": 5.0, "ttl_s": 30.0},
+    quick={"beats": 20, "interval_s": 0.5, "ttl_s": 3.0},
+    variants=(FTNB,),
+    targets=(Target("beat_s3_busy_pct", "ftnb<=", 1.0),),
+)(lease_workloads.lease_heartbeat)

@@ -1,7 +1,9 @@
 """Experiments that run in the background: :func:`launch`, :func:`attach`, :class:`ExperimentHandle`.
 
-``ftnb.launch(train, ...)`` returns at once: the experiment runs in a detached supervisor process
-(``ftnb/supervisor.py``) that outlives the kernel. A handle is only a path: any kernel, or a
+``ftnb.launch(train, ...)`` returns at once: the experiment runs in a detached supervisor
+(``ftnb/supervisor.py``) that outlives the kernel: a process of its own on this machine, or,
+by the launcher's choice (:mod:`ftnb.launchers`), one an admin's command starts elsewhere, or a
+detached Ray actor on a cluster. A handle is only a path: any kernel, or a
 script, re-creates it with ``ftnb.attach(name_or_path)`` and can then watch, stop, resume or read
 the experiment. The ``%ftrun`` family of magics is a thin layer over this module.
 
@@ -54,6 +56,7 @@ def launch(
     wait: bool = False,
     origin: Optional[dict] = None,
     quiet: bool = False,
+    launcher: Any = None,
 ) -> "ExperimentHandle":
     """Run an experiment in the background and return its handle at once.
 
@@ -72,15 +75,25 @@ def launch(
     ends. ``origin`` records where the trainable and space came from (names in the caller's
     namespace, e.g. ``{"trainable": "train", "param_space": "space"}``), so that a new kernel
     can resume with them (:meth:`ExperimentHandle.resume`).
+
+    ``launcher`` decides where the supervisor runs (:mod:`ftnb.launchers`): ``"local"`` (a
+    process on this machine), ``"command"`` (an admin's command template,
+    ``$FTNB_LAUNCHER_COMMAND``), ``"ray"`` (a detached Ray actor on the cluster; trials then run
+    on Ray too unless ``run_config`` names another executor), or a launcher object such as
+    ``CommandLauncher("systemd-run --user --collect {command}")``. Default: ``$FTNB_LAUNCHER``,
+    else ``"local"``. A launcher that cannot work raises :class:`ftnb.launchers.LauncherError`
+    here, before anything starts.
     """
     from . import supervisor
     from .input_checks import check_trainable
+    from .launchers import launcher_for
     from .objects import bind_objects
     from .objects.cell_source import carry_cell_source
     from .start_or_resume import start_or_resume
     from .storage.lease import ExperimentLockedError
     from .tuner import check_new_experiment
 
+    chosen = launcher_for(launcher)
     check_trainable(trainable, "ftnb.launch")
     carry_cell_source(trainable)  # its traceback in a trial shows the notebook cell's lines
     # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
@@ -91,7 +104,11 @@ def launch(
     rc = run_config if run_config is not None else RunConfig()
     if not isinstance(rc, RunConfig):
         raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
-    rc = dataclasses.replace(rc, name=name or rc.name, storage_path=storage_path or rc.storage_path)
+    # The path itself, not $FTNB_STORAGE_PATH: a supervisor elsewhere may not have that variable.
+    rc = dataclasses.replace(rc, name=name or rc.name,
+                             storage_path=storage_path or rc.storage_path or default_storage_path())
+    rc = chosen.prepare(rc)
+    chosen.check(rc)
     if rc.name:
         existing = _live_handle(rc)
         if existing is not None:
@@ -103,7 +120,9 @@ def launch(
             finished._say(f"ftnb: experiment {rc.name!r} already finished; attached to it "
                           "(nothing to resume).", quiet)
             return finished
-    # Objects go to this machine's object store once; the supervisor adopts them.
+    supervisor.sweep_temp_folders()  # of supervisors SIGKILLed on this machine
+    # Objects go to this machine's object store once; a supervisor here adopts them (one
+    # elsewhere gets them by value, in the launch file).
     space = bind_objects(param_space)[0] if param_space is not None else None
     # Check everything here, where the error belongs, before a process is spawned.
     tuner, resuming = start_or_resume(
@@ -114,12 +133,14 @@ def launch(
     if not resuming:
         rc = dataclasses.replace(rc, name=check_new_experiment(tuner).name)
     spec = supervisor.LaunchSpec(
-        trainable=trainable, name=rc.name, param_space=space, storage_path=rc.storage_path,
-        tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
-        restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
-        origin=origin)
+        trainable=trainable, name=rc.name,
+        param_space=param_space if chosen.objects_by_value else space,
+        storage_path=rc.storage_path, tune_config=tune_config, run_config=rc,
+        resources_per_trial=resources_per_trial, restart_errored=restart_errored,
+        allow_different_trainable=allow_different_trainable, origin=origin,
+        launcher=chosen.name)
     try:
-        started = supervisor.start(spec)
+        started = chosen.start(spec)
     except ExperimentLockedError:
         existing = _live_handle(rc)  # another launch won the race: watch that one
         if existing is None:
@@ -132,8 +153,8 @@ def launch(
         space_refs=space, process=started.process)
     if started.resuming:
         handle._say(started.resuming, quiet)
-    handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor pid "
-                f"{started.pid}, log {started.log})", quiet)
+    handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor "
+                f"{started.where}, log {started.log})", quiet)
     return handle._finish_launch(wait)
 
 
@@ -351,16 +372,33 @@ class ExperimentHandle:
 
     def resume(self, trainable: Any = None, *, param_space: Any = None,
                restart_errored: bool = False, allow_different_trainable: bool = False,
-               wait: bool = False,
-               namespace: Optional[dict] = None, quiet: bool = False) -> "ExperimentHandle":
+               wait: bool = False, takeover: bool = False,
+               namespace: Optional[dict] = None, quiet: bool = False,
+               launcher: Any = None) -> "ExperimentHandle":
         """Resume an interrupted experiment in a new supervisor (a running one is left alone).
 
         ``trainable`` and ``param_space`` default to the ones this process launched it with,
         else to the names it was launched under (``%ftrun``'s), looked up in ``namespace``
-        (default: the notebook's, ``__main__``), else to the trainable's own name there."""
-        if self.is_live():
-            self._say(f"ftnb: experiment {self.name!r} is running ({self._owner_text()}); "
-                      "nothing to resume.", quiet)
+        (default: the notebook's, ``__main__``), else to the trainable's own name there.
+
+        ``takeover=True`` first takes the experiment over at once from a driver that still
+        counts as alive but is silent (its machine or container was killed less than the lease
+        TTL ago, or it is stopped: the snapshot's ``takeover`` says so), instead of waiting for
+        it to count as dead; the old driver is fenced and can write nothing more. Refused
+        (:class:`ftnb.ExperimentLockedError`) while that driver runs on this machine. What a
+        front end's "take over" button calls. ``launcher``: where the new supervisor runs, as
+        for :func:`launch`."""
+        driver = read_model.read_driver(self.paths)
+        if driver.alive and not takeover:
+            if driver.silent:
+                line = read_model.resume_line(self.paths, ExperimentState.load(self.paths),
+                                              takeover=True)
+                self._say(f"ftnb: experiment {self.name!r} still has a driver, silent: "
+                          f"{driver.why}. Nothing to resume until then; take it over now with: "
+                          f"{line}", quiet)
+            else:
+                self._say(f"ftnb: experiment {self.name!r} is running ({self._owner_text()}); "
+                          "nothing to resume.", quiet)
             return self
         found_trainable, found_space = self._from_namespace(namespace)
         trainable = trainable or self._trainable or found_trainable
@@ -375,12 +413,18 @@ class ExperimentHandle:
         if param_space is None and not getattr(trainable, "_ftnb_trainer", False):
             # (A TorchTrainer brings its datasets: the restore takes them from it.)
             self._check_space_not_needed()
+        if takeover:
+            from .restore import take_over_driver
+
+            said = take_over_driver(self.paths)
+            if said:
+                self._say(said, quiet)
         return launch(trainable, param_space=param_space, name=self.name,
                       storage_path=self.paths.parent_uri,
                       run_config=RunConfig(storage_filesystem=self._filesystem()),
                       restart_errored=restart_errored,
                       allow_different_trainable=allow_different_trainable, wait=wait, quiet=quiet,
-                      origin=self._origin())
+                      origin=self._origin(), launcher=launcher)
 
     def objects_needed_to_resume(self) -> list[tuple[str, str]]:
         """The objects (key, type) of the search space that the trials a resume would run hold

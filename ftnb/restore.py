@@ -67,6 +67,7 @@ __all__ = [
     "space_differences",
     "stored_configs",
     "take_over",
+    "take_over_driver",
     "with_originals",
 ]
 
@@ -234,7 +235,7 @@ def plan_restore(
     against the experiment stored at ``path``, writing nothing; raise on the first problem."""
     from .execution.resources import TrialResources
     from .storage import check_outage_settings
-    from .storage.lease import refuse_if_owned
+    from .storage.lease import refuse_if_owned, refuse_takeover_of_live_driver
 
     check_outage_settings()
     check_trainable(trainable, "Tuner.restore")
@@ -254,6 +255,8 @@ def plan_restore(
     state = load_state(paths)
     if not takeover:
         refuse_if_owned(paths, "restore")
+    else:
+        refuse_takeover_of_live_driver(paths, what="take over")
     if not allow_different_trainable:
         check_same_trainable(paths, state, callable_name(trainable))
     flags = RestoreFlags(resume_unfinished, resume_errored, restart_errored)
@@ -325,19 +328,12 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     trials are gone, then re-read the state (``plan.state`` becomes the one read) and finish
     what a dead driver left in the folder: its temporary files are removed, the trials' own
     records merged in, and the trial folders it did not lay out created."""
-    from .storage.lease import host_id, reap_processes
+    from .storage.lease import fence_out
 
     paths = plan.paths
-    previous = lease.previous
-    if previous is not None and not previous.released:
-        if previous.host_id == host_id():
-            # The dead (or overridden) driver's trials on this machine: kill them
-            # before anything of ours runs, so no ghost writes after this point.
-            reap_processes(previous.token)
-        else:
-            # Trials elsewhere check the lease before every write (at most every
-            # second on object stores): give them the time to see it is gone.
-            time.sleep(max(0.5, paths.storage.poll_interval_s))
+    # The dead (or taken over) driver's trials must be gone before anything of ours runs, so
+    # no ghost writes after this point.
+    fence_out(paths, lease.previous)
     # Re-read now that we own it: the state may have moved since plan_restore read it.
     state = load_state(paths)
     remove_leftover_temps(paths, state)
@@ -345,6 +341,24 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     lay_out_trial_folders(paths, state, only_missing=True)
     plan.state = state
     return state
+
+
+def take_over_driver(paths: ExperimentPaths, what: str = "take over") -> Optional[str]:
+    """What ``--takeover`` does before a resume (``ftnb resume --takeover``, ``%ftresume
+    --takeover``, ``handle.resume(takeover=True)``): take the experiment from its driver at
+    once (:func:`ftnb.storage.lease.take_over_now`: the old driver is fenced by a new epoch, its
+    trials on this machine killed) and return the line that says so; None when no live driver
+    held it. Raises :class:`ftnb.ExperimentLockedError` while the driver is provably alive on
+    this machine."""
+    from .storage.lease import take_over_now
+
+    previous = take_over_now(paths, what)
+    if previous is None:
+        return None
+    silent = max(0.0, time.time() - previous.heartbeat)
+    return (f"ftnb: took experiment {paths.name!r} over from its driver ({previous.describe()}, "
+            f"last heartbeat {silent:.0f} s ago); should that driver wake up, it finds its lease "
+            "taken and stops before writing anything more.")
 
 
 def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: TrialFiles) -> None:

@@ -57,6 +57,8 @@ __all__ = [
     "group_space",
     "is_trainer",
     "launch_arguments",
+    "launcher_of",
+    "launcher_options",
     "opt",
     "resume_options",
     "resumed_space",
@@ -268,6 +270,26 @@ _ALLOW_DIFFERENT_TRAINABLE = opt(
          "usually the wrong function)")
 
 
+def launcher_options(front: FrontEnd) -> tuple[Item, ...]:
+    """``--launcher`` and ``--launcher-command``: where a detached supervisor runs
+    (:mod:`ftnb.launchers`)."""
+    default = front.defaults
+    return (
+        Group("where the supervisor runs (ftnb.launchers)"),
+        opt("--launcher", choices=("local", "ray", "command"),
+            help="'local': a process on this machine; 'command': started by the admin's "
+                 "command template (outside a Jupyter server's unit, container or pod); "
+                 "'ray': a detached actor on the Ray cluster, restarted by Ray if it dies "
+                 f"(trials on Ray too). Default: {default.get('launcher', '$FTNB_LAUNCHER')}, "
+                 "else local"),
+        opt("--launcher-command", metavar="TEMPLATE",
+            help="the command template of the 'command' launcher (implies --launcher "
+                 "command), e.g. 'systemd-run --user --collect {command}'; placeholders "
+                 "{command}, {quoted_command}, {name}, {id}, {log}. Default: "
+                 f"{default.get('launcher_command', '$FTNB_LAUNCHER_COMMAND')}"),
+    )
+
+
 def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
     """The options of starting an experiment, after the front-end's own ``trainable``
     positional; the front-end appends its own options (in a group of their own)."""
@@ -299,6 +321,7 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
         opt("--shared-storage", action="store_true",
             help="the storage path is a filesystem every Ray node mounts at the same place "
                  "(NFS): allow a local path on a cluster of several nodes"),
+        *launcher_options(front),
         Group("trials and search (TuneConfig, resources)"),
         opt("--num-samples", type=whole(1), metavar="N",
             help="how many times the search space is sampled (default 1)"),
@@ -364,9 +387,15 @@ def resume_options(front: FrontEnd) -> tuple[Item, ...]:
         opt("--restart-errored", action="store_true",
             help="start errored trials over from scratch (default: continue them from their "
                  "latest checkpoint)"),
+        opt("--takeover", action="store_true",
+            help="take it over at once from a driver that is silent but not yet counted dead "
+                 "(its machine or container was killed less than the lease TTL ago, or it is "
+                 "stopped); refused while that driver runs on this machine. The old driver is "
+                 "fenced: should it wake up, it stops before writing anything"),
         _ALLOW_DIFFERENT_TRAINABLE,
         storage_option(front),
         filesystem_option(front),
+        *launcher_options(front),
     )
 
 
@@ -531,7 +560,8 @@ class LaunchArguments:
     (``trainable``: the function, or the :class:`ftnb.TorchTrainer` of a data-parallel run).
 
     ``kwargs``: ``param_space``, ``name``, ``storage_path``, ``tune_config``, ``run_config``,
-    ``resources_per_trial``, ``origin``, ``restart_errored``, ``allow_different_trainable``.
+    ``resources_per_trial``, ``origin``, ``restart_errored``, ``allow_different_trainable``,
+    ``launcher``.
     """
 
     trainable: Callable[..., Any]
@@ -620,8 +650,25 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
         origin=origin,
         restart_errored=a.restart_errored,
         allow_different_trainable=a.allow_different_trainable,
+        launcher=launcher_of(a, defaults),
     )
     return LaunchArguments(function, kwargs)
+
+
+def launcher_of(args: argparse.Namespace, defaults: Any) -> Any:
+    """``launch(launcher=...)`` from ``--launcher`` / ``--launcher-command``, else from the
+    front-end's configured ``defaults.launcher`` / ``defaults.launcher_command`` (the magics'
+    ``%config``); None leaves it to ``$FTNB_LAUNCHER``. Raises :class:`InputError` for a
+    template that cannot work."""
+    from .launchers import LauncherError, launcher_setting
+
+    try:
+        return launcher_setting(getattr(args, "launcher", None),
+                                getattr(args, "launcher_command", None),
+                                getattr(defaults, "launcher", None),
+                                getattr(defaults, "launcher_command", None))
+    except LauncherError as exc:
+        raise InputError(str(exc)) from None
 
 
 # -- data-parallel runs (a TorchTrainer per trial) ------------------------------------------------

@@ -9,11 +9,19 @@ configs travel in a private, cloudpickled launch file that the supervisor delete
 supervisor. The supervisor runs the same ``Tuner`` as a script would (``ftnb.run``'s start or
 resume), holding the experiment's owner lease: a second launch sees a live owner and attaches.
 
-A pipe tells the caller how the start went: one JSON line once the controller runs (the
-experiment directory and ``owner.json`` exist), or the exception that stopped it before, which
-the caller raises as its own. ``supervisor.json`` in the experiment directory records the
-supervisor (pid, host, log); the log moves to ``<experiment>/supervisor.log`` on local storage
+A reply tells the caller how the start went (a pipe here): one JSON line once the controller
+runs (the experiment directory and ``owner.json`` exist), or the exception that stopped it
+before, which the caller raises as its own. ``supervisor.json`` in the experiment directory records the
+supervisor (pid, host, log, launcher, the Ray actor's name); the log moves to ``<experiment>/supervisor.log`` on local storage
 (on object stores it stays local and is uploaded when the supervisor ends).
+
+Where the supervisor runs is a launcher's choice (:mod:`ftnb.launchers`): :func:`start` here
+(``local``), an admin's command template (``command``: the launch file in a folder the command's
+host sees, the reply in a file next to it instead of the pipe), or a detached Ray actor
+(``ray``: :func:`host` in a thread of the actor, the reply by a method call). Every supervisor
+keeps multiprocessing's temporary folder (``pymp-*``: the fork server's socket) in a folder
+named after itself (:func:`private_temp_folder`), which the next launch removes if a SIGKILL
+left it behind (:func:`sweep_temp_folders`).
 
 SIGTERM (and SIGINT) stop the experiment the way Ctrl+C stops ``fit()``: trials end at their next
 report, the state is saved INTERRUPTED, resumable. A killed supervisor takes its trials with it
@@ -25,7 +33,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,23 +44,37 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-__all__ = ["LaunchSpec", "SupervisorError", "SupervisorStart", "start"]
+__all__ = ["LaunchSpec", "Reply", "SupervisorError", "SupervisorStart", "host", "launch_bytes",
+           "load_launch", "private_temp_folder", "start", "supervisor_command",
+           "sweep_temp_folders", "temp_folders_root", "write_launch_file"]
 
 #: How long :func:`start` waits for the supervisor to be running (it imports what the
 #: trainable needs, torch included, before it can start).
 START_TIMEOUT_S = 300.0
 _LOG_TAIL_LINES = 15
+#: The environment a supervisor elsewhere (a command's host, a Ray actor) does not get from
+#: its caller: ftnb's own settings travel in the launch file, except these, which describe the
+#: caller's machine or choose the launcher itself.
+_NOT_CARRIED = ("FTNB_HOST_ID", "FTNB_LAUNCHER", "FTNB_LAUNCHER_COMMAND", "FTNB_LAUNCH_DIR")
 
 
 class SupervisorError(RuntimeError):
     """The supervisor process could not start the experiment (details from its log)."""
 
 
+def _carried_environment() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if k.startswith("FTNB_") and k not in _NOT_CARRIED}
+
+
 @dataclass
 class LaunchSpec:
-    """What the supervisor runs: ``ftnb.run``'s arguments (start, or resume when it exists)."""
+    """What the supervisor runs: ``ftnb.run``'s arguments (start, or resume when it exists).
+
+    ``launcher`` names where it runs (recorded in ``supervisor.json``); ``env``: the caller's
+    ``FTNB_*`` settings, set in the supervisor where its own environment lacks them."""
 
     trainable: Any
     name: str
@@ -64,42 +88,83 @@ class LaunchSpec:
     origin: Optional[dict] = None
     sys_path: list = field(default_factory=lambda: list(sys.path))
     cwd: str = field(default_factory=os.getcwd)
+    launcher: str = "local"
+    env: dict = field(default_factory=_carried_environment)
 
 
 @dataclass
 class SupervisorStart:
-    """What :func:`start` learnt: the running supervisor and its experiment."""
+    """What a launcher learnt: the running supervisor and its experiment.
 
-    pid: int
+    ``pid`` and ``host``: the supervisor's process; ``process``: it, when it is this process's
+    child (the ``local`` launcher), else None; ``where``: one line for the user."""
+
+    pid: Optional[int]
     path: str
     log: str
     resuming: Optional[str]
-    process: subprocess.Popen
+    process: Optional[subprocess.Popen] = None
+    host: str = ""
+    where: str = ""
 
 
 # -- the caller's side ---------------------------------------------------------------------------
-def start(spec: LaunchSpec, timeout_s: float = START_TIMEOUT_S) -> SupervisorStart:
-    """Spawn the supervisor for ``spec`` and return once its controller runs; raise what
-    stopped it otherwise (the same exception type the caller would get from ``ftnb.run``)."""
+def launch_bytes(spec: LaunchSpec) -> bytes:
+    """What a supervisor reads to run ``spec`` (:func:`load_launch`): a JSON line (the caller's
+    ``sys.path`` and working directory, needed before unpickling), then the cloudpickled spec."""
     import cloudpickle
 
     header = json.dumps({"sys_path": spec.sys_path, "cwd": spec.cwd}).encode() + b"\n"
-    payload = cloudpickle.dumps(spec)
-    fd, spec_path = tempfile.mkstemp(prefix="ftnb-launch-", suffix=".pkl")  # mode 0600
+    return header + cloudpickle.dumps(spec)
+
+
+def write_launch_file(spec: LaunchSpec, folder: Optional[str] = None) -> str:
+    """Write :func:`launch_bytes` of ``spec`` to a new private file (mode 0600) in ``folder``
+    (default the temporary folder) and return its path."""
+    data = launch_bytes(spec)
+    fd, spec_path = tempfile.mkstemp(prefix=f"ftnb-launch-{_file_safe(spec.name)}-",
+                                     suffix=".pkl", dir=folder)  # mode 0600
     with os.fdopen(fd, "wb") as f:
-        f.write(header + payload)
-    log_fd, log_path = tempfile.mkstemp(prefix=f"ftnb-supervisor-{spec.name}-", suffix=".log")
+        f.write(data)
+    return spec_path
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40]
+
+
+def supervisor_command(launch_file: str, log: str, *, reply_fd: Optional[int] = None,
+                       reply_file: Optional[str] = None, python: Optional[str] = None) -> list:
+    """The command line of a supervisor (``python -m ftnb.supervisor ...``) that reads
+    ``launch_file``, writes its output to ``log`` and replies on the pipe ``reply_fd`` or in
+    the file ``reply_file``."""
+    argv = [python or sys.executable, "-m", "ftnb.supervisor", "--launch-file", launch_file,
+            "--log", log]
+    if reply_fd is not None:
+        argv += ["--reply-fd", str(reply_fd)]
+    if reply_file is not None:
+        argv += ["--reply-file", reply_file]
+    return argv
+
+
+def start(spec: LaunchSpec, timeout_s: float = START_TIMEOUT_S) -> SupervisorStart:
+    """Spawn the supervisor for ``spec`` on this machine and return once its controller runs;
+    raise what stopped it otherwise (the same exception type the caller would get from
+    ``ftnb.run``)."""
+    spec_path = write_launch_file(spec)
+    log_fd, log_path = tempfile.mkstemp(prefix=f"ftnb-supervisor-{_file_safe(spec.name)}-",
+                                        suffix=".log")
     read_end, write_end = os.pipe()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ftnb.supervisor", spec_path, str(write_end), log_path],
+            supervisor_command(spec_path, log_path, reply_fd=write_end),
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=subprocess.STDOUT,
             pass_fds=(write_end,),
             start_new_session=True,
             cwd=spec.cwd,
-            env=_supervisor_env(),
+            env=supervisor_env(),
         )
     except BaseException:
         os.close(read_end)
@@ -108,8 +173,7 @@ def start(spec: LaunchSpec, timeout_s: float = START_TIMEOUT_S) -> SupervisorSta
     finally:
         os.close(write_end)
         os.close(log_fd)
-    # Reap it when it ends, so a finished supervisor is never a zombie of a long-lived kernel.
-    threading.Thread(target=process.wait, name="ftnb-supervisor-reaper", daemon=True).start()
+    reap_in_background(process)
     try:
         message = _read_message(read_end, process, timeout_s)
     finally:
@@ -125,15 +189,31 @@ def start(spec: LaunchSpec, timeout_s: float = START_TIMEOUT_S) -> SupervisorSta
                else f"did not start within {timeout_s:.0f} s and was killed")
         raise SupervisorError(
             f"ftnb: the supervisor process {why} before the experiment {spec.name!r} started. "
-            f"The end of its log ({log_path}):\n{_tail(log_path)}"
+            f"The end of its log ({log_path}):\n{log_tail(log_path)}"
         )
+    return started_from(message, process.pid, socket.gethostname(), process)
+
+
+def started_from(message: dict, pid: Optional[int], host_name: str,
+                 process: Optional[subprocess.Popen] = None) -> SupervisorStart:
+    """The :class:`SupervisorStart` a supervisor's reply says, or raise the exception it
+    carries."""
     if "error" in message:
         raise _exception_from(message)
-    return SupervisorStart(process.pid, message["path"], message["log"], message.get("resuming"),
-                           process)
+    pid = message.get("pid", pid)
+    host_name = message.get("host", host_name)
+    return SupervisorStart(pid, message["path"], message["log"], message.get("resuming"),
+                           process, host_name, f"pid {pid} on {host_name}")
 
 
-def _supervisor_env() -> dict:
+def reap_in_background(process: subprocess.Popen) -> None:
+    """Reap ``process`` when it ends, so that it is never a zombie of a long-lived kernel."""
+    threading.Thread(target=process.wait, name="ftnb-supervisor-reaper", daemon=True).start()
+
+
+def supervisor_env() -> dict:
+    """The environment a supervisor started from here gets: this one, less what only works in
+    a kernel."""
     env = dict(os.environ)
     # A kernel's inline plotting backend needs the kernel; in trials it would fail on import.
     if env.get("MPLBACKEND", "").startswith("module://matplotlib_inline"):
@@ -154,6 +234,11 @@ def _read_message(fd: int, process: subprocess.Popen, timeout_s: float) -> Optio
         data += chunk
         if data.endswith(b"\n"):
             break
+    return parse_message(data)
+
+
+def parse_message(data: bytes) -> Optional[dict]:
+    """A supervisor's reply (its first line), or None when there is none (it died first)."""
     if not data.strip():
         return None
     try:
@@ -174,7 +259,8 @@ def _exception_from(message: dict) -> BaseException:
     return SupervisorError(f"{message.get('type', 'Error')}: {message.get('message', '')}")
 
 
-def _tail(path: str, lines: int = _LOG_TAIL_LINES) -> str:
+def log_tail(path: str, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file ``path`` (what a failed start shows)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -192,15 +278,107 @@ def _remove(path: str) -> None:
         pass
 
 
+# -- temporary folders a killed supervisor leaves behind -----------------------------------------
+def temp_folders_root() -> str:
+    """The folder of this user's supervisors' temporary folders (:func:`private_temp_folder`)."""
+    return os.path.join(tempfile.gettempdir(), f"ftnb-supervisors-{os.getuid()}")
+
+
+# {pid scope tag}-{pid}-{start time}: its owner, as ftnb.put's object files name theirs.
+_TEMP_FOLDER = re.compile(r"^([0-9a-f]{8})-(\d+)-(\d+)$")
+
+
+def private_temp_folder() -> str:
+    """A temporary folder of this process's own, named after it (as ``ftnb.put``'s object files
+    are: ``{pid scope tag}-{pid}-{start time}``), made multiprocessing's temporary folder (its
+    ``pymp-*`` folder, the fork server's socket, goes there) and removed when the process ends
+    normally. A process killed by SIGKILL leaves it: :func:`sweep_temp_folders` removes it."""
+    import multiprocessing.util
+
+    from .objects.folders import pid_scope_tag, this_process_identity
+
+    pid, started = this_process_identity()
+    root = temp_folders_root()
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    folder = os.path.join(root, f"{pid_scope_tag()}-{pid}-{started}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    previous = tempfile.tempdir
+    tempfile.tempdir = folder  # (for the next line only: it reads it once and keeps it)
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = previous
+    # After multiprocessing's own clean-up of its folder (exit priority -100, run first).
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-101)
+    return folder
+
+
+def sweep_temp_folders() -> list[str]:
+    """Remove the temporary folders (:func:`private_temp_folder`) of this user's supervisors
+    that died without removing them (SIGKILL), as ``ftnb.put`` sweeps dead owners' object
+    files. Every launch and every supervisor does it. Returns the folders removed."""
+    from .objects.folders import pid_scope_tag, process_is_alive
+
+    root = temp_folders_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    tag = pid_scope_tag()
+    removed = []
+    for name in names:
+        match = _TEMP_FOLDER.match(name)
+        if match is None or match.group(1) != tag:
+            continue  # another machine's or PID namespace's (a shared /tmp): not ours to judge
+        if not process_is_alive(int(match.group(2)), int(match.group(3))):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(os.path.join(root, name))
+    return removed
+
+
 # -- the supervisor's side -----------------------------------------------------------------------
+class Reply:
+    """How a supervisor tells its caller how the start went, once: a pipe (``local``), a file
+    (``command``: written atomically next to the launch file), or a callback (``ray``)."""
+
+    def __init__(self, fd: Optional[int] = None, path: Optional[str] = None,
+                 callback: Optional[Callable[[dict], None]] = None) -> None:
+        self.pipe = os.fdopen(fd, "w") if fd is not None else None
+        self.path = path
+        self.callback = callback
+        self.pending = fd is not None or path is not None or callback is not None
+
+    def send(self, message: dict) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        line = json.dumps(message) + "\n"
+        try:
+            if self.pipe is not None:
+                self.pipe.write(line)
+                self.pipe.close()
+            if self.path is not None:
+                partial = f"{self.path}.partial"
+                with open(partial, "w") as f:
+                    f.write(line)
+                os.replace(partial, self.path)
+            if self.callback is not None:
+                self.callback(message)
+        except (OSError, ValueError):
+            pass  # the caller is gone (its kernel died): nobody to tell
+
+
 class _Announcer:
     """A controller listener: once the experiment runs, record the supervisor in the
     experiment directory, move the log there, and tell the caller (once)."""
 
-    def __init__(self, pipe: Any, log_path: str, resuming: Optional[str]) -> None:
-        self.pipe = pipe
+    def __init__(self, reply: Reply, log_path: str, resuming: Optional[str],
+                 launcher: str = "local", extra: Optional[dict] = None) -> None:
+        self.reply = reply
         self.log_path = log_path
         self.resuming = resuming
+        self.launcher = launcher
+        self.extra = dict(extra or {})
         self.paths: Any = None
         self.log: Any = None  # the log as a StagedFile of the experiment's supervisor.log
         self.record: dict = {}
@@ -227,19 +405,19 @@ class _Announcer:
             "log": self.log_path,
             "started": time.time(),
             "python": sys.executable,
+            "launcher": self.launcher,
+            **self.extra,
         }
         storage.write_json_atomic(paths.supervisor, self.record)
-        self.send({"path": paths.uri, "log": self.log_path, "resuming": self.resuming})
+        self.send({"path": paths.uri, "log": self.log_path, "resuming": self.resuming,
+                   "pid": os.getpid(), "host": socket.gethostname()})
 
     def send(self, message: dict) -> None:
-        if self.pipe is None:
-            return
-        try:
-            self.pipe.write(json.dumps(message) + "\n")
-            self.pipe.close()
-        except (OSError, ValueError):
-            pass  # the caller is gone (its kernel died): nobody to tell
-        self.pipe = None
+        self.reply.send(message)
+
+    @property
+    def replied(self) -> bool:
+        return not self.reply.pending
 
     def finish(self, outcome: str) -> None:
         if not self.record:  # the experiment never started: nothing of ours is there
@@ -263,66 +441,96 @@ def _move_log(old: str, new: str) -> str:
     try:
         with open(old, "rb") as src, open(new, "ab") as dst:
             dst.write(src.read())
-        fd = os.open(new, os.O_WRONLY | os.O_APPEND)
     except OSError as exc:
         print(f"ftnb: keeping the log at {old} ({exc})", flush=True)
         return old
+    if not log_to(new):
+        return old
+    _remove(old)
+    return new
+
+
+def log_to(path: str) -> bool:
+    """Point this process's stdout and stderr (the file descriptors: its children's too) at
+    the end of the file ``path``; False (and a line saying why) if it cannot be opened."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        print(f"ftnb: cannot write the log {path} ({exc})", flush=True)
+        return False
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    _remove(old)
-    return new
+    return True
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"supervisor received {signal.Signals(signum).name}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    spec_path, pipe_fd, log_path = argv[0], int(argv[1]), argv[2]
-    pipe = os.fdopen(pipe_fd, "w")
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGINT, _raise_interrupt)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    announcer = _Announcer(pipe, log_path, None)
-    print(f"ftnb supervisor pid {os.getpid()} on {socket.gethostname()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
-    try:
-        with open(spec_path, "rb") as f:
-            header, payload = f.read().split(b"\n", 1)
-        _remove(spec_path)
-        where = json.loads(header)
-        # Before unpickling: functions pickled by reference import from the caller's path.
-        sys.path[:] = [p for p in where["sys_path"] if p != ""] + [""]
-        os.chdir(where["cwd"])
-        import cloudpickle
+def load_launch(data: bytes) -> LaunchSpec:
+    """The spec of a launch file's contents (:func:`write_launch_file`), after taking the
+    caller's ``sys.path`` and working directory (functions pickled by reference import from
+    there) and the ``FTNB_*`` settings this environment lacks."""
+    import cloudpickle
 
+    header, payload = data.split(b"\n", 1)
+    where = json.loads(header)
+    sys.path[:] = [p for p in where["sys_path"] if p != ""] + [
+        p for p in sys.path if p not in where["sys_path"]] + [""]
+    if os.path.isdir(where["cwd"]):
+        os.chdir(where["cwd"])
+    else:  # another machine, which does not have the caller's folder
+        print(f"ftnb: the caller's working directory {where['cwd']} is not here; "
+              f"working in {os.getcwd()}", flush=True)
+    spec: LaunchSpec = cloudpickle.loads(payload)
+    for key, value in spec.env.items():
+        os.environ.setdefault(key, value)
+    return spec
+
+
+def host(data: bytes, reply: Reply, log_path: str, *, launcher: str = "local",
+         extra: Optional[dict] = None, takeover_from: Optional[Callable[[Any], bool]] = None
+         ) -> int:
+    """Run the experiment of the launch file contents ``data``, replying on ``reply`` once it
+    runs (or with what stopped it); return the exit code. The body of every supervisor: this
+    process's (:func:`main`) and the Ray actor's (:mod:`ftnb.launchers.ray`).
+
+    ``takeover_from(paths)``: whether the experiment's current owner is a previous incarnation
+    of this supervisor (a Ray actor restarted after its death), whose lease it takes over."""
+    announcer = _Announcer(reply, log_path, None, launcher, extra)
+    spec: Optional[LaunchSpec] = None
+    try:
+        spec = load_launch(data)
         from .objects import bind_objects
         from .start_or_resume import start_or_resume
         from .storage import ExperimentPaths, Storage, default_storage_path
 
-        spec: LaunchSpec = cloudpickle.loads(payload)
+        rc = spec.run_config
+        paths = ExperimentPaths.of(
+            Storage(spec.storage_path or default_storage_path(),
+                    getattr(rc, "storage_filesystem", None)), spec.name)
+        takeover = bool(takeover_from is not None and paths.has_state() and takeover_from(paths))
         space = spec.param_space
         if space is not None:
             space, _ = bind_objects(space, adopt_refs=True)  # ours now: they outlive the kernel
         tuner, resuming = start_or_resume(
             spec.trainable, name=spec.name, param_space=space, storage_path=spec.storage_path,
-            tune_config=spec.tune_config, run_config=spec.run_config,
+            tune_config=spec.tune_config, run_config=rc,
             resources_per_trial=spec.resources_per_trial, restart_errored=spec.restart_errored,
-            allow_different_trainable=spec.allow_different_trainable, caller="ftnb.launch")
+            allow_different_trainable=spec.allow_different_trainable, takeover=takeover,
+            caller="ftnb.launch")
         if resuming:
             print(resuming, flush=True)
         announcer.resuming = resuming
-        rc = tuner.run_config
-        announcer.paths = tuner.restore_plan.paths if tuner.restore_plan is not None else (
-            ExperimentPaths.of(Storage(rc.storage_path or default_storage_path(),
-                                       rc.storage_filesystem), spec.name))
+        announcer.paths = tuner.restore_plan.paths if tuner.restore_plan is not None else paths
         tuner.origin = spec.origin
         tuner.listeners.append(announcer)
         tuner.fit()
     except BaseException as exc:
-        if announcer.pipe is not None:
+        if not announcer.replied:
             _report_error(announcer, exc)
             return 1
         if isinstance(exc, KeyboardInterrupt):
@@ -339,6 +547,40 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"ftnb: experiment {spec.name!r} {status}; supervisor exiting.", flush=True)
     announcer.finish(status)
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m ftnb.supervisor --launch-file PATH --log PATH (--reply-fd N | --reply-file
+    PATH) [--launcher NAME]``: what :func:`start` and the ``command`` launcher run."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ftnb.supervisor",
+                                     description="Host an ftnb experiment (see ftnb.launch).")
+    parser.add_argument("--launch-file", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--reply-fd", type=int)
+    parser.add_argument("--reply-file")
+    parser.add_argument("--launcher", default="local")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    reply = Reply(fd=args.reply_fd, path=args.reply_file)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log_to(args.log)  # (already so when started by start(); a command's output is elsewhere)
+    print(f"ftnb supervisor pid {os.getpid()} on {socket.gethostname()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+    sweep_temp_folders()
+    private_temp_folder()
+    try:
+        with open(args.launch_file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        # A command launcher's caller that gave up waiting removes the launch file: then there
+        # is nothing to run, and nobody to tell.
+        print(f"ftnb: no launch file ({exc}); nothing to run.", flush=True)
+        return 1
+    _remove(args.launch_file)
+    return host(data, reply, args.log, launcher=args.launcher)
 
 
 def _report_error(announcer: _Announcer, exc: BaseException) -> None:

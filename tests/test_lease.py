@@ -27,6 +27,7 @@ import pytest
 import ftnb
 from ftnb.cli import main
 from ftnb.storage.lease import (
+    DEFAULT_TTL_S,
     ExperimentLockedError,
     Fence,
     FencedError,
@@ -38,6 +39,7 @@ from ftnb.storage.lease import (
     process_name,
     read_lease,
     reap_processes,
+    take_over_now,
 )
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
@@ -51,6 +53,7 @@ def _clean_lease_env(monkeypatch):
     """Every test starts on "this machine" with the default TTL, whatever the caller's shell."""
     monkeypatch.delenv("FTNB_HOST_ID", raising=False)
     monkeypatch.delenv("FTNB_LEASE_TTL_S", raising=False)
+    monkeypatch.delenv("FTNB_LEASE_HEARTBEAT_S", raising=False)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -221,7 +224,7 @@ def test_acquire_on_an_empty_folder_writes_epoch_1_for_this_process(exp):
         assert owner["pid_start"] == pid_start_time(os.getpid())
         assert owner["host_id"] == host_id() and owner["host"] == HOST
         assert owner["released"] is False
-        assert owner["ttl_s"] == 60.0
+        assert owner["ttl_s"] == DEFAULT_TTL_S == 30.0 and owner["heartbeat_s"] == 5.0
         assert owner["acquired"] == owner["heartbeat"]
         assert lease.previous is None and lease.lost is None
         lease.check()  # ours
@@ -232,7 +235,7 @@ def test_acquire_on_an_empty_folder_writes_epoch_1_for_this_process(exp):
 
 
 def test_ttl_comes_from_the_environment_and_is_clamped(exp, monkeypatch):
-    for value, expected in (("7.5", 7.5), ("0.01", 1.0), ("soon", 60.0)):
+    for value, expected in (("7.5", 7.5), ("0.01", 1.0), ("soon", 30.0)):
         monkeypatch.setenv("FTNB_LEASE_TTL_S", value)
         lease = Lease.acquire(_paths(exp))
         assert lease.info.ttl_s == _owner(exp)["ttl_s"] == expected, value
@@ -356,6 +359,62 @@ def test_another_machine_s_owner_lives_while_its_heartbeat_is_fresh(exp, holders
     lease = Lease.acquire(_paths(exp))  # free without takeover
     assert lease.previous.token == stale.token and lease.info.host_id == "machine-b"
     lease.release()
+
+
+def test_a_driver_elsewhere_without_heartbeats_is_silent_before_it_is_dead(exp, monkeypatch):
+    """Two missed beats: silent, with the seconds until it counts as dead; TTL: dead."""
+    info = _write_owner(exp, host_id="machine-a", ttl_s=30.0, heartbeat_s=5.0)
+    beat = info.heartbeat
+    assert info.verdict(now=beat + 10.0).silent_s is None  # two beats late: not yet
+    verdict = info.verdict(now=beat + 12.0)
+    assert verdict.alive and verdict.silent and not verdict.alive_here
+    assert verdict.silent_s == pytest.approx(12.0) and verdict.dead_in_s == pytest.approx(18.0)
+    assert "silent for 12 s" in verdict.why and "counts as dead in 18 s" in verdict.why
+    assert not info.verdict(now=beat + 30.0).alive
+    # A lease written before heartbeat_s was recorded beats every TTL / 6.
+    old = LeaseInfo.from_json({k: v for k, v in asdict(info).items() if k != "heartbeat_s"})
+    assert old.beat_interval_s == 5.0 and old.verdict(now=beat + 10.5).silent
+
+
+def test_another_pid_namespace_of_this_machine_is_named(exp, monkeypatch):
+    name, boot, _ = host_id().split("/")
+    info = _write_owner(exp, host_id=f"{name}/{boot}/pid:[1]", heartbeat=time.time() - 20)
+    verdict = info.verdict()
+    assert verdict.silent and "in another PID namespace" in verdict.why
+
+
+def test_a_stopped_driver_on_this_machine_is_silent_and_can_be_taken_over(exp, holders):
+    holder = holders(exp, env={"FTNB_LEASE_TTL_S": "600"})
+    verdict = read_lease(_paths(exp)).verdict()
+    assert verdict.alive_here and not verdict.silent
+    with pytest.raises(ExperimentLockedError, match=rf"pid {holder.pid} .*alive on this machine"):
+        take_over_now(_paths(exp))
+    assert _owner(exp)["token"] == holder.token  # refused: nothing written
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        # (The signal is delivered asynchronously: wait until /proc says it is stopped.)
+        verdict = wait_for(lambda: (v := read_lease(_paths(exp)).verdict()).silent and v,
+                           what="the holder to be stopped")
+        assert verdict.alive and not verdict.alive_here
+        assert verdict.dead_in_s is None and "stopped (SIGSTOP" in verdict.why
+        previous = take_over_now(_paths(exp))
+        assert previous.token == holder.token
+        owner = _owner(exp)
+        assert owner["epoch"] == 2 and owner["released"] is True  # fenced, and free to resume
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    answer = holder.ask("check")
+    assert answer.startswith("LOST True "), answer
+    assert take_over_now(_paths(exp)) is None  # nothing left to take
+
+
+def test_the_heartbeat_interval_comes_from_the_environment_and_is_clamped(exp, monkeypatch):
+    monkeypatch.setenv("FTNB_LEASE_TTL_S", "30")
+    for value, expected in (("1", 1.0), ("0.01", 0.2), ("20", 10.0), ("often", 5.0)):
+        monkeypatch.setenv("FTNB_LEASE_HEARTBEAT_S", value)
+        lease = Lease.acquire(_paths(exp))
+        assert lease.info.beat_interval_s == _owner(exp)["heartbeat_s"] == expected, value
+        lease.release()
 
 
 def test_the_heartbeat_thread_refreshes_the_lease(exp, monkeypatch):
@@ -524,7 +583,7 @@ def test_release_after_a_takeover_writes_nothing(exp, noticed):
 def test_fence_passes_for_the_owner_and_stops_a_superseded_trial_at_once(exp):
     lease = Lease.acquire(_paths(exp))
     spec = lease.fence_spec()
-    assert spec == {"token": lease.token, "host_id": host_id(), "ttl_s": 60.0}
+    assert spec == {"token": lease.token, "host_id": host_id(), "ttl_s": DEFAULT_TTL_S}
     fence = Fence(_paths(exp), spec, interval_s=3600)  # on a local disk the interval is moot
     for _ in range(3):
         fence.check()

@@ -91,6 +91,40 @@ def test_snapshot_json_is_strict_versioned_and_what_ftnb_status_prints(finished,
     assert math.isnan(snap.series("loss")[snap.trial_ids[0]][1][0])  # the values stay NaN
 
 
+def test_a_driver_falling_silent_shows_at_the_next_poll_though_no_file_changed(
+        experiment, monkeypatch):
+    """A driver elsewhere (another host id) that beats every 0.2 s stops beating: nothing in
+    the folder changes, yet the monitor's next snapshot says it is silent, counts down, and
+    offers the takeover; the stored state is untouched."""
+    import time
+    from dataclasses import asdict
+
+    from ftnb.storage.lease import LeaseInfo
+
+    state_file = experiment / "experiment_state.json"
+    data = json.loads(state_file.read_text())
+    data["status"] = "RUNNING"
+    state_file.write_text(json.dumps(data))
+    now = time.time()
+    lease = LeaseInfo(token=uuid.uuid4().hex, epoch=1, host="elsewhere", host_id="elsewhere",
+                      pid=1, pid_start=None, acquired=now, heartbeat=now, ttl_s=60.0,
+                      heartbeat_s=0.2)
+    (experiment / "owner.json").write_text(json.dumps(asdict(lease)))
+    monitor = ExperimentMonitor(str(experiment), resume_context=ResumeContext.TERMINAL)
+    first = monitor.poll()
+    assert first.status == "RUNNING" and first.takeover is None
+    assert first.to_json()["experiment"]["driver_silent_s"] is None
+    silent = wait_for(lambda: monitor.poll().takeover and monitor.poll(),
+                      what="the snapshot to offer the takeover")
+    doc = silent.to_json()["experiment"]
+    assert doc["status"] == "RUNNING" and doc["driver"]["alive"] is True
+    assert doc["driver_silent_s"] > 0.4 and 0 < doc["driver_dead_in_s"] < 60
+    assert doc["takeover"] == silent.takeover
+    assert "--takeover" in silent.takeover or "takeover=True" in silent.takeover
+    assert "is silent" in silent.driver and "counts as dead in" in silent.driver
+    assert json.loads(state_file.read_text())["status"] == "RUNNING"
+
+
 # -- one status for every reader --------------------------------------------------------------------
 DRIVER = """
 import sys, ftnb

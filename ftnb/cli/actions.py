@@ -79,6 +79,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.trial:
         return _stop_trial(handle, args, out)
     was_live = handle.is_live()
+    silent = _silent_driver(handle)
+    if silent:
+        # A request it may never read: send it, but do not wait for what may never come.
+        handle.stop(wait=False)
+        resume = resume_line(handle.paths, handle.state(), ResumeContext.TERMINAL, takeover=True)
+        if args.json:
+            print_json({"name": handle.name, "path": handle.path, "trial_id": None,
+                        "was_running": True, "stopped": False, "status": handle.status(),
+                        "resume_line": None, "takeover": resume})
+        else:
+            print(f"ftnb: asked {handle.name} to stop, but its driver is silent ({silent}), so "
+                  f"it may never see the request. `{resume}` takes it over now.", file=out)
+        return EXIT_OK
     if was_live:
         try:
             handle.stop(wait=args.wait, timeout=args.timeout)
@@ -101,6 +114,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(f"ftnb: asked {handle.name} to stop (`ftnb watch {handle.name}` shows when it "
               "has)", file=out)
     return EXIT_OK
+
+
+def _silent_driver(handle: Any) -> Optional[str]:
+    """Why the experiment's driver counts as silent (a takeover is offered), or None."""
+    from ..ui.read_model import read_driver
+
+    driver = read_driver(handle.paths)
+    return driver.why if driver.offers_takeover(handle.state().status) else None
 
 
 def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:

@@ -255,12 +255,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
     monitor = ExperimentMonitor(paths, metric=args.metric, resume_context=ResumeContext.TERMINAL)
     interval = max(args.interval, paths.storage.poll_interval_s)
     screen = _Screen() if (sys.stdout.isatty() and not args.json) else None
-    shown_generation = None
+    shown_generation = shown_silent = None
     last_print = 0.0
     try:
         while True:
             snap = monitor.poll()
-            changed = snap.generation != shown_generation
+            # A driver falling silent changes no file, hence not the generation: a change too.
+            silent = snap.takeover is not None
+            changed = snap.generation != shown_generation or silent != shown_silent
+            shown_silent = silent
             if args.json:
                 if changed or snap.finished:
                     print_json(snapshot_json(snap), indent=None)
@@ -333,6 +336,8 @@ def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
     failures = group_failures_text(snap.state.trials, traceback_lines=0, max_trials=3)
     lines_after = failures.splitlines()
     lines_after += [snap.driver] if snap.driver else []
+    if snap.takeover is not None:
+        lines_after.append(f"Take it over now with: {snap.takeover}")
     if snap.status == ExperimentStatus.INTERRUPTED:
         lines_after.append(f"Resume it with: {snap.resume_line}")
     if live:

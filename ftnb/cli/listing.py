@@ -42,6 +42,8 @@ class _Listed:
     preemptions: Optional[int] = None
     updated: Optional[float] = None
     error: Optional[str] = None
+    driver_silent_s: Optional[float] = None
+    driver_dead_in_s: Optional[float] = None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -94,6 +96,12 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
         print(f"No experiments under {where}")
         return EXIT_OK
     print(_render_ls(listed))
+    silent = [e for e in listed if e.driver_silent_s is not None]
+    if silent:
+        print()
+        for e in silent:
+            print(f"{e.name}: {_silence(e.driver_silent_s, e.driver_dead_in_s)}; `ftnb status "
+                  f"{e.name}` says how to take it over now")
     if broken:
         print()
         for e in broken:
@@ -133,8 +141,9 @@ def _render_ls(listed: list[_Listed]) -> str:
         if e.error is not None:
             rows.append([e.name, e.status] + ["-"] * (len(header) - 2))
             continue
+        status = e.status if e.driver_silent_s is None else f"{e.status} (silent)"
         rows.append(
-            [e.name, e.status, str(e.trials)]
+            [e.name, status, str(e.trials)]
             + [str(e.counts.get(s, 0)) for s in _STATUSES]
             + [str(e.failures), str(e.preemptions), local_time(e.updated)]
         )
@@ -198,11 +207,21 @@ def _owner_line(snap: "ExperimentSnapshot") -> Optional[str]:
     lease = driver.lease
     if lease is None or ExperimentStatus(status).is_finished() and lease.released:
         return None
+    if snap.takeover is not None:
+        return (f"Driver: {lease.describe()}, silent ({driver.why}). Take it over now "
+                f"with: {snap.takeover}")
     if driver.alive:
         return f"Driver: {lease.describe()}, alive ({driver.why})"
     if ExperimentStatus(status).is_finished():
         return None
     return f"Driver: {lease.describe()}, gone ({driver.why}). Resume with {snap.resume_line}"
+
+
+def _silence(silent_s: float, dead_in_s: Optional[float]) -> str:
+    """``its driver has been silent for 25 s (it counts as dead in 35 s)``."""
+    when = (f"it counts as dead in {dead_in_s:.0f} s" if dead_in_s is not None
+            else "stopped on this machine, it never counts as dead on its own")
+    return f"its driver has been silent for {silent_s:.0f} s ({when})"
 
 
 # -- finding an experiment ---------------------------------------------------------------------

@@ -10,7 +10,8 @@ command ends with the experiment: exit 0 when it FINISHED, 1 when it ERRORED. Ct
 SIGTERM) stops it cleanly as ``ftnb stop`` would (trials end at their next report, the state is
 saved INTERRUPTED), prints the line that resumes it and exits 130; a second Ctrl+C stops at
 once (the state is still saved). ``--detach`` leaves it to a detached supervisor
-(:func:`ftnb.launch`) and returns at once.
+(:func:`ftnb.launch`) and returns at once; ``--launcher`` (or ``--launcher-command``) chooses
+where that supervisor runs (:mod:`ftnb.launchers`) and implies ``--detach``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..run_options import (
     RunDefaults,
     is_trainer,
     launch_arguments,
+    launcher_of,
     opt,
     resume_options,
     resumed_space,
@@ -89,9 +91,11 @@ RESUME = CommandSpec(
 
     ftnb resume sweep1
     ftnb resume sweep1 --trainable train.py:train_v2 --allow-different-trainable
+    ftnb resume sweep1 --takeover
 
     The trainable and the space default to the references `ftnb run` started it with. It runs
-    here until it ends (Ctrl+C stops it cleanly), or in a supervisor with --detach.
+    here until it ends (Ctrl+C stops it cleanly), or in a supervisor with --detach. While its
+    driver is silent (`ftnb status` says so), --takeover resumes it at once.
     """,
     resume_options(CLI) + (
         Group("command line"),
@@ -126,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     built = launch_arguments(args, _Names(), trainable=args.trainable,
                              param_space=args.param_space, space_forms=SPACE_FORMS,
                              defaults=RunDefaults.from_environment(), origin=origin)
-    if args.detach:
+    if args.detach or built.kwargs["launcher"] is not None:
         return _detached(built.trainable, built.kwargs, args.json, "ftnb run")
     return _foreground(built.trainable, built.kwargs, args.json)
 
@@ -206,10 +210,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
         run_config=RunConfig(storage_filesystem=filesystem, verbose=verbose),
         resources_per_trial=None, origin=origin, restart_errored=args.restart_errored,
         allow_different_trainable=args.allow_different_trainable,
+        launcher=launcher_of(args, None),
     )
-    if args.detach:
+    if args.takeover:
+        _take_over(paths, args.json)
+    if args.detach or kwargs["launcher"] is not None:
         return _detached(trainable, kwargs, args.json, "ftnb resume")
     return _foreground(trainable, kwargs, args.json, resume_only=True)
+
+
+def _take_over(paths: Any, as_json: bool) -> None:
+    """``--takeover``: take the experiment from its (silent) driver at once, before resuming."""
+    from ..restore import take_over_driver
+
+    with _user_errors("ftnb resume --takeover"):
+        said = take_over_driver(paths)
+    if said:
+        print(said, file=sys.stderr if as_json else sys.stdout, flush=True)
 
 
 # -- running it -----------------------------------------------------------------------------------
@@ -251,6 +268,12 @@ def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool =
         paths = _paths_of(kwargs)
         owner = live_lease(paths) if paths.has_state() else None
         if owner is not None:
+            verdict = owner.verdict()
+            if verdict.silent:
+                raise CliError(
+                    f"{verb}: experiment {paths.name!r} still has a driver (pid {owner.pid} on "
+                    f"{owner.host}), silent: {verdict.why}. Fix: `ftnb resume {paths.name} "
+                    "--takeover` takes it over now (or wait until it counts as dead)")
             raise CliError(
                 f"{verb}: experiment {paths.name!r} is already running (pid {owner.pid} on "
                 f"{owner.host}). Fix: `ftnb watch {paths.name}` follows it, `ftnb stop "

@@ -95,7 +95,9 @@ NOTEBOOK = FrontEnd(
     defaults={"storage_path": "FtnbMagics.storage_path, $FTNB_STORAGE_PATH",
               "max_failures": "FtnbMagics.max_failures",
               "concurrency": "FtnbMagics.concurrency",
-              "verbose": "FtnbMagics.verbose"},
+              "verbose": "FtnbMagics.verbose",
+              "launcher": "FtnbMagics.launcher, $FTNB_LAUNCHER",
+              "launcher_command": "FtnbMagics.launcher_command, $FTNB_LAUNCHER_COMMAND"},
     resume_default="the name %ftrun used",
 )
 
@@ -194,10 +196,12 @@ FTRESUME = MagicSpec(
 
     %ftresume sweep1
     %ftresume sweep1 --trainable train_v2 --param-space space -o h
+    %ftresume sweep1 --takeover
 
     By default the trainable and the search space are the notebook's variables of the names
     %ftrun used (run the cells that define them first). Objects in the space (models,
-    datasets, ftnb.put refs) are taken from the space as it is now.
+    datasets, ftnb.put refs) are taken from the space as it is now. While its driver is
+    silent (its server's container was killed, say), --takeover resumes it at once.
     """,
     resume_options(NOTEBOOK) + (
         opt("--metric", metavar="NAME", help="the metric the widget plots first"),
@@ -218,6 +222,8 @@ class MagicDefaults:
     concurrency: Optional[int] = None
     widget: bool = True
     verbose: int = 1
+    launcher: Optional[str] = None
+    launcher_command: Optional[str] = None
 
     def show_widget(self, widget_option: Optional[bool]) -> bool:
         """Whether to show the live widget: False when ``--no-widget`` was given (the parsed

@@ -24,6 +24,8 @@ Defaults (``%config FtnbMagics.<name> = ...``, or the environment):
     concurrency    $FTNB_CONCURRENCY    trials at once when --concurrency is not given (fill)
     widget         $FTNB_WIDGET         show the live widget (True; 0/false turns it off)
     verbose        $FTNB_VERBOSE        RunConfig.verbose of launched experiments (1)
+    launcher       $FTNB_LAUNCHER       where the supervisor runs: local, ray or command (local)
+    launcher_command $FTNB_LAUNCHER_COMMAND  the command launcher's template
 
 A user's mistake (a name not defined, not a function, an unknown option, no experiment at a
 path) is one line (IPython's ``UsageError``), never a traceback; ``FTNB_DEBUG=1`` shows the
@@ -45,7 +47,7 @@ from traitlets import Bool, Int, TraitError, Unicode, default, validate
 
 from ..cli.exits import one_line
 from ..core.records import TrialStatus
-from ..run_options import env_int, resumed_space
+from ..run_options import env_int, launcher_of, resumed_space
 from ..ui.view import plural
 from .magic_commands import (
     CellDefinitions,
@@ -144,6 +146,37 @@ class FtnbMagics(Magics):
                 "Default: $FTNB_VERBOSE, else 1.",
     ).tag(config=True)
 
+    launcher = Unicode(
+        None, allow_none=True,
+        help="Where the supervisor of %ftrun/%ftresume runs when --launcher is not given: "
+             "'local' (a process on this machine), 'command' (started by launcher_command, "
+             "outside the server's unit, container or pod), 'ray' (a detached Ray actor). "
+             "Default: $FTNB_LAUNCHER, else local.",
+    ).tag(config=True)
+    launcher_command = Unicode(
+        None, allow_none=True,
+        help="The 'command' launcher's template when --launcher-command is not given, e.g. "
+             "'systemd-run --user --collect {command}'. Default: $FTNB_LAUNCHER_COMMAND.",
+    ).tag(config=True)
+
+    @default("launcher")
+    def _launcher_default(self) -> Optional[str]:
+        return os.environ.get("FTNB_LAUNCHER") or None
+
+    @default("launcher_command")
+    def _launcher_command_default(self) -> Optional[str]:
+        return os.environ.get("FTNB_LAUNCHER_COMMAND") or None
+
+    @validate("launcher")
+    def _check_launcher(self, proposal: Any) -> Optional[str]:
+        from ..launchers import LAUNCHERS
+
+        value = proposal["value"]
+        if value is not None and value.strip().lower() not in LAUNCHERS:
+            raise TraitError(f"FtnbMagics.launcher={value!r}: use one of "
+                             f"{', '.join(repr(n) for n in LAUNCHERS)}")
+        return value
+
     @default("storage_path")
     def _storage_path_default(self) -> Optional[str]:
         return os.environ.get("FTNB_STORAGE_PATH") or None
@@ -202,7 +235,8 @@ class FtnbMagics(Magics):
     def defaults(self) -> MagicDefaults:
         """The configuration as the command builders take it."""
         return MagicDefaults(self.storage_path or None, self.max_failures, self.concurrency,
-                             self.widget, self.verbose)
+                             self.widget, self.verbose, launcher=self.launcher or None,
+                             launcher_command=self.launcher_command or None)
 
     # -- %ftrun ---------------------------------------------------------------------------------
     @FTRUN.help_for
@@ -291,7 +325,8 @@ class FtnbMagics(Magics):
                 handle = handle.resume(
                     trainable, param_space=space, restart_errored=command.args.restart_errored,
                     allow_different_trainable=command.args.allow_different_trainable,
-                    wait=False)
+                    takeover=command.args.takeover, wait=False,
+                    launcher=launcher_of(command.args, self.defaults()))
         a = command.args
         return self._show(handle, a.output, command.widget, a.metric, a.wait)
 

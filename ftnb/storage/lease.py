@@ -4,8 +4,8 @@ driver writes into the experiment once another driver owns it.
 The lease is ``owner.json`` in the experiment folder::
 
     {"token": "9f3c...", "epoch": 4, "host": "gpu-7", "host_id": "gpu-7/<boot id>/<pid ns>",
-     "pid": 8123, "pid_start": 1234567, "acquired": ..., "heartbeat": ..., "ttl_s": 60,
-     "released": false}
+     "pid": 8123, "pid_start": 1234567, "acquired": ..., "heartbeat": ..., "ttl_s": 30,
+     "heartbeat_s": 5, "released": false}
 
 * A driver **acquires** it before it touches the experiment (a new experiment, or a restore). A
   lease held by a live owner is refused (:class:`ExperimentLockedError`) unless the caller asks
@@ -15,7 +15,19 @@ The lease is ``owner.json`` in the experiment folder::
 * **Liveness.** On the owner's own machine (same host id: hostname, boot id and PID namespace)
   the owner is alive exactly while its process is (pid and start time). From another machine it
   is alive while its heartbeat is younger than ``ttl_s``; the owner refreshes it every
-  ``ttl_s / 6`` from a thread, and stops (:class:`LeaseLostError`) when it finds another token.
+  ``heartbeat_s`` (``ttl_s / 6`` unless ``$FTNB_LEASE_HEARTBEAT_S`` says otherwise) from a
+  thread, and stops (:class:`LeaseLostError`) when it finds another token.
+* **Silence** (:meth:`LeaseInfo.verdict`). A driver whose death cannot be proven from here (it
+  runs on another machine, or in another PID namespace of this one: a container, a spawner's
+  namespace) and that has sent no heartbeat for two of its intervals is *silent*: it still
+  counts as alive until ``ttl_s``, but every view says for how long it has been silent and
+  when it will count as dead, and offers the takeover. A driver on this machine whose process
+  is stopped (SIGSTOP, Ctrl+Z) is silent too, and never counts as dead while it exists.
+* **Taking over** (:func:`take_over_now`, what ``ftnb resume --takeover`` does): at once, with
+  a new epoch and token, unless the driver is provably alive on this machine (same host id,
+  its process there and neither a zombie nor stopped): that one is refused
+  (:func:`refuse_takeover_of_live_driver`). Taking over a driver that is in fact alive on
+  another machine is safe: fencing makes it stop writing.
 * **Fencing.** Every trial process carries its driver's token and checks it
   (:class:`Fence`) before it persists anything; a trial whose token was replaced, or whose
   driver on another machine went silent for half the TTL, ends without writing. On the same
@@ -44,12 +56,22 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "LeaseLostError",
+    "Liveness",
+    "fence_out",
     "host_id",
     "process_name",
     "reap_processes",
+    "refuse_takeover_of_live_driver",
+    "take_over_now",
 ]
 
-DEFAULT_TTL_S = 60.0
+DEFAULT_TTL_S = 30.0
+#: A heartbeat every TTL / 6 by default: a driver counts as silent after two missed beats and
+#: as dead after six.
+BEATS_PER_TTL = 6
+#: How many heartbeat intervals without one make a driver *silent* (one late beat, on a slow
+#: object store, does not).
+SILENT_AFTER_BEATS = 2
 
 
 def _ttl() -> float:
@@ -57,6 +79,17 @@ def _ttl() -> float:
         return max(1.0, float(os.environ.get("FTNB_LEASE_TTL_S", DEFAULT_TTL_S)))
     except ValueError:
         return DEFAULT_TTL_S
+
+
+def _heartbeat_interval(ttl_s: float) -> float:
+    """``$FTNB_LEASE_HEARTBEAT_S`` (clamped between 0.2 s and a third of the TTL, so that a
+    driver is silent before it is dead), else ``ttl_s / 6``."""
+    default = ttl_s / BEATS_PER_TTL
+    try:
+        value = float(os.environ.get("FTNB_LEASE_HEARTBEAT_S", default))
+    except ValueError:
+        value = default
+    return max(0.2, min(value, ttl_s / (SILENT_AFTER_BEATS + 1)))
 
 
 class ExperimentLockedError(RuntimeError):
@@ -136,6 +169,11 @@ def process_state(pid: int, pid_start: Optional[int]) -> str:
     return "running"
 
 
+def _stopped(pid: int) -> bool:
+    """Whether this machine's process ``pid`` is stopped (SIGSTOP, Ctrl+Z) or traced."""
+    return process_status(pid) in ("T", "t")
+
+
 def _pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -149,6 +187,30 @@ def _pid_exists(pid: int) -> bool:
 def process_name(token: str) -> str:
     """The name (``/proc/PID/comm``, 15 characters at most) of an owner's trial processes."""
     return f"ftnb.{token[:10]}"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A lease's owner as seen from this process (:meth:`LeaseInfo.verdict`).
+
+    ``alive``: it counts as alive (a new driver needs a takeover); ``why``: one line saying so.
+    ``silent_s``: how long it has been silent, when it is (no heartbeat for two of its
+    intervals, its death not provable from here; or stopped on this machine), else None.
+    ``dead_in_s``: in how many seconds a silent driver will count as dead (None when it never
+    will on its own: a stopped process on this machine). ``alive_here``: provably alive on this
+    machine (its process runs), so a takeover is refused.
+    """
+
+    alive: bool
+    why: str
+    silent_s: Optional[float] = None
+    dead_in_s: Optional[float] = None
+    alive_here: bool = False
+
+    @property
+    def silent(self) -> bool:
+        """Alive as far as anyone can prove, but silent: the views offer the takeover."""
+        return self.alive and self.silent_s is not None
 
 
 @dataclass
@@ -166,6 +228,9 @@ class LeaseInfo:
     ttl_s: float
     released: bool = False
     command: str = ""
+    #: How often its owner refreshes the heartbeat (None in leases written before it was
+    #: recorded: ``ttl_s / 6``).
+    heartbeat_s: Optional[float] = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -173,25 +238,59 @@ class LeaseInfo:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    @property
+    def beat_interval_s(self) -> float:
+        """How often its owner refreshes the heartbeat."""
+        return float(self.heartbeat_s or self.ttl_s / BEATS_PER_TTL)
+
     def liveness(self, now: Optional[float] = None) -> tuple[bool, str]:
-        """(alive, why) as seen from this process."""
+        """(alive, why) as seen from this process (:meth:`verdict` in short)."""
+        verdict = self.verdict(now)
+        return verdict.alive, verdict.why
+
+    def verdict(self, now: Optional[float] = None) -> Liveness:
+        """Whether its owner counts as alive, why, and whether it is silent (see
+        :class:`Liveness`), as seen from this process at ``now`` (default: now)."""
         now = time.time() if now is None else now
         if self.released:
-            return False, "it ended (finished or interrupted) and released the experiment"
+            return Liveness(False, "it ended (finished or interrupted) and released the experiment")
+        age = max(0.0, now - self.heartbeat)
         if self.host_id == host_id():
             state = process_state(self.pid, self.pid_start)
             if state == "exited":
-                return False, f"its process {self.pid} on this machine has exited"
+                return Liveness(False, f"its process {self.pid} on this machine has exited")
             if state == "reused":
-                return False, f"its process {self.pid} on this machine has exited (pid reused)"
-            return True, f"its process {self.pid} on this machine ({self.host}) is running"
-        age = now - self.heartbeat
-        if age < self.ttl_s:
-            return True, (
-                f"it runs on {self.host} (pid {self.pid}) and its heartbeat is {age:.0f} s old "
-                f"(it counts as dead after {self.ttl_s:.0f} s without one)"
-            )
-        return False, f"it ran on {self.host} and has sent no heartbeat for {age:.0f} s"
+                return Liveness(False, f"its process {self.pid} on this machine has exited "
+                                       "(pid reused)")
+            if _stopped(self.pid):
+                # Not provably alive: it beats no more and may never be continued; not dead
+                # either: SIGCONT would wake it (and fencing would then stop it).
+                return Liveness(True, (
+                    f"its process {self.pid} on this machine ({self.host}) is stopped (SIGSTOP "
+                    f"or Ctrl+Z) and has been silent for {age:.0f} s; it counts as dead only "
+                    "once it exits"), silent_s=age)
+            return Liveness(True, f"its process {self.pid} on this machine ({self.host}) is "
+                                  "running", alive_here=True)
+        if age >= self.ttl_s:
+            return Liveness(False, f"it ran on {self.host} and has sent no heartbeat for "
+                                   f"{age:.0f} s")
+        if age > SILENT_AFTER_BEATS * self.beat_interval_s:
+            dead_in = self.ttl_s - age
+            return Liveness(True, (
+                f"it runs on {self._where()} (pid {self.pid}) but has been silent for "
+                f"{age:.0f} s (a heartbeat is due every {self.beat_interval_s:g} s); it counts "
+                f"as dead in {dead_in:.0f} s"), silent_s=age, dead_in_s=dead_in)
+        return Liveness(True, (
+            f"it runs on {self.host} (pid {self.pid}) and its heartbeat is {age:.0f} s old "
+            f"(it counts as dead after {self.ttl_s:.0f} s without one)"))
+
+    def _where(self) -> str:
+        """Its machine; "another PID namespace of this machine" when only that differs (a
+        container, a spawner's namespace), where its pid cannot be checked from here."""
+        mine, theirs = host_id().split("/"), self.host_id.split("/")
+        if len(mine) == len(theirs) == 3 and mine[:2] == theirs[:2] and mine[2] != theirs[2]:
+            return f"{self.host} in another PID namespace (a container?)"
+        return self.host
 
     def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.acquired))
@@ -224,6 +323,60 @@ def live_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
     return current if current is not None and current.liveness()[0] else None
 
 
+def refuse_takeover_of_live_driver(paths: ExperimentPaths, current: Optional[LeaseInfo] = None,
+                                   what: str = "take over") -> None:
+    """Raise :class:`ExperimentLockedError` if the experiment's driver is provably alive on this
+    machine (same host id, its process there and neither a zombie nor stopped): taking over
+    from it would only start a second driver beside a working one. ``current``: the lease, if
+    read already."""
+    current = current if current is not None else read_lease(paths)
+    if current is None:
+        return
+    verdict = current.verdict()
+    if verdict.alive_here:
+        raise ExperimentLockedError(
+            f"Cannot {what} the experiment at {paths.uri}: its driver ({current.describe()}) "
+            f"is alive on this machine: {verdict.why}. A takeover is for a driver whose death "
+            "cannot be proven (its machine or container is gone, or it is stopped). Fix: stop "
+            f"it (`ftnb stop {paths.uri}`), or kill {current.pid} if it hangs, then resume."
+        )
+
+
+def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[LeaseInfo]:
+    """Take the experiment from its driver at once, without waiting for its lease to expire,
+    and leave it free for a resume: a new epoch and token fence the old driver (it, and its
+    trials wherever they run, stop before their next write: :class:`LeaseLostError`,
+    :class:`FencedError`), its trial processes on this machine are killed
+    (:func:`fence_out`), and the lease is released. Refused while the driver is provably alive
+    on this machine (:func:`refuse_takeover_of_live_driver`).
+
+    Returns the lease taken over, or None when there was nothing to take (no owner, or one
+    that released the experiment or is dead already)."""
+    current = read_lease(paths)
+    if current is None or not current.liveness()[0]:
+        return None
+    refuse_takeover_of_live_driver(paths, current, what)
+    lease = Lease.acquire(paths, takeover=True, what=what)
+    try:
+        fence_out(paths, lease.previous)
+    finally:
+        lease.release()
+    return lease.previous
+
+
+def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
+    """Once the lease of ``previous`` (a driver that did not release it) is taken: make sure
+    none of its trials writes any more. On its machine they are killed (:func:`reap_processes`);
+    elsewhere they check the lease before every write (at most every second on object
+    stores), so wait that long."""
+    if previous is None or previous.released:
+        return
+    if previous.host_id == host_id():
+        reap_processes(previous.token)
+    else:
+        time.sleep(max(0.5, paths.storage.poll_interval_s))
+
+
 class Lease:
     """A driver's hold on an experiment; see the module docstring."""
 
@@ -254,6 +407,7 @@ class Lease:
         with storage.exclusive_lock(paths.lease_lock) as serialized:
             current = read_lease(paths) if takeover else refuse_if_owned(paths, what)
             now = time.time()
+            ttl = _ttl()
             info = LeaseInfo(
                 token=uuid.uuid4().hex,
                 epoch=(current.epoch + 1) if current is not None else 1,
@@ -263,8 +417,9 @@ class Lease:
                 pid_start=pid_start_time(os.getpid()),
                 acquired=now,
                 heartbeat=now,
-                ttl_s=_ttl(),
+                ttl_s=ttl,
                 command=_command_line(),
+                heartbeat_s=_heartbeat_interval(ttl),
             )
             # A new experiment's folder may not exist yet, and a filesystem with real folders
             # (an sftp server, a DirFileSystem over a disk) does not create parents on a write.
@@ -283,7 +438,7 @@ class Lease:
 
     # -- while running -------------------------------------------------------------------------
     def start_heartbeat(self) -> None:
-        interval = max(0.2, self.info.ttl_s / 6)
+        interval = self.info.beat_interval_s
         self._thread = threading.Thread(
             target=self._beat, args=(interval,), name="ftnb-lease-heartbeat", daemon=True
         )

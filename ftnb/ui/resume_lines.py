@@ -26,7 +26,7 @@ class ResumeContext(str, enum.Enum):
 
 
 def resume_line(paths: ExperimentPaths, state: ExperimentState,
-                context: Optional[ResumeContext] = None) -> str:
+                context: Optional[ResumeContext] = None, takeover: bool = False) -> str:
     """The one line that resumes the experiment (once it is interrupted), for ``context``
     (default: MAGICS in an IPython shell with the ``%ft`` magics loaded, else PYTHON).
 
@@ -39,28 +39,34 @@ def resume_line(paths: ExperimentPaths, state: ExperimentState,
       ``param_space=param_space`` when its trials hold objects given again); in a terminal,
       where no function can be passed, a hint to do that or run the same ``ftnb.run`` again.
 
-    NAME is the folder instead when it is not under the default storage path.
+    NAME is the folder instead when it is not under the default storage path. ``takeover``:
+    the line that takes it over from a silent driver and resumes it (``--takeover``,
+    ``takeover=True``).
     """
+    flag = " --takeover" if takeover else ""
+    keyword = ", takeover=True" if takeover else ""
     origin = state.settings.get("origin")
     if isinstance(origin, dict) and origin.get("via") == "cli":
-        return f"ftnb resume {shlex.quote(_reference(paths, state))}"
+        return f"ftnb resume {shlex.quote(_reference(paths, state))}{flag}"
     if context is None:
         context = ResumeContext.MAGICS if ftnb_magics_loaded() else ResumeContext.PYTHON
     if origin and context is ResumeContext.MAGICS:
-        return f"%ftresume {_reference(paths, state)}"
+        return f"%ftresume {_reference(paths, state)}{flag}"
     trainer = _trainer_restore(paths, state)
     if trainer is not None:  # a TorchTrainer's run whose datasets must be given again
-        return f"ftnb.attach({paths.uri!r}).resume({trainer})" if origin else f"{trainer}.fit()"
+        if origin or takeover:  # (TorchTrainer.restore has no takeover: the handle's does)
+            return f"ftnb.attach({paths.uri!r}).resume({trainer}{keyword})"
+        return f"{trainer}.fit()"
     if origin:
         trainable = origin.get("trainable") if isinstance(origin, dict) else None
         trainable = trainable or state.trainable.rsplit(".", 1)[-1]
         space = origin.get("param_space") if isinstance(origin, dict) else None
         with_space = f", param_space={space}" if space else ""
-        return f"ftnb.attach({paths.uri!r}).resume({trainable}{with_space})"
+        return f"ftnb.attach({paths.uri!r}).resume({trainable}{with_space}{keyword})"
     if context is ResumeContext.TERMINAL:
-        return (f"{tuner_restore_line(paths.uri, '<trainable>')}, or run the same "
-                "ftnb.run(...) again")
-    return tuner_restore_line(paths.uri, state.trainable, _holds_objects(state))
+        return (f"{tuner_restore_line(paths.uri, '<trainable>', takeover=takeover)}, or run "
+                f"the same ftnb.run(...{keyword}) again")
+    return tuner_restore_line(paths.uri, state.trainable, _holds_objects(state), takeover)
 
 
 def _trainer_restore(paths: ExperimentPaths, state: ExperimentState) -> Optional[str]:
@@ -74,11 +80,14 @@ def _trainer_restore(paths: ExperimentPaths, state: ExperimentState) -> Optional
     return f"ftnb.TorchTrainer.restore({paths.uri!r}, datasets={{{given}}})"
 
 
-def tuner_restore_line(uri: str, trainable: str, with_space: bool = False) -> str:
+def tuner_restore_line(uri: str, trainable: str, with_space: bool = False,
+                       takeover: bool = False) -> str:
     """``ftnb.Tuner.restore(URI, TRAINABLE).fit()``, with ``param_space=param_space`` when the
-    space must be given again (its objects are not saved with the experiment)."""
+    space must be given again (its objects are not saved with the experiment), and
+    ``takeover=True`` with ``takeover``."""
     space = ", param_space=param_space" if with_space else ""
-    return f"ftnb.Tuner.restore({uri!r}, {trainable}{space}).fit()"
+    keyword = ", takeover=True" if takeover else ""
+    return f"ftnb.Tuner.restore({uri!r}, {trainable}{space}{keyword}).fit()"
 
 
 def _holds_objects(state: ExperimentState) -> bool:

@@ -27,6 +27,11 @@ The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end s
                  "error_reason": null, "metrics": {"loss": 0.12}, "params": {"lr": 0.1}}],
        "driver": {"pid": 4242, "host": "node1", "alive": true, "gone": false,
                   "why": "...", "line": "driver pid 4242 on node1, since ...: ..."},
+       # While its driver is silent (RUNNING, no heartbeat for two of its intervals, its
+       # death unproven: a killed container; or stopped on this machine), else all null:
+       "driver_silent_s": 25.3,   # for how long it has been silent
+       "driver_dead_in_s": 34.7,  # when it will count as dead (null: never on its own)
+       "takeover": "ftnb resume sweep1 --takeover",  # the line that takes it over now
        "resume_line": null,       # the line that resumes it, when it is INTERRUPTED
        "supervisor_log": null},   # the supervisor's log, when one ran it
      "metrics": ["loss", "acc"],  # every numeric metric reported, first seen first
@@ -204,6 +209,8 @@ class ExperimentSnapshot:
         driver: one line on the driver (alive or gone, and why); "" when there is none to say.
         driver_status: the :class:`DriverStatus` the two above come from.
         resume_line: the line that resumes the experiment if it is interrupted.
+        takeover_line: the line that takes it over from its driver and resumes it (shown while
+            the driver is silent: :attr:`takeover`).
         supervisor_log: the supervisor's log file, if a supervisor ran the experiment.
         path: the experiment folder as a user can paste it.
     """
@@ -213,7 +220,7 @@ class ExperimentSnapshot:
                  version: dict[str, int], generation: int, driver_status: DriverStatus,
                  driver_gone: bool, driver: str, resume_line: str,
                  supervisor_log: Optional[str], path: str, series: dict[str, ResultColumns],
-                 lengths: dict[str, int]) -> None:
+                 lengths: dict[str, int], takeover_line: str = "") -> None:
         self.view = view
         self.state = state
         self.metrics = metrics
@@ -225,6 +232,7 @@ class ExperimentSnapshot:
         self.driver_gone = driver_gone
         self.driver = driver
         self.resume_line = resume_line
+        self.takeover_line = takeover_line
         self.supervisor_log = supervisor_log
         self.path = path
         self._series = series
@@ -263,12 +271,22 @@ class ExperimentSnapshot:
             driver_status=driver, driver_gone=gone, driver=driver.line(header.status),
             resume_line=resume or resume_line(paths, header, resume_context),
             supervisor_log=supervisor_log, path=paths.uri, series=rows,
-            lengths={t: len(r.iterations) for t, r in rows.items()})
+            lengths={t: len(r.iterations) for t, r in rows.items()},
+            takeover_line=resume_line(paths, header, resume_context, takeover=True))
 
     @property
     def status(self) -> str:
         """The experiment's status: RUNNING, FINISHED, ERRORED or INTERRUPTED."""
         return self.view.status
+
+    @property
+    def takeover(self) -> Optional[str]:
+        """While the driver is silent (:meth:`ftnb.ui.status.DriverStatus.offers_takeover`):
+        the line that takes the experiment over now and resumes it; else None. A front end's
+        button does the same with ``ftnb.attach(path).resume(takeover=True)``."""
+        if self.driver_status.offers_takeover(self.state.status) and self.takeover_line:
+            return self.takeover_line
+        return None
 
     @property
     def finished(self) -> bool:
@@ -313,12 +331,18 @@ class ExperimentSnapshot:
         return self._lengths.get(trial_id, 0)
 
     def with_elapsed(self, now: float) -> "ExperimentSnapshot":
-        """The same snapshot with the running experiment's elapsed time brought up to ``now``."""
+        """The same snapshot with the running experiment's elapsed time brought up to ``now``,
+        and its driver's silence (for how long, when it counts as dead) as of ``now``."""
         if self.view.status != _RUNNING:
             return self
         clone = object.__new__(ExperimentSnapshot)
         clone.__dict__.update(self.__dict__)
         clone.view = self.view.with_end(now, self.state)
+        driver = DriverStatus.of(self.driver_status.lease, now)
+        if driver.alive or not self.driver_status.alive:
+            # (One that died since is the next poll's to rebuild: its trials read otherwise.)
+            clone.driver_status = driver
+            clone.driver = driver.line(self.state.status)
         return clone
 
     # -- as JSON ----------------------------------------------------------------------------------
@@ -341,8 +365,9 @@ class ExperimentSnapshot:
         """The experiment as ``ftnb status --json`` prints it (the ``experiment`` part of
         :meth:`to_json`): the view model (each row's ``num_workers``: its ranks), each row's last
         error in full and its last failure (traceback, ranks and restart included), when it was
-        updated, its driver, the line that resumes it (None unless it is interrupted) and its
-        supervisor's log."""
+        updated, its driver (while it is silent: for how long, when it counts as dead, and the
+        line that takes it over), the line that resumes it (None unless it is interrupted) and
+        its supervisor's log."""
         data = dataclasses.asdict(self.view)
         trials = {t.trial_id: t for t in self.state.trials}
         for row in data["rows"]:
@@ -358,6 +383,10 @@ class ExperimentSnapshot:
             "host": lease.host if lease is not None else None,
             "alive": self.driver_status.alive, "gone": self.driver_gone,
             "why": self.driver_status.why, "line": self.driver or None}
+        silent = self.takeover is not None
+        data["driver_silent_s"] = self.driver_status.silent_s if silent else None
+        data["driver_dead_in_s"] = self.driver_status.dead_in_s if silent else None
+        data["takeover"] = self.takeover
         data["resume_line"] = self.resume_line if self.status == INTERRUPTED else None
         data["supervisor_log"] = self.supervisor_log
         return finite(data)

@@ -51,31 +51,56 @@ _RUNNING = ExperimentStatus.RUNNING
 @dataclass(frozen=True)
 class DriverStatus:
     """Who drives an experiment, as its owner lease (``owner.json``) says, seen from this
-    process: ``alive`` and ``why`` are :meth:`ftnb.storage.lease.LeaseInfo.liveness`'s verdict."""
+    process: ``alive`` and ``why`` are :meth:`ftnb.storage.lease.LeaseInfo.verdict`'s verdict.
+
+    A driver may be alive as far as anyone can prove and yet *silent* (``silent_s``: no
+    heartbeat for two of its intervals while its death cannot be proven from here, say its
+    container was killed; or it is stopped on this machine): the views then say for how long,
+    when it will count as dead (``dead_in_s``; None: never on its own), and offer the takeover
+    (``ftnb resume --takeover``). ``alive_here``: provably alive on this machine, where a
+    takeover is refused.
+    """
 
     lease: Optional[LeaseInfo]
     alive: bool
     why: str
+    silent_s: Optional[float] = None
+    dead_in_s: Optional[float] = None
+    alive_here: bool = False
 
     @classmethod
-    def of(cls, lease: Optional[LeaseInfo]) -> "DriverStatus":
-        """The verdict on ``lease`` (None: there is no owner.json)."""
+    def of(cls, lease: Optional[LeaseInfo], now: Optional[float] = None) -> "DriverStatus":
+        """The verdict on ``lease`` (None: there is no owner.json) at ``now`` (default: now)."""
         if lease is None:
             return cls(None, False, "")
-        alive, why = lease.liveness()
-        return cls(lease, alive, why)
+        verdict = lease.verdict(now)
+        return cls(lease, verdict.alive, verdict.why, verdict.silent_s, verdict.dead_in_s,
+                   verdict.alive_here)
+
+    @property
+    def silent(self) -> bool:
+        """Alive as far as can be proven, but silent: a takeover is offered."""
+        return self.alive and self.silent_s is not None
 
     def gone(self, stored_status: str) -> bool:
         """Whether an experiment whose state says ``stored_status`` lost its driver: the state
         says RUNNING but no live driver owns it."""
         return stored_status == _RUNNING and not self.alive
 
+    def offers_takeover(self, stored_status: str) -> bool:
+        """Whether the views offer the takeover: the state says RUNNING and its driver is
+        silent."""
+        return stored_status == _RUNNING and self.silent
+
     def line(self, stored_status: str) -> str:
-        """One line on the driver: alive, or gone and why; "" when there is nothing to say (a
-        stopped experiment whose driver let go, or died after saving it)."""
+        """One line on the driver: alive (or silent, for how long, and when it will count as
+        dead), or gone and why; "" when there is nothing to say (a stopped experiment whose
+        driver let go, or died after saving it)."""
         lease = self.lease
         if lease is None:
             return "no driver owns it (no owner.json)" if stored_status == _RUNNING else ""
+        if self.silent:
+            return f"driver {lease.describe()} is silent: {self.why}"
         if self.alive:
             return f"driver {lease.describe()}: {self.why}"
         if stored_status != _RUNNING:
@@ -141,6 +166,10 @@ class ExperimentSummary:
     failures: int
     preemptions: int
     updated: float
+    #: While its driver is silent (:class:`DriverStatus`): for how long, and in how many
+    #: seconds it counts as dead (None: never on its own); else None.
+    driver_silent_s: Optional[float] = None
+    driver_dead_in_s: Optional[float] = None
 
 
 def summarize(paths: ExperimentPaths) -> ExperimentSummary:
@@ -149,12 +178,16 @@ def summarize(paths: ExperimentPaths) -> ExperimentSummary:
     the trials' own records are read too, as :func:`ftnb.ui.snapshot.read_snapshot` reads
     them. Raises :class:`ftnb.core.records.StateFormatError` where there is no readable state."""
     state = ExperimentState.load(paths)
+    driver = None
     if state.status == _RUNNING:
         driver = read_driver(paths)
         if driver.gone(state.status):
             state = as_read(merge_trial_records(state, paths), driver)
+    silent = driver is not None and driver.offers_takeover(state.status)
     return ExperimentSummary(
         name=paths.name, path=paths.uri, status=state.status, trials=len(state.trials),
         counts=state.counts(), failures=sum(t.num_failures for t in state.trials),
-        preemptions=sum(t.num_preemptions for t in state.trials), updated=state.updated)
+        preemptions=sum(t.num_preemptions for t in state.trials), updated=state.updated,
+        driver_silent_s=driver.silent_s if silent else None,
+        driver_dead_in_s=driver.dead_in_s if silent else None)
 
