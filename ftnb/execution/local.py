@@ -44,11 +44,11 @@ from .contract import (
     DoneEvent,
     ErrorEvent,
     ExitEvent,
+    GroupFailures,
     OutputEvent,
     PreemptedEvent,
     RankExit,
     StartedEvent,
-    first_failing_rank,
     is_peer_error,
 )
 from .one_machine import OneMachineExecutor
@@ -167,10 +167,6 @@ class _OutputTail:
         return data[:end].decode("utf-8", "replace")
 
 
-#: After a rank fails with a peer's error (a reset connection, a collective's timeout), how long
-#: the group waits for the failure that caused it (a rank killed, one that raised) before it
-#: takes the peer error as the cause.
-_SETTLE_S = 2.0
 #: How long the first failing rank may take to exit on its own (its traceback printed, its
 #: files flushed) once the rest of its group is ended.
 _ROOT_EXIT_S = 2.0
@@ -203,9 +199,7 @@ class _Running:
     timeout_s: float
     tails: list[_OutputTail] = field(default_factory=list)
     started_sent: bool = False
-    cause: Optional[int] = None  # the first failing rank, once known
-    failures: list[tuple[int, bool]] = field(default_factory=list)  # (rank, peer) as seen
-    settle_until: Optional[float] = None
+    failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
     kill_cause_at: Optional[float] = None
 
     @property
@@ -408,17 +402,13 @@ class LocalProcessExecutor(OneMachineExecutor):
     def _note_failure(self, run: _Running, index: int, peer: bool) -> None:
         """Rank ``index`` failed (``peer``: with a peer's error). A failure of its own is the
         cause at once; a peer's error waits a moment for the failure that caused it."""
-        run.failures.append((index, peer))
-        if run.cause is not None:
-            return
-        if not peer:
-            self._decide(run, index)
-        elif run.settle_until is None:
-            run.settle_until = time.monotonic() + _SETTLE_S
+        cause = run.failures.note(index, peer, time.monotonic())
+        if cause is not None:
+            self._decide(run, cause)
 
     def _supervise(self, run: _Running, now: float) -> None:
         """The group's liveness check, and its end once a rank failed: the others are killed."""
-        if run.cause is None:
+        if run.failures.cause is None:
             stopped = []
             for rank in run.ranks:
                 if rank.exited:
@@ -428,18 +418,18 @@ class LocalProcessExecutor(OneMachineExecutor):
                     stopped.append(rank)
                 else:
                     rank.stopped_since = None
-            if stopped and (run.settle_until is not None
+            if stopped and (run.failures.settling
                             or now - stopped[0].stopped_since >= run.timeout_s):
                 # A stopped rank (SIGSTOP, a frozen machine) is why its peers time out.
                 self._decide(run, stopped[0].index, hung=True)
-            elif run.settle_until is not None and now >= run.settle_until:
-                self._decide(run, run.failures[0][0])
-        if run.cause is None:
+            elif (cause := run.failures.settled(now)) is not None:
+                self._decide(run, cause)
+        if run.failures.cause is None:
             return
         for rank in run.ranks:
             if rank.exited or rank.killed_by_us:
                 continue
-            if rank.index != run.cause:
+            if rank.index != run.failures.cause:
                 rank.killed_by_us = True
                 _kill_group(rank.process.pid)
             elif run.kill_cause_at is not None and now >= run.kill_cause_at:
@@ -447,7 +437,7 @@ class LocalProcessExecutor(OneMachineExecutor):
                 _kill_group(rank.process.pid)
 
     def _decide(self, run: _Running, index: int, hung: bool = False) -> None:
-        run.cause = index
+        run.failures.decide(index)
         cause = run.ranks[index]
         if hung:
             cause.hung = True
@@ -496,8 +486,7 @@ class LocalProcessExecutor(OneMachineExecutor):
             return ExitEvent.of_one(trial_id, attempt, rank.exit_code, oom(rank))
         exits = tuple(RankExit(rank.index, rank.exit_code, oom(rank), hung=rank.hung,
                                collateral=rank.killed_by_us) for rank in run.ranks)
-        cause = first_failing_rank(run.cause, run.failures, exits)
-        return ExitEvent(trial_id, attempt, exits, cause)
+        return ExitEvent(trial_id, attempt, exits, run.failures.first_failing_rank(exits))
 
     # -- stopping --------------------------------------------------------------------------------
     def request_stop(self, trial_id: str) -> None:
