@@ -375,3 +375,75 @@ def test_the_plotly_chart_is_still_there_for_those_who_want_it(tmp_path):
     assert chart.update(ExperimentMonitor(paths).poll(), "loss")
     assert set(chart.trial_traces) == {t.trial_id for t in state.trials}
     assert list(chart.trace(state.trials[0].trial_id).x) == [1, 2, 3, 4]
+
+
+BUSY_CELLS = ["import ftnb\nw = ftnb.attach({path!r}).widget()\nw",
+              "print('waiting', flush=True)\nftnb.attach({path!r}).wait()"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_widget_stops_the_trial_it_names_while_the_kernel_is_busy(request, tmp_path):
+    """JupyterLab with ftnb's server extension (tests/conftest.py's ``lab_server``): the
+    widget's Stop trial, clicked while a cell waits on the experiment, stops the trial chosen,
+    through the server, and the cell is still busy."""
+    import time
+
+    try:
+        lab_server = request.getfixturevalue("lab_server")
+        chromium = request.getfixturevalue("chromium")
+    except pytest.FixtureLookupError:
+        pytest.skip("needs the lab_server and chromium fixtures (the browser tests')")
+    from scripted import scripted
+
+    handle = ftnb.launch(
+        scripted, name="widget_busy", storage_path=str(lab_server.experiments), quiet=True,
+        param_space={"n": ftnb.grid_search([1, 10_000, 10_000]), "sleep": 0.05, "ckpt_every": 0},
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=2))
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        def statuses():
+            return {t.trial_id: str(t.status) for t in handle.state().trials}
+
+        wait_for(lambda: list(statuses().values()) == ["TERMINATED", "RUNNING", "RUNNING"],
+                 timeout=60, what="trial 0 done, trials 1 and 2 running")
+        first, second, third = sorted(statuses())
+        cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                  "outputs": [], "source": source.format(path=handle.path)}
+                 for i, source in enumerate(BUSY_CELLS)]
+        (lab_server.notebooks / "widget_busy.ipynb").write_text(json.dumps({
+            "cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
+                "display_name": "Python 3", "language": "python", "name": "python3"}}}))
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(lab_server.page_url("lab/tree/widget_busy.ipynb"))
+        page.locator("#jp-main-dock-panel").wait_for()
+        # The kernel started (a cold JupyterLab takes a while): the status bar says Idle.
+        page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for()
+        notebook_cells = page.locator(".jp-Notebook .jp-CodeCell")
+        notebook_cells.first.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")  # the widget
+        select = page.locator("[data-testid=ftnb-widget] [data-testid=ftnb-trial-select]")
+        select.locator(f"option[value='{third}']").wait_for(state="attached")
+        page.keyboard.press("Shift+Enter")  # the busy cell
+        busy_cell = notebook_cells.nth(1)
+        busy_cell.locator(".jp-OutputArea-output", has_text="waiting").wait_for()
+        busy = busy_cell.locator(".jp-InputPrompt", has_text="*")
+        assert busy.count() == 1
+        page.locator("[data-testid=ftnb-control-mode]",
+                     has_text="through the Jupyter server").wait_for()
+        select.select_option(third)
+        page.locator("[data-testid=ftnb-widget] [data-testid=ftnb-stop-trial]").click()
+        clicked = time.monotonic()
+        wait_for(lambda: statuses()[third] == "TERMINATED", timeout=30,
+                 what=f"trial {third} stopped")
+        print(f"stopped {time.monotonic() - clicked:.2f} s after the click")
+        now = statuses()
+        assert now[second] == "RUNNING" and now[first] == "TERMINATED", now
+        assert busy.count() == 1, "the cell ended: the stop must not need the kernel"
+        page.locator("[data-testid=ftnb-control-status]",
+                     has_text="through the Jupyter server").wait_for()
+    finally:
+        context.close()
+        handle.stop()
+        handle.wait(timeout=60)
