@@ -358,6 +358,12 @@ def test_the_es_module_draws_the_state_and_names_trials_by_id(chart_page):
             assert page.evaluate("window.model.get('log_y')") is True
             page.wait_for_function("[...document.querySelectorAll('[data-testid=ftnb-chart]"
                                    " text')].some(e => e.textContent === 'loss (log)')")
+            # A tab sent to the background is nobody looking; back in front, a view again.
+            for state, event in (("hidden", "close"), ("visible", "open")):
+                page.evaluate(f"Object.defineProperty(document, 'visibilityState', "
+                              f"{{value: '{state}', configurable: true}});"
+                              "document.dispatchEvent(new Event('visibilitychange'))")
+                assert page.evaluate("window.sent.at(-1).event") == event
             page.evaluate("window.cleanup()")
             assert page.evaluate("window.sent.at(-1).event") == "close"
             assert errors == []

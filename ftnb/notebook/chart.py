@@ -12,7 +12,7 @@ added to the state the front end gets when the widget opens or asks for its stat
 later points go as appends (custom messages), so a poll that found two new rows sends two rows.
 
 **Views report themselves** (``{"type": "view", "event": "open" | "beat" | "close"}``, a beat
-every 30 s): :attr:`TrialChart.viewed` is False once none has been heard from for
+every 30 s while the page is visible; a tab hidden in the background reports ``close``): :attr:`TrialChart.viewed` is False once none has been heard from for
 :data:`VIEW_TTL_S` (a browser killed without a goodbye) and no cell is running, and then the
 experiment widget sends nothing at all, so JupyterHub's idle culler can cull an unattended
 server. A view that opens is caught up (:meth:`TrialChart.send_all`). While a cell runs the

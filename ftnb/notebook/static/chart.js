@@ -6,8 +6,9 @@
 // appends as custom messages ({type: "delta"}), a whole new set after a metric change or a
 // catch-up ({type: "series"}), and replies to control requests ({type: "reply"}).
 //
-// Views report themselves to the kernel ({type: "view", event: "open" | "beat" | "close"}): a
-// kernel no view reports to sends nothing, so an unattended server can be culled.
+// Views report themselves to the kernel ({type: "view", event: "open" | "beat" | "close"}; a
+// hidden tab reports "close" and does not beat): a kernel no view reports to sends nothing, so
+// an unattended server can be culled.
 //
 // Controls name trials by id. Where ftnb's Jupyter server extension answers (GET
 // <base>ftnb/api/roots), they are POSTed to it and act while the kernel is busy; otherwise they
@@ -408,13 +409,18 @@ function render({ model, el: host }) {
     for (const s of c.series.values()) n += s.x.length;
     try { model.send({ type: "view", view: view.id, event, metric: c.metric, points: n }); } catch (e) { /* closed */ }
   };
-  report("open");
-  const beat = setInterval(() => report("beat"), HEARTBEAT_MS);
+  // A tab in the background is nobody looking: it says so, and beats only while visible.
+  const visible = () => document.visibilityState !== "hidden";
+  report(visible() ? "open" : "close");
+  const beat = setInterval(() => { if (visible()) report("beat"); }, HEARTBEAT_MS);
   const bye = () => report("close");
+  const onVisibility = () => report(visible() ? "open" : "close");
   window.addEventListener("pagehide", bye);
+  document.addEventListener("visibilitychange", onVisibility);
   return () => {
     clearInterval(beat);
     window.removeEventListener("pagehide", bye);
+    document.removeEventListener("visibilitychange", onVisibility);
     resize.disconnect();
     model.off("msg:custom", onCustom);
     model.off("change:metric", onMetric);
