@@ -453,3 +453,71 @@ def test_the_widget_stops_the_trial_it_names_while_the_kernel_is_busy(request, t
         context.close()
         handle.stop()
         handle.wait(timeout=60)
+
+
+SILENT_DRIVER = """
+import sys, time
+from ftnb.storage import ExperimentPaths, Storage
+from ftnb.storage.lease import Lease
+lease = Lease.acquire(ExperimentPaths.of(Storage(sys.argv[1]), sys.argv[2]), what="run")
+lease.start_heartbeat()
+print("owner", flush=True)
+time.sleep(600)
+"""
+
+
+class _RecordingHandle:
+    """A real handle whose resume is recorded, not run (the synthetic experiment has no
+    trainable to resume with)."""
+
+    def __init__(self, real):
+        self._real, self.name, self.path = real, real.name, real.path
+        self.resumed = []
+
+    def monitor(self):
+        return self._real.monitor()
+
+    def resume(self, **kwargs):
+        self.resumed.append(kwargs)
+        return self
+
+
+def test_a_silent_driver_shows_its_countdown_and_the_take_over_control(tmp_path):
+    import signal
+    import subprocess
+
+    paths, state = write_experiment(str(tmp_path), "silent", 2, 5, finished=1, partial=[2],
+                                    status="RUNNING")
+    # A driver on "another machine" (its host id says so): once killed, its death cannot be
+    # proven from here, so it reads RUNNING, silent, until its TTL.
+    env = dict(subprocess_env(), FTNB_HOST_ID="a-container-that-is-gone",
+               FTNB_LEASE_TTL_S="120", FTNB_LEASE_HEARTBEAT_S="0.3")
+    driver = subprocess.Popen([sys.executable, "-c", SILENT_DRIVER, str(tmp_path), "silent"],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "owner"
+        handle = _RecordingHandle(ftnb.attach(paths.dir))
+        w = ExperimentWidget(handle, start=False)
+        try:
+            assert w.chart.controls["takeover"] is None  # it beats: nothing to take over
+            os.kill(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+
+            def offer():
+                w.refresh()
+                return w.chart.controls["takeover"]
+
+            takeover = wait_for(offer, timeout=20, what="the driver to read silent")
+            assert takeover["available"] is True
+            assert "has been silent for" in takeover["text"]
+            assert "counts as dead in" in takeover["text"]
+            assert w.snapshot.status == "RUNNING" and w.chart.controls["running"]
+            ok, text = w.take_over()
+            assert ok, text
+            assert handle.resumed == [{"wait": False, "takeover": True}]
+        finally:
+            w.close()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
