@@ -385,12 +385,10 @@ function render({ model, el: host }) {
   const onMetric = () => { c.metric = model.get("metric"); };
   const onState = () => { renderControls(view); redraw(); };
   const onLog = () => { view.controls.logBox.checked = !!model.get("log_y"); redraw(); };
-  model.on("msg:custom", onCustom);
-  model.on("change:metric", onMetric);
-  model.on("change:trials", redraw);
-  model.on("change:restarts", redraw);
-  model.on("change:controls", onState);
-  model.on("change:log_y", onLog);
+  const listeners = [["msg:custom", onCustom], ["change:metric", onMetric],
+    ["change:trials", redraw], ["change:restarts", redraw], ["change:controls", onState],
+    ["change:log_y", onLog]];
+  for (const [event, fn] of listeners) model.on(event, fn);
   const resize = new ResizeObserver(redraw);
   resize.observe(root);
   renderControls(view);
@@ -422,12 +420,7 @@ function render({ model, el: host }) {
     window.removeEventListener("pagehide", bye);
     document.removeEventListener("visibilitychange", onVisibility);
     resize.disconnect();
-    model.off("msg:custom", onCustom);
-    model.off("change:metric", onMetric);
-    model.off("change:trials", redraw);
-    model.off("change:restarts", redraw);
-    model.off("change:controls", onState);
-    model.off("change:log_y", onLog);
+    for (const [event, fn] of listeners) model.off(event, fn);
     c.views.delete(view);
     bye();
   };
