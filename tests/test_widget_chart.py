@@ -21,7 +21,7 @@ pytest.importorskip("jupyter_client", reason="needs jupyter_client")
 pytest.importorskip("ipykernel", reason="needs ipykernel")
 
 import ftnb  # noqa: E402
-from ftnb.core.records import AttemptRecord, ExperimentState, FailureRecord  # noqa: E402
+from ftnb.core.records import AttemptRecord, FailureRecord  # noqa: E402
 from ftnb.notebook.widget import ExperimentWidget  # noqa: E402
 from ftnb.storage.lease import Lease  # noqa: E402
 from procs import REPO, TESTS, wait_for  # noqa: E402
@@ -116,7 +116,7 @@ def test_user_stopped_and_resumed_trials_are_shown_apart(tmp_path):
         shown = w.chart.trial_statuses
         assert shown == {done.trial_id: "TERMINATED", stopped.trial_id: "STOPPED",
                          resumed.trial_id: "TERMINATED", retried.trial_id: "TERMINATED"}
-        assert f"class='s-STOPPED'>STOPPED<" in w.table.value
+        assert "class='s-STOPPED'>STOPPED<" in w.table.value
         marks = {m["trial"]: m for m in w.chart.restarts}
         assert marks[resumed.trial_id]["kind"] == "resume"
         assert "after a pause (not a retry)" in marks[resumed.trial_id]["text"]
@@ -486,7 +486,7 @@ def test_a_silent_driver_shows_its_countdown_and_the_take_over_control(tmp_path)
     import signal
     import subprocess
 
-    paths, state = write_experiment(str(tmp_path), "silent", 2, 5, finished=1, partial=[2],
+    paths, _ = write_experiment(str(tmp_path), "silent", 2, 5, finished=1, partial=[2],
                                     status="RUNNING")
     # A driver on "another machine" (its host id says so): once killed, its death cannot be
     # proven from here, so it reads RUNNING, silent, until its TTL.

@@ -348,17 +348,14 @@ class TrialChart(anywidget.AnyWidget):
             self._versions[trial_id] = version
             if not metric:
                 continue
-            columns = snap.result_columns(trial_id) if hasattr(snap, "result_columns") else None
+            columns = snap.result_columns(trial_id)
             xs, ys = snap.series(metric, [trial_id]).get(trial_id, ([], []))
             have = self._series.get(trial_id)
-            same_rows = columns is not None and columns is self._columns.get(trial_id)
-            if have is not None and same_rows and len(xs) >= len(have[0]):
-                start = len(have[0])
-            elif have is not None and columns is None and xs[: len(have[0])] == have[0] \
-                    and ys[: len(have[1])] == have[1]:
-                start = len(have[0])
-            else:
-                start = 0
+            # One ResultColumns only grows; a replaced result.json (a restart dropped rows)
+            # comes as a new one: then the view's line is replaced whole.
+            appending = (have is not None and columns is not None
+                         and columns is self._columns.get(trial_id) and len(xs) >= len(have[0]))
+            start = len(have[0]) if appending else 0
             if have is not None and start == len(xs) == len(have[0]):
                 continue
             if not xs and have is None:

@@ -111,7 +111,7 @@ async function postServer(route, body) {
   });
   let data = {};
   try { data = await r.json(); } catch (e) { /* an empty or HTML answer */ }
-  return { ok: r.ok, text: data.message || (r.ok ? "requested" : `HTTP ${r.status}`) };
+  return { ok: r.ok, status: r.status, text: data.message || (r.ok ? "requested" : `HTTP ${r.status}`) };
 }
 
 // -- drawing ------------------------------------------------------------------------------------
@@ -310,8 +310,12 @@ async function act(view, action, trialId) {
     try {
       const body = action === "stop" ? { path: ctl.path } : { path: ctl.path, trial_id: trialId };
       const r = await postServer(action, body);
-      say(view, r.ok ? `${what}: requested (through the Jupyter server)` : `${what} refused: ${r.text}`, !r.ok);
-      return;
+      // 403: the server does not serve this experiment's storage (not under its roots): the
+      // kernel, which opened it, can still act.
+      if (r.status !== 403) {
+        say(view, r.ok ? `${what}: requested (through the Jupyter server)` : `${what} refused: ${r.text}`, !r.ok);
+        return;
+      }
     } catch (e) {
       say(view, `${what}: the Jupyter server did not answer (${e}); asking the kernel`, true);
     }
