@@ -18,7 +18,10 @@ from __future__ import annotations
 # Mark S3 tests with ``@pytest.mark.s3``.
 # =================================================================================================
 
+import dataclasses
+import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -249,3 +252,126 @@ def ray_cluster():
         yield cluster
     finally:
         cluster.shutdown()
+
+
+# =================================================================================================
+# JupyterLab and a real browser (tests/test_browser_lab.py)
+# -------------------------------------------------------------------------------------------------
+# ``lab_server`` (module): a real JupyterLab server (``python -m jupyterlab``) on a free loopback
+#     port with a token, serving ``c.Ftnb.storage_roots = [<tmp>/experiments]`` and notebooks
+#     from ``<tmp>/notebooks``, with the panel loaded from labextension/'s build output (so a
+#     fresh ``npm run build`` is what is tested, installed or not). Config, data, runtime and
+#     settings folders are its own, under tmp. Yields a :class:`LabServer`. Skipped, saying
+#     why, when jupyterlab or the built panel is missing.
+# ``chromium`` (module): Debian's chromium (/usr/bin/chromium) driven by Playwright, headless.
+#     Skipped, saying why, when chromium or the playwright package is missing (.ci/run installs
+#     both; nothing downloads a browser).
+# Mark browser tests ``@pytest.mark.browser`` (and ``slow``).
+# =================================================================================================
+
+LABEXTENSION_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "labextension", "build")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+_LAB_START_TIMEOUT_S = 90.0
+
+
+@dataclasses.dataclass
+class LabServer:
+    """A running JupyterLab: its URL (no trailing slash), token and folders."""
+
+    url: str
+    token: str
+    experiments: pathlib.Path
+    notebooks: pathlib.Path
+    log: pathlib.Path
+
+    def page_url(self, path: str = "lab") -> str:
+        """``path`` under the server, with the token (it logs the browser in)."""
+        return f"{self.url}/{path}?token={self.token}"
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+
+def _lab_answers(url: str, token: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip install '.[dev]')")
+    if not os.path.isfile(os.path.join(LABEXTENSION_BUILD, "ftnb-jupyterlab", "package.json")):
+        pytest.skip("the JupyterLab panel is not built: cd labextension && npm ci && npm run build")
+    base = tmp_path_factory.mktemp("lab")
+    experiments, notebooks = base / "experiments", base / "notebooks"
+    experiments.mkdir()
+    notebooks.mkdir()
+    config = base / "config"
+    config.mkdir()
+    (config / "jupyter_server_config.json").write_text(json.dumps({
+        "Ftnb": {"storage_roots": [str(experiments)]},
+        # The build output first: JupyterLab takes the first extension of a name it finds.
+        "LabApp": {"extra_labextensions_path": [LABEXTENSION_BUILD]},
+    }))
+    settings = base / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    # No "fetch the news?" toast over the page (and no request for it).
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"checkForUpdates": False, "fetchNews": "false"}))
+    token = uuid.uuid4().hex
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(base / "data"),
+               JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(base / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(base / "workspaces"),
+               FTNB_STORAGE_PATH=str(experiments),
+               # Kernels run this Python (the kernelspec says `python`).
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    log_path = base / "lab.log"
+    with open(log_path, "wb") as log:
+        for _ in range(3):  # a port taken between choosing and binding it: try another
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+                 "--ip=127.0.0.1", "--ServerApp.port_retries=0", "--allow-root",
+                 f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}"],
+                cwd=str(base), env=env, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent)
+            deadline = time.time() + _LAB_START_TIMEOUT_S
+            while time.time() < deadline and proc.poll() is None and not _lab_answers(url, token):
+                time.sleep(0.2)
+            if _lab_answers(url, token):
+                break
+            _stop(proc)
+        else:
+            pytest.fail("JupyterLab did not start:\n"
+                        + log_path.read_text(errors="replace")[-4000:])
+    try:
+        yield LabServer(url, token, experiments, notebooks, log_path)
+    finally:
+        # SIGTERM: the server shuts its kernels down before it exits.
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium (.ci/run does)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install '.[dev]')")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
