@@ -46,9 +46,10 @@ def sweep_root(tmp_path_factory):
 
 
 @pytest.fixture
-def lab_roots(sweep_root):
-    """What ``c.Ftnb.storage_roots`` serves in a test."""
-    return [str(sweep_root)]
+def lab_roots(sweep_root, tmp_path):
+    """What ``c.Ftnb.storage_roots`` serves in a test: the sweep's root, and the test's own
+    folder ``copies``."""
+    return [str(sweep_root), str(tmp_path / "copies")]
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def _message(response):
 
 # -- reading ---------------------------------------------------------------------------------------
 async def test_roots_and_the_listing_of_a_script_sweep(jp_fetch, sweep_root):
-    assert await _get(jp_fetch, "roots") == {"roots": [str(sweep_root)]}
+    assert (await _get(jp_fetch, "roots"))["roots"][0] == str(sweep_root)
     listing = await _get(jp_fetch, "experiments", root=str(sweep_root))
     assert listing["root"] == str(sweep_root)
     [entry] = listing["experiments"]
@@ -97,6 +98,20 @@ async def test_roots_and_the_listing_of_a_script_sweep(jp_fetch, sweep_root):
     assert entry["last_activity"] > time.time() - 600
     # No root given: the first served one.
     assert (await _get(jp_fetch, "experiments"))["experiments"] == [entry]
+
+
+async def test_a_listed_ended_experiment_shows_its_new_state_once_resumed(jp_fetch, sweep_root,
+                                                                         tmp_path):
+    root = tmp_path / "copies"
+    shutil.copytree(sweep_root / "sweep", root / "again")
+    twice = [await _get(jp_fetch, "experiments", root=str(root)) for _ in range(2)]
+    assert twice[0] == twice[1] and twice[0]["experiments"][0]["status"] == "ERRORED"
+    # The errored trial runs again (its third attempt has no fault): the state file is
+    # rewritten, and the listing reads it again.
+    ftnb.run(scripted, name="again", storage_path=str(root),
+             run_config=ftnb.RunConfig(verbose=0))
+    [entry] = (await _get(jp_fetch, "experiments", root=str(root)))["experiments"]
+    assert entry["status"] == "FINISHED" and entry["trials"]["TERMINATED"] == 3
 
 
 async def test_an_experiments_page_has_trials_failures_tracebacks_and_attempts(jp_fetch,

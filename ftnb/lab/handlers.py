@@ -117,12 +117,12 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
 
-from ..core.records import StateFormatError
+from ..core.records import StateFormatError, TrialStatus
 from ..storage import ExperimentPaths
 from ..ui.read_model import ExperimentSnapshot, finite
 from . import actions
 from .actions import ActionRefused
-from .listing import list_experiments
+from .listing import EndedExperiments, list_experiments
 from .roots import PathRefused, StorageRoots
 from .snapshots import OpenExperiments
 
@@ -130,6 +130,8 @@ __all__ = ["API_PREFIX", "LabState", "routes"]
 
 #: Where the routes are, under the server's base URL.
 API_PREFIX = "ftnb/api"
+
+_ENDED = frozenset(s.value for s in TrialStatus if s.is_finished())
 
 
 class LabState:
@@ -141,11 +143,12 @@ class LabState:
         self.roots = roots
         self.executor = executor
         self.open = open_experiments or OpenExperiments()
+        self.ended = EndedExperiments()
 
     # -- what each route computes, in the pool -----------------------------------------------------
     def experiments(self, root_text: Optional[str]) -> dict:
         root, folder = self.roots.resolve(root_text or self.roots.uris()[0], "root")
-        entries = list_experiments(root.storage, folder, holds=root.holds)
+        entries = list_experiments(root.storage, folder, holds=root.holds, ended=self.ended)
         if not entries and folder != root.base and not root.storage.isdir(folder):
             raise FileNotFoundError(f"root={root_text!r}: no such folder")
         return {"root": root.storage.uri(folder), "experiments": entries}
@@ -162,7 +165,7 @@ class LabState:
         data["actions"] = {
             "stop": live,
             "stop_trial": [r.trial_id for r in snap.view.rows
-                           if live and r.status not in ("TERMINATED", "ERRORED")],
+                           if live and r.status not in _ENDED],
             "resume": actions.resume_plan(paths, snap.state, snap.status, live).to_json(),
         }
         data["root"] = root.uri
@@ -222,6 +225,9 @@ class _FtnbHandler(APIHandler):
             raise web.HTTPError(404, _one_line(exc)) from None
         except ValueError as exc:
             raise web.HTTPError(400, str(exc)) from None
+        except Exception as exc:  # the storage's own errors: credentials, network, permissions
+            self.log.exception("ftnb: %s %s failed", self.request.method, self.request.path)
+            raise web.HTTPError(500, f"{type(exc).__name__}: {_one_line(exc)}") from None
         self.finish(json.dumps(data, allow_nan=False))
 
     def _body(self) -> dict:
