@@ -58,6 +58,7 @@ def test_the_build_is_a_federated_extension_with_a_style_and_remote_entry():
     assert build["extension"] == "./extension" and build["style"] == "./style", build
 
 
+@pytest.mark.slow
 def test_jupyter_labextension_list_shows_the_panel_enabled():
     """What the README's install command gives (pip install -e ... copies the build into this
     environment's share/jupyter/labextensions): run it again after rebuilding the panel."""

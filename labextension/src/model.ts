@@ -5,13 +5,7 @@
  */
 
 /** Trial statuses in the order the panel lists their counts. */
-export const TRIAL_STATUSES = [
-  'RUNNING',
-  'PENDING',
-  'PAUSED',
-  'TERMINATED',
-  'ERRORED'
-] as const;
+export const TRIAL_STATUSES = ['RUNNING', 'PENDING', 'PAUSED', 'TERMINATED', 'ERRORED'] as const;
 
 /** One experiment of `GET ftnb/api/experiments`. */
 export interface ExperimentSummary {
@@ -249,8 +243,7 @@ export function failuresNewestFirst(
       failures: [...list].sort((a, b) => (b.time ?? 0) - (a.time ?? 0) || b.attempt - a.attempt)
     }))
     .sort(
-      (a, b) =>
-        newest(b.failures) - newest(a.failures) || a.trial_id.localeCompare(b.trial_id)
+      (a, b) => newest(b.failures) - newest(a.failures) || a.trial_id.localeCompare(b.trial_id)
     );
 }
 
@@ -401,12 +394,13 @@ export function chartLayout(series: SeriesByTrial, options: ChartOptions): Chart
     return { trial_id: id, label: series[id].label, d: d.trim(), color, points: count };
   });
   const xTicks =
-    xMin <= xMax
-      ? niceTicks(xMin, xMax).map(value => ({ value, pos: round(px(value)) }))
-      : [];
+    xMin <= xMax ? niceTicks(xMin, xMax).map(value => ({ value, pos: round(px(value)) })) : [];
   const yTicks =
     yMin <= yMax
-      ? (log ? niceTicks(Math.floor(yMin), Math.ceil(yMax)).filter(Number.isInteger) : niceTicks(yMin, yMax))
+      ? (log
+          ? niceTicks(Math.floor(yMin), Math.ceil(yMax)).filter(Number.isInteger)
+          : niceTicks(yMin, yMax)
+        )
           .filter(v => v >= yMin - 1e-12 && v <= yMax + 1e-12)
           .map(v => ({ value: log ? Math.pow(10, v) : v, pos: round(py(v)) }))
       : [];
@@ -425,7 +419,9 @@ export function formatNumber(value: unknown): string {
     return String(value);
   }
   const a = Math.abs(value);
-  return a !== 0 && (a < 1e-3 || a >= 1e6) ? value.toExponential(2) : String(Number(value.toPrecision(4)));
+  return a !== 0 && (a < 1e-3 || a >= 1e6)
+    ? value.toExponential(2)
+    : String(Number(value.toPrecision(4)));
 }
 
 /**

@@ -144,8 +144,11 @@ export class ExperimentsPanel extends Widget {
     this.body.querySelectorAll<HTMLElement>('[data-ago]').forEach(el => {
       el.textContent = formatAgo(Number(el.dataset.ago), now);
     });
-    const countdown = this.body.querySelector<HTMLElement>('[data-testid=ftnb-lab-silent-driver] span');
-    const silent = this.snapshot && silentDriver(this.snapshot.experiment, this.snapshotFetchedAt, now);
+    const countdown = this.body.querySelector<HTMLElement>(
+      '[data-testid=ftnb-lab-silent-driver] span'
+    );
+    const silent =
+      this.snapshot && silentDriver(this.snapshot.experiment, this.snapshotFetchedAt, now);
     if (countdown && silent) {
       countdown.textContent = silentDriverText(silent);
     }
@@ -239,7 +242,11 @@ export class ExperimentsPanel extends Widget {
         { class: 'ftnb-experiment-line' },
         statusBadge(e.status),
         h('span', { class: 'ftnb-experiment-name' }, e.name),
-        h('span', { class: 'ftnb-ago', 'data-ago': e.last_activity }, formatAgo(e.last_activity, now))
+        h(
+          'span',
+          { class: 'ftnb-ago', 'data-ago': e.last_activity },
+          formatAgo(e.last_activity, now)
+        )
       ),
       h(
         'div',
@@ -277,7 +284,12 @@ export class ExperimentsPanel extends Widget {
     );
     const s = this.snapshot;
     if (s === null) {
-      return h('div', { class: 'ftnb-detail' }, back, h('div', { class: 'ftnb-empty' }, 'Loading…'));
+      return h(
+        'div',
+        { class: 'ftnb-detail' },
+        back,
+        h('div', { class: 'ftnb-empty' }, 'Loading…')
+      );
     }
     const e = s.experiment;
     return h(
@@ -295,7 +307,11 @@ export class ExperimentsPanel extends Widget {
         'div',
         { class: 'ftnb-experiment-line ftnb-dim' },
         statusCounts(e.counts).map(c =>
-          h('span', { class: `ftnb-count ftnb-status-${c.status}` }, `${c.count} ${c.status.toLowerCase()}`)
+          h(
+            'span',
+            { class: `ftnb-count ftnb-status-${c.status}` },
+            `${c.count} ${c.status.toLowerCase()}`
+          )
         ),
         h('span', {}, `${e.total_failures} failure${e.total_failures === 1 ? '' : 's'}`)
       ),
@@ -383,7 +399,12 @@ export class ExperimentsPanel extends Widget {
       ),
       !resume?.available &&
         resume?.line &&
-        h('div', { class: 'ftnb-dim ftnb-resume-line' }, 'Resume with: ', h('code', {}, resume.line))
+        h(
+          'div',
+          { class: 'ftnb-dim ftnb-resume-line' },
+          'Resume with: ',
+          h('code', {}, resume.line)
+        )
     );
   }
 
@@ -465,14 +486,18 @@ export class ExperimentsPanel extends Widget {
       'div',
       { class: 'ftnb-table-scroll' },
       h(
-      'table',
-      { class: 'ftnb-trials' },
-      h(
-        'thead',
-        {},
-        h('tr', {}, ['trial', 'status', 'iter', 'fail', metric ?? '', 'params', ''].map(c => h('th', {}, c)))
-      ),
-      h('tbody', {}, s.experiment.rows.map(row))
+        'table',
+        { class: 'ftnb-trials' },
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['trial', 'status', 'iter', 'fail', metric ?? '', 'params', ''].map(c => h('th', {}, c))
+          )
+        ),
+        h('tbody', {}, s.experiment.rows.map(row))
       )
     );
   }
@@ -491,8 +516,19 @@ export class ExperimentsPanel extends Widget {
           const key = `${t.trial_id}/${f.attempt}`;
           const details = h(
             'details',
-            { class: 'ftnb-failure', 'data-trial-id': t.trial_id, open: this.openFailures.has(key) },
-            h('summary', {}, h('code', {}, t.trial_id), ' ', f.summary, f.restart ? ` — ${f.restart}` : ''),
+            {
+              class: 'ftnb-failure',
+              'data-trial-id': t.trial_id,
+              open: this.openFailures.has(key)
+            },
+            h(
+              'summary',
+              {},
+              h('code', {}, t.trial_id),
+              ' ',
+              f.summary,
+              f.restart ? ` — ${f.restart}` : ''
+            ),
             h('pre', { class: 'ftnb-traceback' }, f.traceback || f.message || '(no traceback)')
           );
           // Kept open across refreshes (the list is redrawn every 2 s).

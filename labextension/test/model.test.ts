@@ -86,7 +86,7 @@ describe('formatAgo', () => {
     expect(formatAgo(1_000_000 - 3 * 3600, now)).toBe('3 h ago');
     expect(formatAgo(1_000_000 - 2 * 86400 - 5, now)).toBe('2 d ago');
   });
-  it('clamps a time in the future (another machine\'s clock) to 0 s', () => {
+  it("clamps a time in the future (another machine's clock) to 0 s", () => {
     expect(formatAgo(1_000_000 + 30, now)).toBe('0 s ago');
   });
   it('is empty without a time', () => {
@@ -137,12 +137,14 @@ describe('silentDriver', () => {
   it('says when the driver never counts as dead on its own', () => {
     const d = silentDriver(experiment({ driver_silent_s: 12, driver_dead_in_s: null }), 0, 0)!;
     expect(d.deadIn).toBeNull();
-    expect(silentDriverText(d)).toBe('Driver silent for 12 s: it will not count as dead on its own.');
+    expect(silentDriverText(d)).toBe(
+      'Driver silent for 12 s: it will not count as dead on its own.'
+    );
   });
 });
 
 describe('failuresNewestFirst', () => {
-  it('orders trials by their newest failure, and each trial\'s failures newest first', () => {
+  it("orders trials by their newest failure, and each trial's failures newest first", () => {
     const f = (attempt: number, time: number) => ({
       attempt,
       time,
