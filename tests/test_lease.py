@@ -398,13 +398,14 @@ def test_a_stopped_driver_on_this_machine_is_silent_and_can_be_taken_over(exp, h
         assert verdict.alive and not verdict.alive_here
         assert verdict.dead_in_s is None and "stopped (SIGSTOP" in verdict.why
         previous = take_over_now(_paths(exp))
-        assert previous.token == holder.token
-        owner = _owner(exp)
-        assert owner["epoch"] == 2 and owner["released"] is True  # fenced, and free to resume
     finally:
-        os.kill(holder.pid, signal.SIGCONT)
-    answer = holder.ask("check")
-    assert answer.startswith("LOST True "), answer
+        if holder.proc.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+    assert previous.token == holder.token
+    # A stopped driver of this machine is killed (it could hold the lease lock mid-beat).
+    assert holder.proc.wait(timeout=10) == -signal.SIGKILL
+    owner = _owner(exp)
+    assert owner["epoch"] == 2 and owner["released"] is True  # fenced, and free to resume
     assert take_over_now(_paths(exp)) is None  # nothing left to take
 
 

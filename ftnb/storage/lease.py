@@ -26,8 +26,12 @@ The lease is ``owner.json`` in the experiment folder::
 * **Taking over** (:func:`take_over_now`, what ``ftnb resume --takeover`` does): at once, with
   a new epoch and token, unless the driver is provably alive on this machine (same host id,
   its process there and neither a zombie nor stopped): that one is refused
-  (:func:`refuse_takeover_of_live_driver`). Taking over a driver that is in fact alive on
-  another machine is safe: fencing makes it stop writing.
+  (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first,
+  with its trials: it may be stopped inside a heartbeat, holding the lease lock, and continued
+  it could only be a driver without a lease. Taking over a driver that is in fact alive on
+  another machine is safe: fencing makes it stop writing (a driver there stopped inside a
+  heartbeat holds the lock of a shared disk until it is continued or killed, and the takeover
+  waits for it).
 * **Fencing.** Every trial process carries its driver's token and checks it
   (:class:`Fence`) before it persists anything; a trial whose token was replaced, or whose
   driver on another machine went silent for half the TTL, ends without writing. On the same
@@ -347,7 +351,8 @@ def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[L
     and leave it free for a resume: a new epoch and token fence the old driver (it, and its
     trials wherever they run, stop before their next write: :class:`LeaseLostError`,
     :class:`FencedError`), its trial processes on this machine are killed
-    (:func:`fence_out`), and the lease is released. Refused while the driver is provably alive
+    (:func:`fence_out`), as is the driver itself when it is stopped on this machine, and the
+    lease is released. Refused while the driver is provably alive
     on this machine (:func:`refuse_takeover_of_live_driver`).
 
     Returns the lease taken over, or None when there was nothing to take (no owner, or one
@@ -356,12 +361,32 @@ def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[L
     if current is None or not current.liveness()[0]:
         return None
     refuse_takeover_of_live_driver(paths, current, what)
+    if current.host_id == host_id():
+        # Stopped on this machine (a running one was refused above): it may be stopped inside
+        # a heartbeat, holding the lease lock that the takeover needs, and continued it could
+        # only be a driver without a lease. End it, and its trials, first.
+        _kill_and_wait(current.pid, current.pid_start)
+        reap_processes(current.token)
     lease = Lease.acquire(paths, takeover=True, what=what)
     try:
         fence_out(paths, lease.previous)
     finally:
         lease.release()
     return lease.previous
+
+
+def _kill_and_wait(pid: int, pid_start: Optional[int], timeout_s: float = 10.0) -> None:
+    """SIGKILL this machine's process ``pid`` (if it is still the one that started at
+    ``pid_start``) and wait until it is gone or a zombie (its files, and locks, closed)."""
+    if process_state(pid, pid_start) != "running":
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout_s
+    while pid_start_time(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
