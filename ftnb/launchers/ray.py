@@ -45,6 +45,8 @@ __all__ = ["NAMESPACE", "RayLauncher", "SupervisorActor", "actor_name"]
 #: The Ray namespace of supervisor actors.
 NAMESPACE = "ftnb"
 _CONNECT_CHECK_S = 3.0
+#: How long an actor whose start failed waits for its caller to take the error.
+_REPLY_KEPT_S = 30.0
 
 
 def actor_name(name: str, experiment_uri: str) -> str:
@@ -201,6 +203,7 @@ class SupervisorActor:
         self._name = name
         self._message: Optional[dict] = None
         self._replied = threading.Event()
+        self._asked = threading.Event()  # the caller took the reply
         fd, self._log = tempfile.mkstemp(prefix="ftnb-supervisor-", suffix=".log")
         os.close(fd)
         log_to(self._log)  # (this process is the actor's alone: its output is the log)
@@ -227,6 +230,10 @@ class SupervisorActor:
             sys.stdout.flush()
             sys.stderr.flush()
             self._reply(None)
+            if self._message is None or "error" in self._message:
+                # A start that failed: let the caller take the error before the actor goes.
+                self._asked.wait(_REPLY_KEPT_S)
+                time.sleep(0.5)
             # Done (finished, stopped, failed): no restart, and the name is free again.
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
@@ -239,6 +246,7 @@ class SupervisorActor:
         """The supervisor's reply (see :class:`ftnb.supervisor.Reply`) once it has one, else
         None after ``timeout`` seconds."""
         self._replied.wait(timeout)
+        self._asked.set()
         return self._message
 
     def pid(self) -> int:
