@@ -25,7 +25,7 @@ import urllib.request
 import uuid
 from typing import Any, Optional
 
-__all__ = ["lease_heartbeat"]
+__all__ = ["lease_heartbeat", "s3_filesystem", "start_moto_server"]
 
 _S3_KEY = "testing"
 _KILLED_DRIVER = r"""
@@ -53,10 +53,10 @@ def lease_heartbeat(framework: str, storage_dir: str, beats: int, interval_s: fl
     out.update(beat_local_ms=local["p50"], beat_local_p99_ms=local["p99"],
                read_local_ms=local["read"],
                beat_local_busy_pct=100 * local["p50"] / 1e3 / interval_s)
-    endpoint, server = _start_moto(storage_dir)
+    endpoint, server = start_moto_server(storage_dir)
     if server is not None:
         try:
-            fs = _s3_filesystem(endpoint)
+            fs = s3_filesystem(endpoint)
             bucket = f"ftnb-bench-{uuid.uuid4().hex[:8]}"
             fs.mkdir(bucket)
             s3 = _beats(f"s3://{bucket}/runs", fs, beats)
@@ -130,8 +130,9 @@ def _silent_after_kill(storage_dir: str, interval_s: float, ttl_s: float) -> flo
 
 
 # -- the S3 server ------------------------------------------------------------------------------
-def _start_moto(storage_dir: str) -> tuple[str, Optional[subprocess.Popen]]:
-    """A moto S3 server on a free loopback port, or ``("", None)`` when moto or s3fs is
+def start_moto_server(storage_dir: str) -> tuple[str, Optional[subprocess.Popen]]:
+    """A moto S3 server on a free loopback port (the benchmark's S3 figures; the caller kills
+    it), or ``("", None)`` when moto or s3fs is
     missing (neither is in the ``bench`` extra: ``pip install 'moto[server]' s3fs``, as the
     ``dev`` extra has them, for the S3 figures)."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("s3fs") is None:
@@ -161,7 +162,9 @@ def _start_moto(storage_dir: str) -> tuple[str, Optional[subprocess.Popen]]:
     raise RuntimeError(f"moto did not start on {endpoint}: {log.read()[-2000:]!r}")
 
 
-def _s3_filesystem(endpoint: str) -> Any:
+def s3_filesystem(endpoint: str) -> Any:
+    """An fsspec S3 filesystem on the moto server at ``endpoint`` (its dummy credentials, no
+    listing cache)."""
     import fsspec
 
     return fsspec.filesystem("s3", endpoint_url=endpoint, key=_S3_KEY, secret=_S3_KEY,
