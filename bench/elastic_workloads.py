@@ -14,7 +14,7 @@ import signal
 import statistics
 import time
 
-__all__ = ["elastic_map"]
+__all__ = ["elastic_map", "elastic_map_ray"]
 
 NUM_WORKERS = 4
 
@@ -90,6 +90,17 @@ def _hung_steps(group, timeout_s: float, call_s: float, hangs: int) -> list[floa
     return steps
 
 
+def _failure_figures(steps: list[float], recreations: list[float], hung: list[float],
+                     timeout_s: float) -> dict:
+    return {
+        "death_step_s": statistics.median(steps),
+        "death_step_vs_timeout": max(steps) / timeout_s,
+        "hang_step_vs_timeout": max(hung) / timeout_s,
+        "recreate_sync_s": statistics.median(recreations),
+        "recreate_sync_max_s": max(recreations),
+    }
+
+
 def _per_map_ms(maps: int, block: int) -> tuple[float, float]:
     """Median time of one map over NUM_WORKERS workers with a trivial function: a
     multiprocessing pool's ``pool.map(f, range(NUM_WORKERS))`` and a WorkerGroup's
@@ -150,12 +161,53 @@ def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeou
         raise RuntimeError(f"{restarts} restarts for {kills} kills and {hangs} hangs")
     pool_ms, group_ms = _per_map_ms(maps, block)
     return {
-        "death_step_s": statistics.median(steps),
-        "death_step_vs_timeout": max(steps) / timeout_s,
-        "hang_step_vs_timeout": max(hung) / timeout_s,
-        "recreate_sync_s": statistics.median(recreations),
-        "recreate_sync_max_s": max(recreations),
+        **_failure_figures(steps, recreations, hung, timeout_s),
         "pool_map_ms": pool_ms,
         "group_map_ms": group_ms,
         "map_overhead_ms": group_ms - pool_ms,
     }
+
+
+def elastic_map_ray(framework: str, storage_dir: str, kills: int, hangs: int, timeout_s: float,
+                    call_s: float, state_mb: float, maps: int) -> dict:
+    """ftnb.WorkerGroup(executor="ray") of 4 workers (Ray actors of 0.25 CPU on a local Ray
+    instance): the map steps of elastic_map that lose a worker, and the recreation of its actor
+    with a synchronised state.
+
+    death_step_vs_timeout: the slowest of `kills` map steps during which one worker's actor
+    process SIGKILLs itself, over call_timeout_s (`timeout_s`); target <= 1.1.
+    hang_step_vs_timeout: the same for a worker that hangs, which the group kills (ray.kill) at
+    the timeout. recreate_sync_s: the median time from the failed map returning to the next
+    map's results, which start a new actor and push get_state()'s `state_mb` MB into it first
+    (one ray.put) (target < 1 s); recreate_sync_max_s the slowest. group_map_ms: the median time
+    of one map of a trivial function over the 4 actors (`maps` of them).
+    """
+    import ftnb
+
+    from . import frameworks
+
+    if framework != "ftnb":
+        raise ValueError(f"elastic_map_ray runs for ftnb only, not {framework!r}")
+    frameworks.init("ray")
+    try:
+        state = os.urandom(int(state_mb * 2**20))
+        with ftnb.WorkerGroup(_Runner, NUM_WORKERS, executor="ray", call_timeout_s=timeout_s,
+                              resources_per_worker={"cpu": 0.25},
+                              get_state=lambda: state) as group:
+            group.map(_step, -1, 0.0)  # warm: every worker has imported this module
+            steps, recreations = _lost_steps(group, timeout_s, call_s, kills, len(state))
+            hung = _hung_steps(group, timeout_s, call_s, hangs)
+            restarts = group.stats["worker_restarts"]
+            for _ in range(10):
+                group.map(_trivial, 0)
+            map_times = []
+            for _ in range(maps):
+                t = time.perf_counter()
+                group.map(_trivial, 0)
+                map_times.append(time.perf_counter() - t)
+    finally:
+        frameworks.shutdown("ray")
+    if restarts != kills + hangs:
+        raise RuntimeError(f"{restarts} restarts for {kills} kills and {hangs} hangs")
+    return {**_failure_figures(steps, recreations, hung, timeout_s),
+            "group_map_ms": statistics.median(map_times) * 1e3}

@@ -123,6 +123,30 @@ def test_sigkilled_worker_fails_alone_and_comes_back_in_its_slot_with_the_state(
         assert group.stats["worker_failures"] == 2
 
 
+def test_a_worker_slow_to_come_back_joins_a_later_map_while_the_others_go_on(tmp_path,
+                                                                             monkeypatch):
+    import ftnb.elastic.group
+
+    monkeypatch.setattr(ftnb.elastic.group, "RECREATE_WAIT_S", 0.3)
+    slow = tmp_path / "slow"
+
+    def make(index):
+        if index == 1 and slow.exists():
+            time.sleep(3)  # as an actor waiting for a node with room
+        return Runner(index)
+
+    with ftnb.WorkerGroup(make, 2, get_state=lambda: "latest") as group:
+        assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
+        slow.write_text("")
+        without = group.map(whoami)
+        assert [(r.index, r.ok) for r in without] == [(0, True)]  # did not wait for worker 1
+        assert group.healthy == [0] and group.stats["worker_restarts"] == 1
+        both = wait_for(lambda: (results := group.map(whoami)) and len(results) == 2
+                        and results, 30, "worker 1 to join a map")
+        assert both[1].value["states"] == ["latest"]  # pushed before it took work
+        assert group.stats["worker_restarts"] == 1  # started once, not again while starting
+
+
 def _limited_memory(index):
     """Worker 2 may map only 256 MiB more than it has when it starts."""
     if index == 2:

@@ -37,6 +37,7 @@ class WorkerSlot:
     index: int
     handle: Any = None
     healthy: bool = False
+    starting_since: Optional[float] = None  # (monotonic) while its worker is starting
     needs_state: bool = False
     # call id -> deadline (monotonic), None (no timeout) or NOT_STARTED (queued behind another)
     in_flight: dict = field(default_factory=dict)
@@ -51,10 +52,15 @@ class WorkerBackend(Protocol):
 
     name: str
 
-    def start(self, slots: list[WorkerSlot], factory: bytes) -> list[tuple[WorkerSlot, dict]]:
-        """Start a worker in each slot (``factory``: the cloudpickled ``(factory, takes_index,
-        needs_set_state)``) and wait, up to :data:`START_TIMEOUT_S`, until each is up or
-        failed; the failed ones (already ended) with their errors."""
+    def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
+        """Begin starting a worker in each slot (``factory``: the cloudpickled ``(factory,
+        takes_index, needs_set_state)``); returns at once."""
+
+    def started(self, slots: list[WorkerSlot], timeout: float
+                ) -> tuple[list[WorkerSlot], list[tuple[WorkerSlot, dict]]]:
+        """Of ``slots`` (starting), those that came up and those that failed (already ended)
+        with their errors, waiting up to ``timeout`` for all of them; the others are still
+        starting (not placed yet, or building their object)."""
 
     def push_state(self, slots: list[WorkerSlot], state: bytes) -> list[tuple[WorkerSlot, dict]]:
         """Hand ``state`` (cloudpickled) to each worker's ``set_state`` and wait for them; the

@@ -6,9 +6,11 @@ the factory). A worker that crashes (any signal, the OOM killer, a lost node), r
 normally; a worker whose call raised or timed out is killed (its state may be corrupt), as
 RLlib's actor manager does. Before the next call the failed workers are recreated (within
 ``max_restarts``) and handed the latest state (``get_state()`` in the caller, pushed into the
-worker's ``set_state``) before they take work. More than ``consecutive_failure_tolerance``
-consecutive calls with no healthy result raise :class:`WorkerGroupError`, which a trainable lets
-through so the trial is retried from its checkpoint.
+worker's ``set_state``) before they take work; a call waits up to ``RECREATE_WAIT_S`` for
+them, then goes on without those still starting, which join a later call. More than
+``consecutive_failure_tolerance`` consecutive calls with no healthy result raise
+:class:`WorkerGroupError`, which a trainable lets through so the trial is retried from its
+checkpoint.
 
 Where the workers run is the ``executor``'s, as for trials (``RunConfig(executor=...)``):
 
@@ -35,10 +37,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .backend import WorkerBackend, WorkerSlot
+from .backend import START_TIMEOUT_S, WorkerBackend, WorkerSlot
 
 __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
+#: How long a map waits for the workers being recreated before it goes on without those still
+#: starting (on Ray: not placed yet, no node having room); they join a later map.
+RECREATE_WAIT_S = 30.0
 #: The deadline of a call queued behind another one in its worker: set when that one ends.
 _NOT_STARTED = object()
 _EXECUTORS = ("local", "ray")
@@ -204,7 +209,7 @@ class WorkerGroup:
         self._consecutive_failures = 0
         self._backend = _backend(executor, resources, custom)
         self._closed = False
-        errors = self._start(self._slots)
+        errors = self._start(self._slots, START_TIMEOUT_S)
         if errors and (validate or len(errors) == num_workers):
             self.close()
             shown = "; ".join(f"worker {i}: {_describe(e)}" for i, e in errors)
@@ -291,23 +296,49 @@ class WorkerGroup:
             pass
 
     # -- workers ---------------------------------------------------------------------------------
-    def _start(self, slots: list[WorkerSlot]) -> list[tuple[int, dict]]:
-        """Start the workers of ``slots`` and wait until each is up or failed; the failures."""
+    def _start(self, slots: list[WorkerSlot], wait_s: float,
+               recreated: bool = False) -> list[tuple[int, dict]]:
+        """Start the workers of ``slots`` and wait up to ``wait_s`` until each is up or failed;
+        the failures (see :meth:`_settle`)."""
+        now = time.monotonic()
         for slot in slots:
-            slot.healthy, slot.in_flight = False, {}
-        failed = self._backend.start(slots, self._factory)
+            slot.healthy, slot.in_flight, slot.starting_since = False, {}, now
+            slot.needs_state = recreated and self._get_state is not None
+        self._backend.start(slots, self._factory)
+        return self._settle(wait_s)
+
+    def _settle(self, wait_s: float) -> list[tuple[int, dict]]:
+        """The starting workers that came up become healthy; the failures (those that failed,
+        or took longer than START_TIMEOUT_S), waiting up to ``wait_s`` for them."""
+        starting = [s for s in self._slots if s.starting_since is not None]
+        if not starting:
+            return []
+        up, failed = self._backend.started(starting, wait_s)
+        for slot in up:
+            slot.starting_since, slot.healthy = None, True
         errors = {slot.index: error for slot, error in failed}
-        for slot in slots:
-            slot.healthy = slot.index not in errors
-        for error in errors.values():
-            self._note_failure(error)
+        now = time.monotonic()
+        for slot in starting:
+            if slot.starting_since is not None and slot.index not in errors \
+                    and now - slot.starting_since >= START_TIMEOUT_S:
+                self._backend.kill(slot)
+                errors[slot.index] = {"kind": "timeout", "type": None, "traceback": None,
+                                      "message": f"did not come up in {START_TIMEOUT_S:.0f} s"
+                                                 + (" (no node with room for it?)"
+                                                    if self.executor == "ray" else "")}
+        for slot in starting:
+            if slot.index in errors:
+                slot.starting_since = None
+                self._note_failure(errors[slot.index])
         return sorted(errors.items())
 
     def _recreate_failed(self) -> None:
         """Recreate the failed workers (within ``max_restarts``) and push the latest state into
-        them, before they take work."""
+        them, before they take work. A map waits up to RECREATE_WAIT_S for them, then goes on
+        without those still starting (on Ray: no node has room yet), which join a later map."""
         if self._closed:
             raise RuntimeError("this WorkerGroup is closed")
+        self._settle(0.0)
         for slot in self._slots:
             # A worker that died while idle (killed between calls) is recreated now, not found
             # dead by the call it would miss.
@@ -315,15 +346,15 @@ class WorkerGroup:
                 error = self._backend.died_idle(slot)
                 if error is not None:
                     self._fail(slot, error)
-        failed = [s for s in self._slots if not s.healthy]
+        failed = [s for s in self._slots if not s.healthy and s.starting_since is None]
         if self.max_restarts >= 0:
             failed = failed[:max(0, self.max_restarts - self._restarts)]
         if failed:
             self._restarts += len(failed)
-            self._start(failed)
-            for slot in failed:
-                slot.needs_state = slot.healthy and self._get_state is not None
-        pending = [s for s in self._slots if s.needs_state]
+            self._start(failed, RECREATE_WAIT_S, recreated=True)
+        if not self.healthy and any(s.starting_since is not None for s in self._slots):
+            self._settle(START_TIMEOUT_S)  # nothing to work with: wait for them
+        pending = [s for s in self._slots if s.healthy and s.needs_state]
         if pending:
             import cloudpickle
 

@@ -61,7 +61,7 @@ class LocalWorkers:
         self._gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
         self._oom_before = 0
 
-    def start(self, slots: list[WorkerSlot], factory: bytes) -> list[tuple[WorkerSlot, dict]]:
+    def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
         from ..execution.local import _oom_kill_count
 
         ctx = _process_context()
@@ -74,24 +74,31 @@ class LocalWorkers:
             process.start()
             child.close()
             slot.handle = _Process(process, parent)
-        failed = []
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for slot in slots:
-            conn = slot.handle.conn
-            error = None
-            if not multiprocessing.connection.wait([conn], max(0.0, deadline - time.monotonic())):
-                error = {"kind": "timeout", "type": None, "traceback": None,
-                         "message": f"did not come up in {START_TIMEOUT_S:.0f} s"}
-            else:
+
+    def started(self, slots: list[WorkerSlot], timeout: float
+                ) -> tuple[list[WorkerSlot], list[tuple[WorkerSlot, dict]]]:
+        up: list[WorkerSlot] = []
+        failed: list[tuple[WorkerSlot, dict]] = []
+        waiting = {slot.handle.conn: slot for slot in slots}
+        deadline = time.monotonic() + timeout
+        while waiting:
+            ready = multiprocessing.connection.wait(list(waiting),
+                                                    max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for conn in ready:
+                slot = waiting.pop(conn)
                 try:
                     kind, value = conn.recv()
                     error = value if kind == "failed" else None
                 except (EOFError, OSError):
                     error = self._death(slot)
-            if error is not None:
-                self.kill(slot)
-                failed.append((slot, error))
-        return failed
+                if error is None:
+                    up.append(slot)
+                else:
+                    self.kill(slot)
+                    failed.append((slot, error))
+        return up, failed
 
     def _env(self, index: int) -> dict:
         env = {"OMP_NUM_THREADS": str(max(1, int(self._resources.cpu)))}

@@ -71,6 +71,7 @@ class _WorkerActor:
 @dataclass
 class _Actor:
     actor: Any
+    start_ref: Any = None
     node_id: Optional[str] = None
     ip: Optional[str] = None
     pid: Optional[int] = None
@@ -133,34 +134,34 @@ class RayWorkers:
             "add a node with those resources."
         )
 
-    def start(self, slots: list[WorkerSlot], factory: bytes) -> list[tuple[WorkerSlot, dict]]:
-        ray = self._ray
-        starting: dict[Any, WorkerSlot] = {}
+    def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
         for slot in slots:
             actor = self._actor_class.options(**self._options).remote()
             slot.handle = _Actor(actor)
-            ref = actor.start.remote(slot.index, factory, self._env, list(sys.path), os.getcwd())
-            starting[ref] = slot
-        ready, _ = ray.wait(list(starting), num_returns=len(starting), timeout=START_TIMEOUT_S)
-        failed = []
-        for ref, slot in starting.items():
+            slot.handle.start_ref = actor.start.remote(slot.index, factory, self._env,
+                                                       list(sys.path), os.getcwd())
+
+    def started(self, slots: list[WorkerSlot], timeout: float
+                ) -> tuple[list[WorkerSlot], list[tuple[WorkerSlot, dict]]]:
+        ray = self._ray
+        refs = {slot.handle.start_ref: slot for slot in slots}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        up: list[WorkerSlot] = []
+        failed: list[tuple[WorkerSlot, dict]] = []
+        for ref in ready:
+            slot = refs[ref]
             handle = slot.handle
-            error = None
-            if ref not in ready:
-                error = {"kind": "timeout", "type": None, "traceback": None,
-                         "message": f"did not come up in {START_TIMEOUT_S:.0f} s (no node "
-                                    "with room for it?)"}
-            else:
-                try:
-                    handle.node_id, handle.ip, handle.pid, error = ray.get(ref)
-                except Exception as exc:
-                    error = self._error(slot, exc)
+            try:
+                handle.node_id, handle.ip, handle.pid, error = ray.get(ref)
+            except Exception as exc:
+                error = self._error(slot, exc)
             if error is not None:
                 self.kill(slot)
                 failed.append((slot, error))
             else:
                 handle.watch_ref = handle.actor.watch.options(concurrency_group="watch").remote()
-        return failed
+                up.append(slot)
+        return up, failed
 
     def push_state(self, slots: list[WorkerSlot], state: bytes) -> list[tuple[WorkerSlot, dict]]:
         ray = self._ray
