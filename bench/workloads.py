@@ -626,3 +626,18 @@ workload(
     variants=(FTNB,),
     targets=(Target("beat_s3_busy_pct", "ftnb<=", 1.0),),
 )(lease_workloads.lease_heartbeat)
+
+
+# ---- lab_listing (bench/lab_workloads.py) -------------------------------------------------------
+# The JupyterLab panel's list through the server extension's route, local disk and S3 (moto),
+# against `ftnb ls`; the server's idle CPU with and without the extension (issue 17).
+from . import lab_workloads  # noqa: E402
+
+workload(
+    "lab_listing",
+    full={"experiments": 1000, "repeats": 3, "s3_repeats": 1, "idle_s": 10.0},
+    quick={"experiments": 100, "repeats": 1, "s3_repeats": 1, "idle_s": 2.0},
+    variants=(FTNB,),
+    targets=(Target("list_local_s", "ftnb<=", 1.0), Target("list_s3_s", "ftnb<=", 5.0)),
+    timeout_s=1800,
+)(lab_workloads.lab_listing)

@@ -18,11 +18,11 @@ import time
 import urllib.parse
 
 import pytest
+from clirun import JOBS, Cli, literal, write
+from scripted import scripted
 from tornado.httpclient import HTTPClientError
 
 import ftnb
-from clirun import Cli, JOBS, literal, write
-from scripted import scripted
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")
 pytest_plugins = ["pytest_jupyter.jupyter_server"]

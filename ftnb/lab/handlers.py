@@ -42,7 +42,10 @@ root names, gets **403** with a message that says which roots are served.
             "resume_line": null,          # INTERRUPTED: the line that resumes it (a notebook's)
             "error": null}]}
 
-    404 when ``root`` does not exist; a folder that holds no experiment gives ``[]``.
+    404 when ``root`` does not exist; a folder that holds no experiment gives ``[]``. Cost: on
+    a local disk a listing re-reads only the experiments whose state file changed (one ``stat``
+    for each of the others); on an object store it reads every experiment's state file (one
+    request each, concurrently): a panel should list an ``s3://`` root less often.
 
 ``GET ftnb/api/experiment?path=<path>``
     The experiment's snapshot, exactly :meth:`ftnb.ui.read_model.ExperimentSnapshot.to_json`
@@ -66,19 +69,23 @@ root names, gets **403** with a message that says which roots are served.
     404 when ``path`` holds no experiment.
 
 ``GET ftnb/api/results?path=<path>&metric=<m>&since=<json>``
-    One metric's curves, incrementally. ``since`` is ``{"<trial_id>": rows_seen, ...}`` (the
-    ``rows`` of the previous answer; absent: from the start). ``metric`` defaults to the
-    experiment's ``metric`` setting, else the first one reported::
+    One metric's curves, incrementally. ``since`` is ``{"<trial_id>": cursor, ...}``: each
+    trial's ``cursor`` from the previous answer (absent: everything). A plain number of rows
+    is taken too, but only a cursor tells that the rows were replaced meanwhile. ``metric``
+    defaults to the experiment's ``metric`` setting, else the first one reported::
 
         {"metric": "loss", "metrics": ["loss", "acc"], "generation": 12,
          "series": {"3f2a1_00000": {"label": "lr=0.01, bs=32",  # its varying params (else id)
                                     "x": [5, 6], "y": [0.31, 0.29],  # training_iteration, value
-                                    "rows": 6,       # rows read so far: the next `since`
+                                    "rows": 6,        # rows read so far
+                                    "cursor": "a3f2c91:6",  # send it back as since[trial_id]
                                     "reset": false}}}  # true: its rows were replaced (it
-                                                       # restarted from a checkpoint): drop
-                                                       # what you have, x/y start from row 0
+                                                       # restarted from a checkpoint, or the
+                                                       # server restarted): drop what you
+                                                       # have, x/y start from row 0
 
-    Trials with no new rows are left out. A NaN value is ``null`` (a gap in the curve).
+    Trials with no new rows are left out; rows without the metric add no point. A NaN value
+    is ``null`` (a gap in the curve).
 
 ``POST ftnb/api/stop`` body ``{"path": ...}``
     Ask the experiment's driver to stop (it ends INTERRUPTED, resumable):

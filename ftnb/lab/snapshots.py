@@ -21,7 +21,7 @@ from ..ui.monitor import ExperimentMonitor
 from ..ui.read_model import ExperimentSnapshot, ResultColumns, ResumeContext, finite
 from ..ui.view import format_value
 
-__all__ = ["OpenExperiments", "OpenExperiment"]
+__all__ = ["OpenExperiment", "OpenExperiments"]
 
 
 class OpenExperiment:
