@@ -29,6 +29,8 @@ from typing import Any, Optional
 
 from ftnb.storage import TRIAL_RECORD_FILE
 
+from .lease_workloads import s3_filesystem, start_moto_server
+
 __all__ = ["lab_listing", "listed_trainable"]
 
 _TOKEN = "ftnb-bench-token"
@@ -66,7 +68,7 @@ def lab_listing(framework: str, storage_dir: str, experiments: int, repeats: int
     templates = _make_templates(os.path.join(storage_dir, "templates"))
     local_root = os.path.join(storage_dir, "local")
     _copy_local(templates, local_root, experiments)
-    endpoint, moto = _start_moto(storage_dir)
+    endpoint, moto = start_moto_server(storage_dir)
     try:
         s3_root = _copy_s3(templates, endpoint, experiments) if endpoint else None
         roots = [local_root] + ([s3_root] if s3_root else [])
@@ -134,7 +136,7 @@ def _copy_s3(templates: dict[str, str], endpoint: str, experiments: int) -> str:
     """The copies in a new bucket, uploaded concurrently (one batch of PUTs): the files a
     listing may read (the experiment's own, and each trial's record), not the trials' rows and
     logs, which only make the upload longer."""
-    fs = _s3_filesystem(endpoint)
+    fs = s3_filesystem(endpoint)
     fs.mkdir("lab-listing")
     files: dict[str, dict[str, bytes]] = {}
     for kind, folder in templates.items():
@@ -250,7 +252,7 @@ def _median(repeats: int, run: Any) -> float:
     return statistics.median(_times(repeats, run))
 
 
-# -- the S3 server --------------------------------------------------------------------------------
+# -- helpers --------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -265,38 +267,3 @@ def _s3_env(endpoint: str) -> dict:
     if endpoint:
         env["FSSPEC_S3"] = json.dumps({"endpoint_url": endpoint, "use_listings_cache": False})
     return env
-
-
-def _start_moto(storage_dir: str) -> tuple[str, Optional[subprocess.Popen]]:
-    """A moto S3 server on a free loopback port, or ``("", None)`` when moto is missing."""
-    try:
-        import moto.server  # noqa: F401
-        import s3fs  # noqa: F401
-    except ImportError:
-        print("note: moto[server] or s3fs is not installed: no S3 figures", file=sys.stderr)
-        return "", None
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tempfile.TemporaryFile(dir=storage_dir)
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT, env=_s3_env(""))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(endpoint + "/", timeout=1.0):
-                return endpoint, proc
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-    proc.kill()
-    proc.wait(timeout=10)
-    log.seek(0)
-    raise RuntimeError(f"moto did not start on {endpoint}: {log.read()[-2000:]!r}")
-
-
-def _s3_filesystem(endpoint: str) -> Any:
-    import s3fs
-
-    return s3fs.S3FileSystem(endpoint_url=endpoint, key=_S3_KEY, secret=_S3_KEY,
-                             use_listings_cache=False, skip_instance_cache=True)
