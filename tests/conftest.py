@@ -340,7 +340,9 @@ def lab_server(tmp_path_factory):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
                  "--ip=127.0.0.1", "--ServerApp.port_retries=0", "--allow-root",
-                 f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}"],
+                 f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
+                 # window.jupyterapp: tests run JupyterLab's commands (a theme change)
+                 "--LabApp.expose_app_in_browser=True"],
                 cwd=str(base), env=env, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent)
             deadline = time.time() + _LAB_START_TIMEOUT_S

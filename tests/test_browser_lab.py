@@ -98,6 +98,13 @@ def _open_panel(page):
     return panel
 
 
+def _luminance(locator, css_property: str) -> float:
+    """The relative luminance (0 black .. 1 white) of an element's computed color."""
+    color = locator.evaluate(f"e => getComputedStyle(e).getPropertyValue('{css_property}')")
+    r, g, b = (int(v) / 255 for v in re.findall(r"[\d.]+", color)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
 def _trial_statuses(handle) -> dict[str, str]:
     return {t.trial_id: str(getattr(t.status, "value", t.status)) for t in handle.state().trials}
 
@@ -132,6 +139,18 @@ def test_the_sidebar_lists_an_experiment_with_its_failures_and_trial_counts(
     chart = detail.locator("[data-testid=ftnb-lab-chart]")
     wait_for(lambda: chart.get_attribute("data-lines") == "4", timeout=30, what="4 chart lines")
     _screenshot(page, "sidebar_failures")
+
+    # Themed: in JupyterLab's dark theme the panel and its chart are dark too.
+    assert _luminance(panel, "background-color") > 0.8
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme',"
+                  " {theme: 'JupyterLab Dark'})")
+    page.locator("body[data-jp-theme-light=false]").wait_for(state="attached")
+    wait_for(lambda: _luminance(panel, "background-color") < 0.2, timeout=30,
+             what="the panel's background dark")
+    assert _luminance(chart.locator(".ftnb-chart-tick").first, "fill") > 0.5
+    _screenshot(page, "sidebar_dark")
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme',"
+                  " {theme: 'JupyterLab Light'})")
 
 
 def test_a_stop_clicked_in_the_panel_stops_that_trial_while_a_cell_is_busy(
