@@ -191,8 +191,11 @@ def test_a_stop_clicked_in_the_panel_stops_that_trial_while_a_cell_is_busy(
         statuses = _trial_statuses(handle)
         assert statuses[second] == "RUNNING" and statuses[first] == "TERMINATED", statuses
         assert busy.count() == 1, "the cell ended: the stop must not need the kernel"
-        panel.locator(f"[data-testid=ftnb-lab-trial][data-trial-id='{third}']"
-                      "[data-status=TERMINATED]").wait_for()
+        row = panel.locator(f"[data-testid=ftnb-lab-trial][data-trial-id='{third}']"
+                            "[data-status=TERMINATED]")
+        row.wait_for()
+        # Stopped by the user, not completed: shown as such.
+        assert row.locator(".ftnb-status").inner_text() == "STOPPED"
         _screenshot(page, "stop_while_busy")
         print(f"trial stopped {stopped_after:.2f} s after the click")
     finally:
