@@ -23,6 +23,7 @@ from scripted import scripted
 from tornado.httpclient import HTTPClientError
 
 import ftnb
+from ftnb.ui import read_model
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
@@ -320,6 +321,16 @@ class TestActions:
         assert again.code == 409 and "already ended" in _message(again)
         unknown = await _post(jp_fetch, "stop_trial", {"path": path, "trial_id": "nope_0"})
         assert unknown.code == 404 and "has no trial 'nope_0'" in _message(unknown)
+
+        # A driver stopped (SIGSTOP) is silent: the listing says so, with the takeover line.
+        driver = read_model.read_driver(handle.paths).lease.pid
+        os.kill(driver, signal.SIGSTOP)
+        try:
+            [entry] = (await _get(jp_fetch, "experiments", root=str(gated.storage)))["experiments"]
+        finally:
+            os.kill(driver, signal.SIGCONT)
+        assert entry["status"] == "RUNNING" and entry["driver"]["silent_s"] is not None
+        assert entry["takeover"] == f"%ftresume {path} --takeover"
 
         response = await _post(jp_fetch, "stop", {"path": path})
         assert response.code == 200, response.body

@@ -38,8 +38,13 @@ root names, gets **403** with a message that says which roots are served.
             "created": 1766990000.0,
             "live": true,                 # a live driver owns it: stop / stop_trial act now
             "driver": {"pid": 4242, "host": "node1", "alive": true,
-                       "line": "driver pid 4242 on node1, since ...: ..."},  # or null
+                       "line": "driver pid 4242 on node1, since ...: ...",
+                       "silent_s": null,      # while its driver is silent (no heartbeat, its
+                       "dead_in_s": null},    # death unproven): for how long, and when it
+                                              # counts as dead (null: never on its own)
+                                              # (driver: null when no lease, or it ended)
             "resume_line": null,          # INTERRUPTED: the line that resumes it (a notebook's)
+            "takeover": null,             # silent driver: the line that takes it over
             "error": null}]}
 
     404 when ``root`` does not exist; a folder that holds no experiment gives ``[]``. Cost: on

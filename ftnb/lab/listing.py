@@ -112,13 +112,18 @@ def experiment_entry(paths: ExperimentPaths) -> Optional[dict]:
         if driver.lease is not None:
             entry["driver"] = {"pid": driver.lease.pid, "host": driver.lease.host,
                                "alive": driver.alive,
-                               "line": driver.line(ExperimentStatus.RUNNING) or None}
-    if summary.status == ExperimentStatus.INTERRUPTED:
+                               "line": driver.line(ExperimentStatus.RUNNING) or None,
+                               "silent_s": summary.driver_silent_s,
+                               "dead_in_s": summary.driver_dead_in_s}
+    silent = summary.driver_silent_s is not None
+    entry["takeover"] = None
+    if summary.status == ExperimentStatus.INTERRUPTED or silent:
         try:
             state = ExperimentState.load(paths)
-            entry["resume_line"] = read_model.resume_line(paths, state, ResumeContext.MAGICS)
+            line = read_model.resume_line(paths, state, ResumeContext.MAGICS, takeover=silent)
         except Exception:
-            pass  # the entry still says INTERRUPTED; its page says how to resume
+            line = None  # the entry still says INTERRUPTED; its page says how to resume
+        entry["takeover" if silent else "resume_line"] = line
     return read_model.finite(entry)
 
 
@@ -132,4 +137,5 @@ def _has_state(paths: ExperimentPaths) -> bool:
 def _unreadable(paths: ExperimentPaths, error: str) -> dict:
     return {"name": paths.name, "path": paths.uri, "status": UNREADABLE, "trials": {},
             "num_trials": None, "failures": None, "preemptions": None, "last_activity": None,
-            "live": False, "driver": None, "resume_line": None, "error": error}
+            "live": False, "driver": None, "resume_line": None, "takeover": None,
+            "error": error}
