@@ -7,6 +7,7 @@ and confinement to the configured roots are checked on the wire."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -26,7 +27,11 @@ import ftnb
 from ftnb.ui import read_model
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
+# pytest-jupyter's fixtures (jp_fetch, jp_serverapp, ...), imported here rather than declared in
+# `pytest_plugins`, which would register the plugin for the whole session: its autouse
+# fixtures (a new event loop, a ServerApp cleanup) would then wrap every test of the suite.
+from pytest_jupyter.jupyter_server import *  # noqa: E402,F403
+
 pytestmark = pytest.mark.timeout(120)
 
 API = ("ftnb", "api")
@@ -59,6 +64,23 @@ def jp_server_config(lab_roots):
             "Ftnb": {"storage_roots": lab_roots}}
 
 
+def on_server_loop(test):
+    """Run the coroutine ``test`` on the loop the test server serves from (pytest-jupyter's
+    ``jp_asyncio_loop``: its hook that runs coroutine tests is a plugin's, not loaded here)."""
+    signature = inspect.signature(test)
+    asks = "jp_asyncio_loop" in signature.parameters
+
+    def run(*args, **kwargs):
+        loop = kwargs["jp_asyncio_loop"] if asks else kwargs.pop("jp_asyncio_loop")
+        return loop.run_until_complete(test(*args, **kwargs))
+
+    loop_parameter = inspect.Parameter("jp_asyncio_loop", inspect.Parameter.KEYWORD_ONLY)
+    run.__signature__ = signature if asks else signature.replace(
+        parameters=[*signature.parameters.values(), loop_parameter])
+    run.__name__, run.__qualname__, run.__doc__ = test.__name__, test.__qualname__, test.__doc__
+    return run
+
+
 async def _get(jp_fetch, route, **params):
     response = await jp_fetch(*API, route, params=params)
     return json.loads(response.body)
@@ -87,6 +109,7 @@ def _message(response):
 
 
 # -- reading ---------------------------------------------------------------------------------------
+@on_server_loop
 async def test_roots_and_the_listing_of_a_script_sweep(jp_fetch, sweep_root):
     assert (await _get(jp_fetch, "roots"))["roots"][0] == str(sweep_root)
     listing = await _get(jp_fetch, "experiments", root=str(sweep_root))
@@ -101,6 +124,7 @@ async def test_roots_and_the_listing_of_a_script_sweep(jp_fetch, sweep_root):
     assert (await _get(jp_fetch, "experiments"))["experiments"] == [entry]
 
 
+@on_server_loop
 async def test_a_listed_ended_experiment_shows_its_new_state_once_resumed(jp_fetch, sweep_root,
                                                                          tmp_path):
     root = tmp_path / "copies"
@@ -115,6 +139,7 @@ async def test_a_listed_ended_experiment_shows_its_new_state_once_resumed(jp_fet
     assert entry["status"] == "FINISHED" and entry["trials"]["TERMINATED"] == 3
 
 
+@on_server_loop
 async def test_an_experiments_page_has_trials_failures_tracebacks_and_attempts(jp_fetch,
                                                                                sweep_root):
     page = await _get(jp_fetch, "experiment", path=str(sweep_root / "sweep"))
@@ -136,6 +161,7 @@ async def test_an_experiments_page_has_trials_failures_tracebacks_and_attempts(j
     assert "script" in resume["reason"] and "Tuner.restore" in resume["line"]
 
 
+@on_server_loop
 async def test_curves_come_incrementally_with_cursors(jp_fetch, sweep_root):
     path = str(sweep_root / "sweep")
     first = await _get(jp_fetch, "results", path=path)
@@ -161,6 +187,7 @@ async def test_curves_come_incrementally_with_cursors(jp_fetch, sweep_root):
     assert stale["series"][some]["reset"] is True and stale["series"][some]["x"] == [1, 2, 3]
 
 
+@on_server_loop
 async def test_bad_arguments_are_400s_that_name_them(jp_fetch, sweep_root):
     path = str(sweep_root / "sweep")
     response = await jp_fetch(*API, "results", params={"path": path, "since": "[1"},
@@ -178,6 +205,7 @@ async def test_bad_arguments_are_400s_that_name_them(jp_fetch, sweep_root):
 
 
 # -- authentication and confinement ----------------------------------------------------------------
+@on_server_loop
 async def test_every_route_needs_the_token(jp_fetch, sweep_root):
     for route, method in [("roots", "GET"), ("experiments", "GET"), ("experiment", "GET"),
                           ("results", "GET"), ("stop", "POST"), ("stop_trial", "POST"),
@@ -190,6 +218,7 @@ async def test_every_route_needs_the_token(jp_fetch, sweep_root):
         assert refused.value.code == 403, route
 
 
+@on_server_loop
 async def test_a_post_with_the_login_cookie_needs_the_xsrf_header(jp_fetch, jp_serverapp,
                                                                   sweep_root):
     token = jp_serverapp.identity_provider.token
@@ -236,6 +265,7 @@ def outside(sweep_root, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink", "s3", "relative", "file"])
+@on_server_loop
 async def test_paths_outside_the_roots_are_refused(jp_fetch, sweep_root, outside, how):
     path = {"dotdot": f"{sweep_root}/../{sweep_root.name}/sweep",
             "absolute": str(outside / "copy"),
@@ -284,6 +314,7 @@ class TestActions:
         return [str(sweep_root), str(gated.storage)]
 
     @pytest.mark.slow
+    @on_server_loop
     async def test_stop_trial_stops_that_trial_and_stop_interrupts(self, jp_fetch, gated):
         import jobs
 
@@ -351,6 +382,7 @@ class TestActions:
         await asyncio.get_running_loop().run_in_executor(None, handle.wait_for_supervisor_exit)
 
     @pytest.mark.slow
+    @on_server_loop
     async def test_a_killed_ftnb_run_reads_interrupted_and_the_server_resumes_it(
             self, jp_fetch, gated):
         space = {"x": {"grid_search": [1, 2]}, "gate": str(gated.cwd / "gate")}
@@ -413,6 +445,7 @@ class TestS3Root:
         return [url]
 
     @pytest.mark.slow
+    @on_server_loop
     async def test_list_read_and_confine_an_s3_root(self, jp_fetch, lab_roots):
         [url] = lab_roots
         assert (await _get(jp_fetch, "roots"))["roots"] == [url]
