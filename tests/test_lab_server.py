@@ -7,6 +7,7 @@ and confinement to the configured roots are checked on the wire."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
@@ -24,9 +25,11 @@ from scripted import scripted
 from tornado.httpclient import HTTPClientError
 
 import ftnb
+from ftnb.storage import ExperimentPaths
 from ftnb.ui import read_model
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")
+pytest.importorskip("pytest_jupyter", reason="needs pytest-jupyter[server] (ftnb[dev])")
 # pytest-jupyter's fixtures (jp_fetch, jp_serverapp, ...), imported here rather than declared in
 # `pytest_plugins`, which would register the plugin for the whole session: its autouse
 # fixtures (a new event loop, a ServerApp cleanup) would then wrap every test of the suite.
@@ -358,10 +361,16 @@ class TestActions:
         os.kill(driver, signal.SIGSTOP)
         try:
             [entry] = (await _get(jp_fetch, "experiments", root=str(gated.storage)))["experiments"]
+            _, page = await _trials(jp_fetch, path)
+            refused = await _post(jp_fetch, "resume", {"path": path, "takeover": True})
         finally:
             os.kill(driver, signal.SIGCONT)
         assert entry["status"] == "RUNNING" and entry["driver"]["silent_s"] is not None
         assert entry["takeover"] == f"%ftresume {path} --takeover"
+        # Its trainable is a kernel's: the server cannot take it over; the page says what can.
+        assert page["actions"]["takeover"]["line"] == f"%ftresume {path} --takeover"
+        assert page["actions"]["takeover"]["available"] is False
+        assert refused.code == 409 and "cannot take over" in _message(refused)
 
         response = await _post(jp_fetch, "stop", {"path": path})
         assert response.code == 200, response.body
@@ -415,6 +424,21 @@ class TestActions:
         assert outcome["ok"] is True and outcome["supervisor"]["pid"] > 0
         listing = await _get(jp_fetch, "experiments", root=str(gated.storage))
         assert listing["experiments"][0]["live"] is True
+
+        # Its new driver stops answering (SIGSTOP): a resume is refused, a takeover is not.
+        stopped = read_model.read_driver(ExperimentPaths.at(path)).lease.pid
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            refused = await _post(jp_fetch, "resume", {"path": path})
+            assert refused.code == 409 and "running" in _message(refused)
+            response = await _post(jp_fetch, "resume", {"path": path, "takeover": True},
+                                   request_timeout=120)
+            assert response.code == 200, response.body
+            new_driver = read_model.read_driver(ExperimentPaths.at(path))
+            assert new_driver.alive and new_driver.lease.pid != stopped
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)  # (the takeover killed it already)
         gated.open_gate()
 
         async def finished():

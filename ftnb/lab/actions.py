@@ -22,7 +22,7 @@ from ..storage import ExperimentPaths
 from ..storage.control import STOP_EXPERIMENT, STOP_TRIAL, send_request
 from ..storage.lease import live_lease
 from ..ui import read_model
-from ..ui.read_model import ResumeContext
+from ..ui.read_model import DriverStatus, ResumeContext
 
 __all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "resume", "resume_plan",
            "stop_experiment", "stop_trial"]
@@ -93,15 +93,19 @@ class ResumePlan:
 
 
 def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
-                live: bool) -> ResumePlan:
-    """How the experiment whose stored ``state`` reads ``status`` can be resumed (``live``:
-    a live driver owns it)."""
-    if live:
+                driver: DriverStatus, takeover: bool = False) -> ResumePlan:
+    """How the experiment whose stored ``state`` reads ``status`` (``driver``: its driver now)
+    can be resumed; ``takeover``: by taking it over from its silent driver."""
+    if takeover and not driver.offers_takeover(state.status):
+        return ResumePlan(False, "its driver is not silent: there is nothing to take over "
+                                 "(a takeover is for a driver that stopped sending heartbeats)",
+                          None)
+    if driver.alive and not takeover:
         return ResumePlan(False, "it is running (a live driver owns it): nothing to resume",
                           None)
     if status == ExperimentStatus.FINISHED:
         return ResumePlan(False, "it finished: nothing to resume", None)
-    line = read_model.resume_line(paths, state, ResumeContext.MAGICS)
+    line = read_model.resume_line(paths, state, ResumeContext.MAGICS, takeover=takeover)
     origin = state.settings.get("origin")
     origin = origin if isinstance(origin, dict) else {}
     if origin.get("via") == "cli" and origin.get("trainable"):
@@ -115,23 +119,31 @@ def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
         reason = (f"it was run by a script (Tuner.fit() or ftnb.run), which records no place "
                   f"to import its trainable ({trainable!r}) from. Fix: resume it where that "
                   f"code is: {line}, or from a terminal: ftnb resume {paths.uri} --trainable "
-                  f"FILE.py:{trainable}")
+                  f"FILE.py:{trainable}" + (" --takeover" if takeover else ""))
     return ResumePlan(False, reason, line)
 
 
-def resume(paths: ExperimentPaths, timeout_s: float = RESUME_TIMEOUT_S) -> dict:
+def resume(paths: ExperimentPaths, takeover: Any = False,
+           timeout_s: float = RESUME_TIMEOUT_S) -> dict:
     """Resume the experiment in a new detached supervisor (``ftnb resume PATH --detach``, run
     with this server's Python, in the folder ``ftnb run`` started it from), and return once
-    that supervisor runs it."""
+    that supervisor runs it. ``takeover``: take it over from its silent driver first
+    (``--takeover``)."""
+    if not isinstance(takeover, bool):
+        raise ValueError(f"takeover={takeover!r} is not true or false. Fix: send "
+                         "{\"takeover\": true} to take over a silent driver, or leave it out")
     state = read_model.read_state(paths)
     driver = read_model.read_driver(paths)
     status = read_model.as_read(state, driver).status
-    plan = resume_plan(paths, state, status, driver.alive)
+    plan = resume_plan(paths, state, status, driver, takeover)
     if not plan.available:
-        raise ActionRefused(409, f"cannot resume {paths.name!r} from the server: {plan.reason}")
+        what = "take over" if takeover else "resume"
+        raise ActionRefused(409, f"cannot {what} {paths.name!r} from the server: {plan.reason}")
     origin = state.settings["origin"]
     cwd = origin.get("cwd")
     command = [sys.executable, "-m", "ftnb", "resume", paths.uri, "--detach", "--json"]
+    if takeover:
+        command.append("--takeover")
     try:
         done = subprocess.run(command, cwd=cwd if cwd and os.path.isdir(cwd) else None,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,

@@ -68,7 +68,9 @@ root names, gets **403** with a message that says which roots are served.
                     "stop_trial": ["3f2a1_00000"],  # trials a POST stop_trial can stop now
                     "resume": {"available": false,   # POST resume can start a supervisor
                                "reason": "...",      # why not, when it cannot
-                               "line": "%ftresume sweep1"}},  # what a user runs instead
+                               "line": "%ftresume sweep1"},  # what a user runs instead
+                    "takeover": null},  # while its driver is silent: the same for POST resume
+                                        # with "takeover": true
         "root": "/home/u/ftnb_results"          # the configured root it is in
 
     404 when ``path`` holds no experiment.
@@ -102,8 +104,9 @@ root names, gets **403** with a message that says which roots are served.
     already ended, or no live driver owns the experiment. The trial is named by its id, never by
     a position in a list.
 
-``POST ftnb/api/resume`` body ``{"path": ...}``
-    Resume an interrupted (or errored) experiment in a new detached supervisor:
+``POST ftnb/api/resume`` body ``{"path": ..., "takeover": false}``
+    Resume an interrupted (or errored) experiment in a new detached supervisor (with
+    ``"takeover": true``, one whose driver is silent, taking it over: ``--takeover``):
     ``{"ok": true, "path": ..., "status": "RUNNING", "supervisor": {...}}``. Possible only for
     an experiment started by ``ftnb run`` (its state records the trainable as MODULE:NAME or
     FILE.py:NAME, and the folder it ran in): the server runs ``ftnb resume PATH --detach`` with
@@ -178,7 +181,11 @@ class LabState:
             "stop": live,
             "stop_trial": [r.trial_id for r in snap.view.rows
                            if live and r.status not in _ENDED],
-            "resume": actions.resume_plan(paths, snap.state, snap.status, live).to_json(),
+            "resume": actions.resume_plan(paths, snap.state, snap.status,
+                                          snap.driver_status).to_json(),
+            "takeover": (actions.resume_plan(paths, snap.state, snap.status,
+                                             snap.driver_status, takeover=True).to_json()
+                         if snap.driver_status.offers_takeover(snap.state.status) else None),
         }
         data["root"] = root.uri
         return data
@@ -199,7 +206,7 @@ class LabState:
         return actions.stop_trial(self._experiment_of(body), body.get("trial_id"))
 
     def resume(self, body: dict) -> dict:
-        return actions.resume(self._experiment_of(body))
+        return actions.resume(self._experiment_of(body), body.get("takeover", False))
 
     def _experiment_of(self, body: dict) -> ExperimentPaths:
         _, paths = self.roots.experiment(body.get("path"))
