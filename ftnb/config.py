@@ -23,6 +23,20 @@ __all__ = [
 StopCriterion = Union[Mapping[str, float], Callable[[str, dict], bool], None]
 
 
+def metric_value(row: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The value of the metric ``name`` in a reported ``row``: a top-level key, or, as Ray Tune
+    flattens results with ``/``, a nested one (``"test/test1"`` is ``row["test"]["test1"]``).
+
+    >>> metric_value({"test": {"test1": {"test2": 6}}}, "test/test1/test2")
+    6
+    """
+    if name in row:
+        return row[name]
+    from .storage.result_log import flatten_row
+
+    return flatten_row(dict(row)).get(name, default)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -113,7 +127,8 @@ class CheckpointConfig:
             deleted from storage: the worst by ``checkpoint_score_attribute`` when one is set, the
             oldest otherwise. The latest checkpoint is never deleted: resuming needs it.
         checkpoint_score_attribute: a metric reported together with each checkpoint, used to rank
-            checkpoints for retention and ``Result.best_checkpoints``.
+            checkpoints for retention and ``Result.best_checkpoints`` (``"outer/inner"`` names a
+            nested metric).
         checkpoint_score_order: "max" (higher is better) or "min".
 
     Example:
@@ -239,7 +254,8 @@ class RunConfig:
         failure_config: see :class:`FailureConfig`.
         checkpoint_config: see :class:`CheckpointConfig`.
         stop: when a trial is done. A dict of metric thresholds (the trial stops once a reported
-            value reaches any of them, e.g. ``{"training_iteration": 10}``), or a function
+            value reaches any of them, e.g. ``{"training_iteration": 10}``; a nested metric is
+            named ``"outer/inner"``, as Ray Tune flattens results), or a function
             ``(trial_id, result) -> bool``. Both are evaluated inside the trial process right after
             a report is persisted, so a trial never runs an iteration past its criterion; a
             function must therefore be picklable and must not rely on state in the caller.

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from .checkpoint import Checkpoint
+from .config import metric_value
 from .core.records import encode_metrics
 from .storage import AUTO_KEYS, NONFINITE_KEY
+from .storage.result_log import flatten_row
+
+#: A metric that is not in a report (None is a value a trainable may report).
+_MISSING = object()
 
 if TYPE_CHECKING:
     from .storage import Storage, TrialPaths
@@ -207,10 +212,11 @@ class TrialSession:
                 " Fix: checkpoint=ftnb.Checkpoint.from_directory(folder)."
             )
         attr = self.checkpoint_score_attribute
-        if checkpoint is not None and attr and attr not in values:
+        if checkpoint is not None and attr and metric_value(values, attr, _MISSING) is _MISSING:
+            reported = ", ".join(sorted(flatten_row(values))) or "none"
             raise UsageError(
                 f"CheckpointConfig(checkpoint_score_attribute={attr!r}) but this report with a "
-                f"checkpoint has no {attr!r} metric (it has: {', '.join(sorted(values)) or 'none'})."
+                f"checkpoint has no {attr!r} metric (it has: {reported})."
                 f" Fix: report {attr!r} together with every checkpoint, or change "
                 "checkpoint_score_attribute."
             )
@@ -282,11 +288,13 @@ class TrialSession:
             _check_metric_reported(metric, row)
         if self.stop is not None:
             if not self._stop_keys_checked and isinstance(self.stop, Mapping):
-                missing = [k for k in self.stop if k not in row]
+                missing = [k for k in self.stop if metric_value(row, k, _MISSING) is _MISSING]
                 if missing:
+                    reported = ", ".join(sorted(flatten_row(row)))
                     raise UsageError(
                         f"RunConfig(stop=...) names {missing[0]!r}, which this trainable does not "
-                        f"report (it reports: {', '.join(sorted(row))}). Fix: use one of the "
+                        f"report (it reports: {reported}; nested metrics are named "
+                        "'outer/inner', as in Ray Tune). Fix: use one of the "
                         "reported metrics in stop, or report it."
                     )
                 self._stop_keys_checked = True
@@ -329,8 +337,6 @@ LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
 def _check_metric_reported(metric: str, row: dict) -> None:
     """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report."""
-    from .storage.result_log import flatten_row
-
     flat = flatten_row(row)
     if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":
         return
@@ -352,7 +358,7 @@ def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:
     if callable(stop):
         return bool(stop(trial_id, row))
     for key, threshold in stop.items():
-        value = row.get(key)
+        value = metric_value(row, key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
             return True
     return False

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-from ..config import RunConfig
+from ..config import RunConfig, metric_value
 from ..execution.contract import (
     AttemptEvent,
     AttemptFence,
@@ -367,7 +367,7 @@ class Controller:
             }
             attr = self.checkpoint_config.checkpoint_score_attribute
             if attr:
-                entry["score"] = row.get(attr)
+                entry["score"] = metric_value(row, attr)
             trial.checkpoints.append(entry)
             trial.latest_checkpoint = entry
             index = checkpoint_index(name)

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Optional
 
-from ..config import CheckpointConfig
+from ..config import CheckpointConfig, metric_value
 from ..storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
 from ..storage.lease import Lease
 from ..storage.result_log import ResultLog
@@ -124,7 +124,7 @@ class TrialFiles:
                     "time_total_s": row.get("time_total_s", 0.0),
                 }
                 if attr:
-                    entry["score"] = row.get(attr)
+                    entry["score"] = metric_value(row, attr)
                 by_name[name] = entry
         present = set(trial_paths.checkpoint_dirs())
         trial.checkpoints = sorted(
