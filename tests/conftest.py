@@ -303,7 +303,9 @@ def _lab_answers(url: str, token: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: the browser tests and the widget's JupyterLab test share one server (each
+# start costs about 20 s on CI's 2 cores); tests name their own experiments and notebooks.
+@pytest.fixture(scope="session")
 def lab_server(tmp_path_factory):
     pytest.importorskip("jupyterlab", reason="jupyterlab is not installed (pip install '.[dev]')")
     if not os.path.isfile(os.path.join(LABEXTENSION_BUILD, "ftnb-jupyterlab", "package.json")):
