@@ -24,6 +24,9 @@ import ray_trainables
 
 args = json.loads(sys.argv[1])
 config = {"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"]}
+if args.get("blob"):  # a launch file over Ray's 100 KB inline limit (ray-project/ray#53727)
+    import numpy
+    config["blob"] = numpy.ones(args["blob"])
 handle = ftnb.launch(ray_trainables.stepper, param_space=config, name=args["name"],
                      storage_path=args["storage"], launcher="ray",
                      run_config=ftnb.RunConfig(verbose=0))
@@ -32,11 +35,11 @@ time.sleep(600)
 """
 
 
-def _launch(tmp_path, cluster, name: str, steps: int, sleep: float):
+def _launch(tmp_path, cluster, name: str, steps: int, sleep: float, blob: int = 0):
     marks = tmp_path / f"marks-{name}"
     marks.mkdir()
     args = {"dir": str(marks), "steps": steps, "sleep": sleep, "name": name,
-            "storage": str(tmp_path / "results")}
+            "storage": str(tmp_path / "results"), "blob": blob}
     driver = run_script(tmp_path, LAUNCHER, json.dumps(args), name=f"launch_{name}.py",
                         env={"RAY_ADDRESS": cluster.address, "FTNB_SHARED_STORAGE": "1"})
     out = []
@@ -95,7 +98,9 @@ def test_the_experiment_outlives_its_launcher_and_any_process_attaches_to_it(tmp
 
 def test_a_killed_supervisor_actor_is_restarted_by_ray_and_resumes_the_experiment(
         tmp_path, ray_cluster):
-    driver, marks, path = _launch(tmp_path, ray_cluster, "phoenix", steps=10, sleep=0.3)
+    # Its space holds a 2.4 MB array: the launch file must outlive the actor's first start.
+    driver, marks, path = _launch(tmp_path, ray_cluster, "phoenix", steps=10, sleep=0.3,
+                                  blob=300_000)
     first = _supervisor(path)
     wait_for(lambda: (p := _progress(marks)) and p[1] >= 3, timeout=120, what="step 3")
     os.kill(first["pid"], signal.SIGKILL)

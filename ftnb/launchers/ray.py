@@ -14,6 +14,11 @@ over the lease of its previous incarnation at once (Ray restarts an actor only o
 it dead; fencing stops anything of the old one that still runs). When the experiment ends, the
 actor removes itself (no restart).
 
+The launch file (the trainable, the search space with its objects by value, the configs) is kept
+in the GCS's key-value store under the actor's name, not passed as the actor's constructor
+argument: Ray keeps a large constructor argument only until the actor first starts, so a restart
+would fail without it (ray-project/ray#53727). The actor deletes it when it ends.
+
 Trials run on Ray too unless the run config names another executor (``RunConfig(executor=...)``
 or ``$FTNB_EXECUTOR``). The cluster: the launcher's ``address``, else the Ray executor's
 (``--ray-address``), else ``$RAY_ADDRESS``, else the one this process is connected to, else
@@ -128,21 +133,25 @@ class RayLauncher:
         paths = ExperimentPaths.of(Storage(spec.storage_path or default_storage_path(),
                                            getattr(rc, "storage_filesystem", None)), spec.name)
         name = actor_name(spec.name, paths.uri)
+        from ray.experimental.internal_kv import _internal_kv_put
+
+        _internal_kv_put(_launch_key(name), launch_bytes(spec), overwrite=True,
+                         namespace=NAMESPACE)
         actor = ray.remote(SupervisorActor).options(
             name=name, namespace=self.namespace, lifetime="detached", get_if_exists=True,
             max_restarts=-1, max_task_retries=-1, num_cpus=0, max_concurrency=4,
-        ).remote(launch_bytes(spec), name)
+        ).remote(name)
         try:
             message = ray.get(actor.started.remote(self.start_timeout_s),
                               timeout=self.start_timeout_s + 30)
         except Exception as exc:
-            _kill(ray, actor)
+            _remove(ray, actor, name)
             raise SupervisorError(
                 f"ftnb: the supervisor actor {name!r} did not start the experiment "
                 f"{spec.name!r}: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
             ) from None
         if message is None:
-            _kill(ray, actor)
+            _remove(ray, actor, name)
             raise SupervisorError(
                 f"ftnb: the supervisor actor {name!r} did not start the experiment "
                 f"{spec.name!r} within {self.start_timeout_s:.0f} s; it was removed."
@@ -150,6 +159,11 @@ class RayLauncher:
         started = started_from(message, None, "")
         started.where = f"Ray actor {name!r}, {started.where}"
         return started
+
+
+def _launch_key(name: str) -> str:
+    """Where the GCS keeps the launch file of the supervisor actor ``name``."""
+    return f"launch:{name}"
 
 
 def _import_ray() -> Any:
@@ -180,11 +194,15 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _kill(ray: Any, actor: Any) -> None:
+def _remove(ray: Any, actor: Any, name: str) -> None:
+    """Remove a supervisor actor that could not start, and its launch file."""
+    from ray.experimental.internal_kv import _internal_kv_del
+
     try:
         ray.kill(actor, no_restart=True)
     except Exception:
         pass
+    _internal_kv_del(_launch_key(name), namespace=NAMESPACE)
 
 
 # -- the actor ---------------------------------------------------------------------------------
@@ -193,8 +211,9 @@ class SupervisorActor:
     the experiment in a thread (Ray runs it again, with the same launch file, when it restarts
     the actor); :meth:`started` says how the start went."""
 
-    def __init__(self, launch: bytes, name: str) -> None:
+    def __init__(self, name: str) -> None:
         import ray
+        from ray.experimental.internal_kv import _internal_kv_get
 
         from ..supervisor import log_to, private_temp_folder, sweep_temp_folders
 
@@ -212,20 +231,26 @@ class SupervisorActor:
               f"{time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
         sweep_temp_folders()
         private_temp_folder()
+        launch = _internal_kv_get(_launch_key(name), namespace=NAMESPACE)
         extra = {"actor": name, "namespace": NAMESPACE, "node_id": context.get_node_id()}
         self._thread = threading.Thread(target=self._run, args=(launch, extra),
                                         name="ftnb-supervisor", daemon=True)
         self._thread.start()
 
-    def _run(self, launch: bytes, extra: dict) -> None:
+    def _run(self, launch: Optional[bytes], extra: dict) -> None:
         import ray
+        from ray.experimental.internal_kv import _internal_kv_del
 
         from ..supervisor import Reply, host
 
         takeover = _previous_incarnation(self._name) if self._restarted else None
         try:
-            host(launch, Reply(callback=self._reply), self._log, launcher="ray", extra=extra,
-                 takeover_from=takeover)
+            if launch is None:
+                print(f"ftnb: the launch file of {self._name!r} is gone from the GCS; nothing "
+                      "to run.", flush=True)
+            else:
+                host(launch, Reply(callback=self._reply), self._log, launcher="ray",
+                     extra=extra, takeover_from=takeover)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -235,6 +260,7 @@ class SupervisorActor:
                 self._asked.wait(_REPLY_KEPT_S)
                 time.sleep(0.5)
             # Done (finished, stopped, failed): no restart, and the name is free again.
+            _internal_kv_del(_launch_key(self._name), namespace=NAMESPACE)
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _reply(self, message: Optional[dict]) -> None:
