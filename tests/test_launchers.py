@@ -60,8 +60,10 @@ def test_the_command_launcher_runs_an_experiment_that_attach_stop_and_resume_rea
     monkeypatch.setenv("FTNB_LAUNCHER", "command")  # the hub-wide default, as a spawner sets it
     monkeypatch.setenv("FTNB_LAUNCHER_COMMAND", template)
     store = str(tmp_path / "store")
+    # (A trial waiting at the gate does not report: a stop kills it after the grace period.)
+    quick = ftnb.RunConfig(failure_config=ftnb.FailureConfig(preemption_grace_period_s=0.5))
     handle = ftnb.launch(scripted, param_space=_space(tmp_path, n=6), name="cmd",
-                         storage_path=store)
+                         storage_path=store, run_config=quick)
     assert "runs in the background" in capsys.readouterr().out
     with open(record) as f:
         (invocation,) = f.read().splitlines()
