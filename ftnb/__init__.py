@@ -42,6 +42,12 @@ _LAZY = {
     "RestoreError": "restore",
     "StorageUnavailableError": "storage",
     "SubEnvironments": "elastic",
+    "Stopper": "stopper",
+    "CombinedStopper": "stopper",
+    "ExperimentPlateauStopper": "stopper",
+    "MaximumIterationStopper": "stopper",
+    "TimeoutStopper": "stopper",
+    "TrialPlateauStopper": "stopper",
     "TorchConfig": "train.torch_trainer",
     "TorchTrainer": "train.torch_trainer",
     "TrainingFailedError": "train.torch_trainer",
@@ -56,10 +62,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name == "torch":  # ftnb.torch: prepare_model, prepare_data_loader (imports torch)
+    if name in ("torch", "stopper"):  # modules: ftnb.torch imports torch; ftnb.stopper as
+        # Ray's tune.stopper
         import importlib
 
-        value = importlib.import_module(".torch", __name__)
+        value = importlib.import_module(f".{name}", __name__)
         globals()[name] = value
         return value
     module = _LAZY.get(name)
@@ -73,7 +80,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | {"torch"})
+    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper"})
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -97,6 +104,12 @@ __all__ = [
     "ResultGrid",
     "RunConfig",
     "ScalingConfig",
+    "Stopper",
+    "CombinedStopper",
+    "ExperimentPlateauStopper",
+    "MaximumIterationStopper",
+    "TimeoutStopper",
+    "TrialPlateauStopper",
     "StorageUnavailableError",
     "SubEnvironments",
     "TorchConfig",

@@ -6,6 +6,7 @@ trial starts and before anything is written to storage.
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 import warnings
@@ -183,6 +184,10 @@ class TuneConfig:
             ``TUNE_DISABLE_STRICT_METRIC_CHECKING=1``, Ray's switch, for a metric that only
             later reports carry).
         seed: makes the random draws of the search space reproducible.
+        time_budget_s: stop the whole experiment once it ran this long (seconds or a
+            ``datetime.timedelta``), as ``ftnb.stopper.TimeoutStopper`` does: running trials
+            stop at their next report, pending ones never start, all TERMINATED with the note
+            "stopped by TimeoutStopper". Time spent before a crash and a restore counts.
     """
 
     num_samples: int = 1
@@ -190,6 +195,7 @@ class TuneConfig:
     metric: Optional[str] = None
     mode: Optional[str] = None
     seed: Optional[int] = None
+    time_budget_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if (
@@ -234,6 +240,14 @@ class TuneConfig:
             )
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise TypeError(f"TuneConfig(seed=...) must be an int or None; got {self.seed!r}.")
+        if isinstance(self.time_budget_s, datetime.timedelta):
+            self.time_budget_s = self.time_budget_s.total_seconds()
+        if self.time_budget_s is not None and (
+                not _is_number(self.time_budget_s) or not self.time_budget_s > 0):
+            raise ValueError(
+                f"TuneConfig(time_budget_s={self.time_budget_s!r}) is invalid. Fix: a number of "
+                "seconds > 0 (or a datetime.timedelta), or None for no limit."
+            )
 
 
 _VERBOSITY = (0, 1, 2)
@@ -255,10 +269,12 @@ class RunConfig:
         checkpoint_config: see :class:`CheckpointConfig`.
         stop: when a trial is done. A dict of metric thresholds (the trial stops once a reported
             value reaches any of them, e.g. ``{"training_iteration": 10}``; a nested metric is
-            named ``"outer/inner"``, as Ray Tune flattens results), or a function
-            ``(trial_id, result) -> bool``. Both are evaluated inside the trial process right after
-            a report is persisted, so a trial never runs an iteration past its criterion; a
-            function must therefore be picklable and must not rely on state in the caller.
+            named ``"outer/inner"``, as Ray Tune flattens results), a function
+            ``(trial_id, result) -> bool``, or a stopper (:mod:`ftnb.stopper`). Thresholds and
+            functions are evaluated inside the trial process right after a report is persisted,
+            so a trial never runs an iteration past its criterion; a function must therefore be
+            picklable and must not rely on state in the caller (a :class:`ftnb.Stopper`
+            subclass runs in the driver and may).
         verbose: 0 silent, 1 a live status table and the trials' output prefixed with their id,
             2 also every reported result.
         executor: where trials run: ``"local"`` (processes on this machine, the default),

@@ -82,6 +82,7 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
             "mode": tc.mode,
             "num_samples": tc.num_samples,
             "seed": tc.seed,
+            "time_budget_s": tc.time_budget_s,
             "max_concurrent_trials": tc.max_concurrent_trials,
             "failure_config": vars(rc.failure_config).copy(),
             "checkpoint_config": vars(ckpt).copy(),

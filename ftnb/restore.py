@@ -313,6 +313,7 @@ def _stored_tune_config(settings: dict) -> TuneConfig:
         metric=settings.get("metric"),
         mode=settings.get("mode"),
         seed=settings.get("seed"),
+        time_budget_s=settings.get("time_budget_s"),
     )
     return config
 

@@ -188,6 +188,9 @@ class TrialSession:
         self.preempted = False
         self.stop_requested = False
         self._stop_keys_checked = False
+        replay = getattr(stop, "_ftnb_replay", None)
+        if replay is not None:  # a stopper (ftnb.stopper) learns the trial's earlier results
+            replay(context.trial_id, list(log.rows))
 
     # -- report --------------------------------------------------------------------------------
     def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None) -> None:
@@ -299,7 +302,8 @@ class TrialSession:
                     )
                 self._stop_keys_checked = True
             if _stop_met(self.stop, self.context.trial_id, row):
-                return _StopCriterionMet()
+                # A trial a Stopper ends is stopped, not finished (a threshold is its goal).
+                return _StopRequested() if hasattr(self.stop, "stop_all") else _StopCriterionMet()
         if not self.stop_requested and self.poll_stop():
             self.stop_requested = True
         if self.stop_requested:

@@ -217,7 +217,10 @@ class Tuner:
         """Run the controller on ``executor`` (which it shuts down when it ends); the results
         show ``result_configs`` (the caller's own objects where the trials were given refs to
         copies)."""
+        import dataclasses
+
         from .core.controller import Controller
+        from .stopper import DriverStopping, split_stop
         from .storage.control import ControlInbox
         from .ui.terminal import TerminalReporter
 
@@ -225,6 +228,12 @@ class Tuner:
         listeners = list(self.listeners)
         if rc.verbose:
             listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
+        in_trial_stop, driver_stopper = split_stop(rc.stop, tc.time_budget_s)
+        stopping = None
+        if driver_stopper is not None:
+            stopping = DriverStopping(driver_stopper, paths)
+            listeners.append(stopping)
+            rc = dataclasses.replace(rc, stop=in_trial_stop)
         controller = Controller(
             paths=paths,
             state=state,
@@ -241,6 +250,8 @@ class Tuner:
             num_workers=self.num_workers,
             collective_timeout_s=self.collective_timeout_s,
         )
+        if stopping is not None:
+            stopping.controller = controller
         if self.trainer_pickle is not None:
             paths.storage.write_atomic(paths.trainer, self.trainer_pickle)
         if prepare is not None:
