@@ -243,12 +243,22 @@ def ray_cluster():
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "_system_config": RAY_HEALTH_CHECKS})
+    # Ray waits a hard-coded 30 s for each raylet to register; on two loaded cores a node
+    # sometimes misses it ("node timed out during startup"). Start a whole new cluster then:
+    # the late raylet of the old one exits with its GCS.
+    for attempt in range(3):
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "_system_config": RAY_HEALTH_CHECKS})
+        try:
+            for _ in range(3):
+                cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+            break
+        except Exception:
+            cluster.shutdown()
+            if attempt == 2:
+                raise
     try:
-        for _ in range(3):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
         yield cluster
     finally:
         cluster.shutdown()
