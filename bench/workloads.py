@@ -595,6 +595,40 @@ workload(
 )(group_workloads.ddp_steps)
 
 
+# ---- scale_trials, scale_simulation (bench/scale_workloads.py) ---------------------------------
+# Thousands of trivial trials: the driver's cost per trial, its state saves, from_path.
+from . import scale_workloads  # noqa: E402
+
+workload(
+    "scale_trials",
+    full={"sizes": [100, 2000, 10000], "ray_sizes": [100, 2000], "concurrent": 2},
+    quick={"sizes": [20, 100], "ray_sizes": [20], "concurrent": 2},
+    # Ray Tune starts about one trial a second without reuse_actors: only with it.
+    variants=(FTNB, Variant("ray", "reuse_actors", {"reuse_actors": True})),
+    targets=(
+        Target("rate_vs_smallest", "ftnb>=", 0.9),
+        Target("from_path_s", "ftnb<=", 0.5),
+    ),
+    timeout_s=1800,
+)(scale_workloads.scale_trials)
+
+workload(
+    "scale_simulation",
+    full={"trials": 10000, "concurrent": 8},
+    quick={"trials": 100, "concurrent": 8},
+    variants=(FTNB,),
+    timeout_s=1800,
+)(scale_workloads.scale_simulation)
+
+workload(
+    "scale_s3_requests",
+    full={"trials": 1000, "concurrent": 8},
+    quick={"trials": 20, "concurrent": 4},
+    variants=(Variant("ftnb", needs="moto.server"),),
+    timeout_s=1800,
+)(scale_workloads.scale_s3_requests)
+
+
 # ---- elastic_map (bench/elastic_workloads.py) ---------------------------------------------------
 # ftnb.WorkerGroup (issue 16): lost workers, recreation with state, per-map cost vs a Pool.
 from . import elastic_workloads  # noqa: E402

@@ -384,3 +384,30 @@ def test_tuples_in_configs_come_back_as_tuples_after_a_restore(tmp_path):
     # params.json stays plain JSON, as Ray writes it.
     params = json.loads(open(os.path.join(results[0].path, "params.json")).read())
     assert params["shape"] == [3, 3] and params["grid"] == [1, 2]
+
+
+def test_an_experiment_saved_in_format_1_restores(killed_matrix, tmp_path):
+    """Format 1 (ftnb before the journal of trial records): every record in
+    experiment_state.json, no journal segments. A killed driver's experiment in that format
+    restores as before, and its first save moves it to format 2."""
+    exp = _copy(killed_matrix, tmp_path / "format1")
+    paths = ExperimentPaths.at(str(exp))
+    state = ExperimentState.load(paths)
+    old = {**state.to_json(), "format_version": 1}  # the records' fields did not change
+    text = json.dumps(old, indent=1)
+    (exp / "experiment_state.json").write_text(text)
+    (exp / "experiment_state.prev.json").write_text(text)
+    for segment in exp.glob("experiment_state.*.jsonl"):
+        segment.unlink()
+    assert ExperimentState.load(paths).trials == state.trials
+    assert ftnb.Tuner.can_restore(str(exp))
+
+    results = ftnb.Tuner.restore(str(exp), scripted_case).fit()
+    got = _statuses(results)
+    assert {case: r.status for case, r in got.items()} == {
+        "done": "TERMINATED", "errored": "ERRORED", "running": "TERMINATED",
+        "pending": "TERMINATED"}
+    saved = json.loads((exp / "experiment_state.json").read_text())
+    assert saved["format_version"] == FORMAT_VERSION == 2
+    assert [r["training_iteration"] for r in result_rows(case_dirs(str(exp))["running"])] == [
+        1, 2, 3, 4, 5, 6]

@@ -111,6 +111,7 @@ def test_paths_name_every_file_in_the_experiment_format(storage):
     trial = paths.trial("trial_00000")
     experiment_files = {
         paths.state: "experiment_state.json", paths.state_backup: "experiment_state.prev.json",
+        paths.state_segment("experiment_state.00000003.jsonl"): "experiment_state.00000003.jsonl",
         paths.lease: "owner.json", paths.lease_lock: ".owner.lock", paths.control: "control",
         paths.supervisor: "supervisor.json", paths.supervisor_log: "supervisor.log",
         paths.trial("trial_00000").dir: "trial_00000",
@@ -129,7 +130,7 @@ def test_paths_name_every_file_in_the_experiment_format(storage):
     assert storage.join(storage.parent(marker), ".ftnb_checkpoint.json") == marker
     assert storage.parent(paths.control_request("0001-ab")) == paths.control
     assert storage.join(paths.control, "0001-ab.json") == paths.control_request("0001-ab")
-    assert len(set(experiment_files) | set(trial_files)) == 16
+    assert len(set(experiment_files) | set(trial_files)) == 17
 
 
 def test_join_parent_and_uri_lead_back_to_the_same_place(backend, storage):
@@ -446,6 +447,51 @@ def _other_process_can_lock(path: str) -> bool:
     done = subprocess.run([sys.executable, "-c", _TRY_LOCK, path], timeout=60)
     assert done.returncode in (0, 3), done
     return done.returncode == 0
+
+
+def test_a_record_journal_reads_what_its_state_committed_and_nothing_more(backend, storage,
+                                                                           paths):
+    """The journal of trial records (ftnb.storage.record_journal): a reader of a listing reads
+    each segment up to its committed length only; what a save wrote past it (a torn append, a
+    segment not listed yet) is never read; a new writer never appends to its predecessor's
+    segment; retired segments go once no state lists them."""
+    from ftnb.storage.record_journal import RecordJournal, Segment, read_segments
+
+    def line(i, status="TERMINATED"):
+        return (f"t{i}", (json.dumps({"trial_id": f"t{i}", "status": status}) + "\n").encode())
+
+    def read(listing):
+        segments = [Segment.from_json(s) for s in listing]
+        return [(r["trial_id"], r["status"])
+                for r in read_segments(storage, paths.dir, segments)]
+
+    journal = RecordJournal(storage, paths.dir)
+    journal.rewrite([line(i) for i in range(3)], generation=1)
+    first = journal.listing()
+    journal.committed()
+    journal.add([line(3), line(0, "PENDING")], generation=2)
+    second = journal.listing()
+    journal.committed()
+    assert read(first) == [(f"t{i}", "TERMINATED") for i in range(3)]
+    assert read(second)[-2:] == [("t3", "TERMINATED"), ("t0", "PENDING")]
+    if backend.local:  # one segment, grown by appends; a torn one past the commit is not read
+        assert [s["file"] for s in second] == [s["file"] for s in first]
+        storage.append_durably(paths.state_segment(second[-1]["file"]),
+                               b'{"trial_id": "t9", "sta')
+    else:
+        with pytest.raises(ValueError, match="cannot append"):
+            storage.append_durably(paths.state_segment("x.jsonl"), b"x")
+    assert read(second)[-1] == ("t0", "PENDING")
+    # A new writer (the next driver) starts over in a new segment: the old ones go once neither
+    # the state nor its previous generation lists them.
+    successor = RecordJournal(storage, paths.dir, [Segment.from_json(s) for s in second])
+    successor.rewrite([line(i) for i in range(4)], generation=3)
+    successor.committed()
+    assert read(successor.listing()) == [(f"t{i}", "TERMINATED") for i in range(4)]
+    successor.add([line(4)], generation=4)
+    successor.committed()
+    assert {n for n in storage.listdir(paths.dir) if n.endswith(".jsonl")} == {
+        s["file"] for s in successor.listing()}
 
 
 def test_exclusive_lock(backend, storage, paths):

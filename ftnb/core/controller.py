@@ -13,6 +13,7 @@ loop runs) is :mod:`ftnb.restore`'s.
 
 from __future__ import annotations
 
+import heapq
 import json
 import sys
 import time
@@ -153,6 +154,9 @@ class Controller:
         self.checkpoint_config = run_config.checkpoint_config
         self.max_concurrent = max_concurrent or sys.maxsize
         self.resources = resources
+        #: Requests of single trials that differ from ``resources`` (ftnb.with_resources with
+        #: a function of the config), by trial id.
+        self.trial_resources: dict[str, TrialResources] = {}
         #: Ranks per attempt (a group: TorchTrainer), each asking for ``resources``.
         self.num_workers = num_workers
         self.collective_timeout_s = collective_timeout_s
@@ -168,6 +172,11 @@ class Controller:
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
         self._last_save = 0.0
+        #: Ids of the trials persisted since the last save (see ExperimentState.save_changes).
+        self._changed: set[str] = set()
+        #: The PENDING trials in the order they start: ``(0 if resumed else 1, position, id)``,
+        #: a heap. Entries of trials that are no longer PENDING are dropped when they come up.
+        self._queue: list[tuple[int, int, str]] = []
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> ExperimentState:
@@ -180,12 +189,16 @@ class Controller:
 
     def _run(self) -> ExperimentState:
         self.state.begin_driver_session()
+        self._queue = []
+        for position, trial in enumerate(self.state.trials):
+            if trial.status == TrialStatus.PENDING:
+                self._enqueue(trial, position)
         self._emit("on_experiment_start", self.state)
         try:
             while True:
                 if self.stopping is None:
                     self._schedule()
-                if not self.live and (self.stopping or not self._pending()):
+                if not self.live and (self.stopping or self._next_pending() is None):
                     break
                 for event in self.executor.poll(0.1):
                     self._handle(event)
@@ -240,22 +253,34 @@ class Controller:
     def _final_status(self) -> str:
         return policy.experiment_status(self.stopping, (t.status for t in self.state.trials))
 
-    def _pending(self) -> list[TrialRecord]:
-        # Trials that already made progress go first: their work is the most valuable.
-        pending = [
-            (0 if t.attempts else 1, i, t)
-            for i, t in enumerate(self.state.trials)
-            if t.status == TrialStatus.PENDING
-        ]
-        return [t for _, _, t in sorted(pending, key=lambda p: p[:2])]
+    def _enqueue(self, trial: TrialRecord, position: Optional[int] = None) -> None:
+        """Queue a PENDING trial to start. Trials that already made progress go first (their
+        work is the most valuable), then in the experiment's order."""
+        if position is None:
+            position = self.state.position(trial.trial_id)
+        heapq.heappush(self._queue, (0 if trial.attempts else 1, position, trial.trial_id))
+
+    def _next_pending(self) -> Optional[TrialRecord]:
+        """The PENDING trial to start next, or None; the queue is kept, so that no loop over
+        every trial runs at each tick."""
+        while self._queue:
+            trial = self.state.trial(self._queue[0][2])
+            if trial.status == TrialStatus.PENDING and trial.trial_id not in self.live:
+                return trial
+            heapq.heappop(self._queue)  # started, or stopped, since it was queued
+        return None
 
     def _schedule(self) -> None:
-        for trial in self._pending():
+        while (trial := self._next_pending()) is not None:
             if len(self.live) >= self.max_concurrent:
                 return
-            if not self.executor.has_room(self.resources, self.num_workers):
+            if not self.executor.has_room(self._resources_of(trial), self.num_workers):
                 return
+            heapq.heappop(self._queue)
             self._start_attempt(trial)
+
+    def _resources_of(self, trial: TrialRecord) -> TrialResources:
+        return self.trial_resources.get(trial.trial_id, self.resources)
 
     # -- starting an attempt -------------------------------------------------------------------
     def _start_attempt(self, trial: TrialRecord) -> None:
@@ -287,7 +312,7 @@ class Controller:
             experiment_dir=self.paths.dir,
             experiment_name=self.state.name,
             trial_dir_name=trial.dir_name,
-            resources=self.resources,
+            resources=self._resources_of(trial),
             num_workers=self.num_workers,
             restore_checkpoint=latest["dir_name"] if latest else None,
             start_iteration=start_iteration,
@@ -430,6 +455,7 @@ class Controller:
                    decision: policy.FailureDecision) -> None:
         if decision.status is TrialStatus.PENDING:
             trial.status = TrialStatus.PENDING.value  # started again from its checkpoint
+            self._enqueue(trial)
             return
         if decision.status is TrialStatus.ERRORED:
             trial.error = {"reason": decision.reason, "failure": failure.__dict__.copy()}
@@ -511,12 +537,17 @@ class Controller:
         trial.seq += 1
         data = json.dumps(trial.to_json(), default=str, allow_nan=True)
         self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
+        self._changed.add(trial.trial_id)
 
     def save(self, final: bool = False) -> None:
-        """Persist the experiment state now (the loop saves it at most once a second;
-        ``final``: the driver's last save)."""
+        """Persist the experiment state now (the loop saves it at most once a second, what
+        changed only; ``final``: the driver's last save, the whole state)."""
         self._guard()
-        self.state.save(self.paths, final=final)
+        if final:
+            self.state.save(self.paths, final=True)
+        else:
+            self.state.save_changes(self.paths, self._changed)
+        self._changed = set()
         self._dirty = False
         self._last_save = time.time()
 

@@ -1,5 +1,13 @@
 """Trial and experiment records: the versioned JSON in ``experiment_state.json``.
 
+Since format 2 a running experiment's state file holds the records of its running trials only:
+the others (finished, waiting to start) are lines of its journal of trial records
+(``experiment_state.<generation>.jsonl``, :mod:`ftnb.storage.record_journal`), written once when they come to rest,
+so a save costs what changed, not the number of trials (:meth:`ExperimentState.save_changes`).
+A state saved as a whole (:meth:`ExperimentState.save`: a new experiment, the driver's last
+save) holds every record itself, as format 1 did. :meth:`ExperimentState.load` reads both, and
+format 1.
+
 No user code and no pickles live here: only plain JSON that any later version of ftnb (and a
 human with ``jq``) can read. Configs are stored with placeholders for values that are not JSON
 (live objects are re-specified by the caller on restore).
@@ -13,10 +21,17 @@ from __future__ import annotations
 import enum
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Optional
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, Optional
 
 from ..storage import ExperimentPaths
+from ..storage.record_journal import (
+    JournalCache,
+    RecordJournal,
+    Segment,
+    SegmentGoneError,
+    read_segments,
+)
 
 __all__ = [
     "FORMAT",
@@ -34,11 +49,12 @@ __all__ = [
     "merge_trial_records",
     "newer_record",
     "parse_trial_record",
+    "with_journal",
     "without_driver",
 ]
 
 FORMAT = "ftnb.experiment"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class StateFormatError(Exception):
@@ -260,23 +276,51 @@ class TrialRecord:
         return TrialStatus(self.status)
 
     def to_json(self) -> dict:
-        data = asdict(self)
+        """The record as JSON-able values (sharing its dicts and lists: encode it, do not keep
+        it)."""
+        data = dict(self.__dict__)
         data["config"] = _tuples_to_json(self.config)
+        data["attempts"] = [dict(a.__dict__) for a in self.attempts]
+        data["failures"] = [dict(f.__dict__) for f in self.failures]
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> "TrialRecord":
         data = dict(data)
+        data.pop("position", None)  # where a journaled record goes (see ExperimentState)
         data["config"] = _tuples_from_json(data.get("config"))
         data["attempts"] = [_from_dict(AttemptRecord, a) for a in data.get("attempts", [])]
         data["failures"] = [_from_dict(FailureRecord, f) for f in data.get("failures", [])]
         return _from_dict(cls, data)
 
 
+_FIELD_NAMES: dict[type, frozenset] = {}
+
+
 def _from_dict(cls: type, data: dict) -> Any:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    if names.issuperset(data):
+        return cls(**data)
     # Unknown keys come from a newer minor version; they are dropped rather than fatal.
-    names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class _StateFiles:
+    """What one process knows of an experiment's state files (not part of the record)."""
+
+    #: The state file as this process last wrote or read it: the next save's fallback.
+    last_bytes: Optional[bytes] = None
+    #: The journal segments that file lists.
+    segments: list = field(default_factory=list)
+    #: The journal's writer, from this process's first journaled save.
+    journal: Optional[RecordJournal] = None
+    #: Ids of the trials whose record the state file itself holds since the last journaled save
+    #: (the others' latest record is in the journal); None until one: every trial, as far as a
+    #: journaled save can tell (a state read back may have been changed anywhere since).
+    inline: Optional[set] = None
 
 
 @dataclass
@@ -297,12 +341,23 @@ class ExperimentState:
     driver_sessions: list = field(default_factory=list)
     # Which file load() read: the state file, or the previous generation when it fell back.
     loaded_from: Optional[str] = field(default=None, repr=False, compare=False)
+    _files: _StateFiles = field(default_factory=_StateFiles, init=False, repr=False,
+                                compare=False)
+    _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def trial(self, trial_id: str) -> TrialRecord:
-        for t in self.trials:
-            if t.trial_id == trial_id:
-                return t
-        raise KeyError(trial_id)
+        """The trial ``trial_id`` (KeyError if there is none); a dict lookup, not a search."""
+        return self.trials[self.position(trial_id)]
+
+    def position(self, trial_id: str) -> int:
+        """Where the trial ``trial_id`` is in :attr:`trials` (KeyError if it is not)."""
+        index = self._index.get(trial_id)
+        trials = self.trials
+        if index is None or index >= len(trials) or trials[index].trial_id != trial_id:
+            # ``trials`` is a plain list that anyone may change: index it again when it moved.
+            self._index = {t.trial_id: i for i, t in enumerate(trials)}
+            index = self._index[trial_id]
+        return index
 
     def without_driver(self) -> "ExperimentState":
         """A copy as a RUNNING experiment whose driver is gone reads: see
@@ -331,7 +386,7 @@ class ExperimentState:
             out[t.status] = out.get(t.status, 0) + 1
         return out
 
-    def to_json(self) -> dict:
+    def _header_json(self) -> dict:
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -344,11 +399,16 @@ class ExperimentState:
             "driver_sessions": self.driver_sessions,
             "settings": self.settings,
             "param_space": self.param_space,
-            "trials": [t.to_json() for t in self.trials],
         }
+
+    def to_json(self) -> dict:
+        """The whole state, every trial's record in it (what :meth:`save` writes)."""
+        return {**self._header_json(), "trials": [t.to_json() for t in self.trials]}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "experiment_state.json") -> "ExperimentState":
+        """The state in ``data``: a state file's JSON, its journal's records already in
+        ``trials`` (see :func:`with_journal`)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise StateFormatError(f"{where} is not an ftnb experiment state")
         version = data.get("format_version")
@@ -372,28 +432,91 @@ class ExperimentState:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, paths: ExperimentPaths, final: bool = False) -> None:
-        """Write the state atomically, keeping the previous generation as a fallback.
+        """Write the whole state (every trial's record in the state file itself) atomically,
+        keeping the previous generation as a fallback.
 
         The previous generation is copied to ``experiment_state.prev.json`` first, so even a
         state file damaged after its rename (a broken disk, a hand edit) leaves a readable one.
         ``final`` (the experiment stopped) writes the new state to both files: a finished
-        experiment's fallback loses nothing.
+        experiment's fallback loses nothing. Its cost grows with the number of trials: a driver
+        saves with :meth:`save_changes` while it runs, and with this once at its end.
         """
+        self._stamp()
+        # No indent: it forces json's pure-Python encoder, several times slower on big states.
+        data = json.dumps(self.to_json(), default=str, allow_nan=True).encode("utf-8")
+        files = self._files
+        journal = files.journal
+        if journal is None and files.segments:
+            journal = files.journal = RecordJournal(paths.storage, paths.dir,
+                                                    files.segments)
+        if journal is not None:
+            journal.clear()
+        self._write(paths, data, final)
+        files.inline = None
+        files.segments = []
+        if journal is not None:
+            journal.committed(final)
+
+    def save_changes(self, paths: ExperimentPaths, changed: Iterable[str]) -> None:
+        """Save the state as a running driver does, every second, at a cost that does not grow
+        with the number of trials: the record of each trial that is not running goes to the
+        journal once (``experiment_state.<generation>.jsonl``), and the state file holds the running trials' records.
+
+        ``changed``: the ids of the trials whose records changed since the last save, other than
+        running ones (a trial that started, ended, or was stopped); a trial whose record is in
+        the journal is written again only when named here. The first call after the state was
+        read or saved whole writes every trial that is not running to a new journal segment.
+        """
+        self._stamp()
+        files = self._files
+        if files.journal is None:
+            files.journal = RecordJournal(paths.storage, paths.dir, files.segments)
+        journal = files.journal
+        if files.inline is None:
+            journal.rewrite(self._journal_lines([t for t in self.trials if _at_rest(t)]),
+                            self.generation)
+            files.inline = {t.trial_id for t in self.trials if not _at_rest(t)}
+        else:
+            files.inline.update(changed)
+            leaving = [t for t in map(self.trial, files.inline) if _at_rest(t)]
+            journal.add(self._journal_lines(leaving), self.generation)
+            files.inline.difference_update(t.trial_id for t in leaving)
+        inline = sorted(files.inline, key=self.position)
+        state = {
+            **self._header_json(),
+            "trial_count": len(self.trials),
+            "journal": journal.listing(),
+            "trials": [self._positioned(self.trial(trial_id)) for trial_id in inline],
+        }
+        self._write(paths, json.dumps(state, default=str, allow_nan=True).encode("utf-8"),
+                    final=False)
+        files.segments = list(journal.segments)
+        journal.committed()
+
+    def _stamp(self) -> None:
         self.updated = time.time()
         self.generation += 1
         if self.driver_sessions:
             self.driver_sessions[-1][1] = self.updated
-        # No indent: it forces json's pure-Python encoder, several times slower on big states.
-        data = json.dumps(self.to_json(), default=str, allow_nan=True).encode("utf-8")
+
+    def _positioned(self, trial: TrialRecord) -> dict:
+        return {"position": self.position(trial.trial_id), **trial.to_json()}
+
+    def _journal_lines(self, trials: list[TrialRecord]) -> list[tuple[str, bytes]]:
+        return [(t.trial_id, json.dumps(self._positioned(t), default=str,
+                                        allow_nan=True).encode("utf-8") + b"\n")
+                for t in trials]
+
+    def _write(self, paths: ExperimentPaths, data: bytes, final: bool) -> None:
+        storage = paths.storage
         if final:
-            paths.storage.write_atomic(paths.state, data)
-            paths.storage.write_atomic(paths.state_backup, data)
+            storage.write_atomic(paths.state, data)
+            storage.write_atomic(paths.state_backup, data)
         else:
-            previous = getattr(self, "_last_bytes", None)
-            if previous is not None:
-                paths.storage.write_atomic(paths.state_backup, previous)
-            paths.storage.write_atomic(paths.state, data)
-        self._last_bytes = data
+            if self._files.last_bytes is not None:
+                storage.write_atomic(paths.state_backup, self._files.last_bytes)
+            storage.write_atomic(paths.state, data)
+        self._files.last_bytes = data
 
     def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":
         """Each trial's record replaced by its own ``trial.json`` where that is newer: see
@@ -402,35 +525,94 @@ class ExperimentState:
 
     @classmethod
     def load(cls, paths: ExperimentPaths) -> "ExperimentState":
-        """Read the state, falling back to the previous generation if the latest is unreadable."""
+        """Read the state (with its journal's records), falling back to the previous
+        generation if the latest is unreadable."""
         errors = []
         for path in (paths.state, paths.state_backup):
-            try:
-                raw = paths.storage.read_bytes(path)
-            except FileNotFoundError:
-                errors.append(f"{path}: missing")
-                continue
-            try:
-                data = json.loads(raw)
-            except ValueError as exc:
-                errors.append(f"{path}: not valid JSON ({exc})")
-                continue
-            try:
-                state = cls.from_json(data, where=paths.storage.uri(path))
-            except StateVersionError:
-                raise
-            except StateFormatError as exc:
-                errors.append(str(exc))
-                continue
-            except (KeyError, TypeError) as exc:
-                errors.append(f"{path}: missing field {exc}")
-                continue
-            state._last_bytes = raw
-            state.loaded_from = path
-            return state
+            for _ in range(_READS_WHILE_MERGED):
+                try:
+                    state = cls._load_file(paths, path)
+                except SegmentGoneError as exc:  # merged by a save meanwhile: read it again
+                    error = f"{path}: {exc}"
+                    continue
+                except StateVersionError:
+                    raise
+                except StateFormatError as exc:
+                    error = str(exc)
+                    break
+                return state
+            errors.append(error)
         raise StateFormatError(
             f"no readable experiment state at {paths.uri}: " + "; ".join(errors)
         )
+
+    @classmethod
+    def _load_file(cls, paths: ExperimentPaths, path: str) -> "ExperimentState":
+        try:
+            raw = paths.storage.read_bytes(path)
+        except FileNotFoundError:
+            raise StateFormatError(f"{path}: missing") from None
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise StateFormatError(f"{path}: not valid JSON ({exc})") from None
+        try:
+            segments = _listed_segments(data)
+            state = cls.from_json(with_journal(paths, data), where=paths.storage.uri(path))
+        except (StateFormatError, SegmentGoneError):
+            raise
+        except (KeyError, TypeError) as exc:
+            raise StateFormatError(f"{path}: missing field {exc}") from None
+        except ValueError as exc:  # a damaged journal
+            raise StateFormatError(f"{path}: {exc}") from None
+        state._files = _StateFiles(last_bytes=raw, segments=segments)
+        state.loaded_from = path
+        return state
+
+
+#: How many times a reader reads the state again when a save merged the journal segments it
+#: listed before they could be read.
+_READS_WHILE_MERGED = 5
+
+
+def _at_rest(trial: TrialRecord) -> bool:
+    """Whether a trial's record goes to the journal: any trial that is not running."""
+    return trial.status != TrialStatus.RUNNING
+
+
+def _listed_segments(data: Any) -> list[Segment]:
+    listing = data.get("journal") if isinstance(data, dict) else None
+    if not listing:
+        return []
+    if not isinstance(listing, list):
+        raise ValueError(f"its journal is not a list of segments: {listing!r}")
+    return [Segment.from_json(entry) for entry in listing]
+
+
+def with_journal(paths: ExperimentPaths, data: Any,
+                 cache: Optional[JournalCache] = None) -> Any:
+    """``data`` (a state file's JSON) with every trial's record in ``trials``, in order: the
+    records of its journal (format 2, while a driver runs) merged in. A state that holds them
+    all (format 1, a finished experiment) is returned as it is.
+
+    ``cache``: for a reader that polls, what it read of the journal before (read again only
+    where it grew). Raises :class:`~ftnb.storage.record_journal.SegmentGoneError` when a save
+    merged the segments listed meanwhile (read the state again), ValueError for a damaged
+    journal.
+    """
+    segments = _listed_segments(data)
+    if not segments:
+        return data
+    by_id: dict = {}
+    for record in read_segments(paths.storage, paths.dir, segments, cache):
+        by_id[record["trial_id"]] = record
+    for record in data.get("trials") or []:  # the state file's own records are the newest
+        by_id[record["trial_id"]] = record
+    trials = sorted(by_id.values(), key=lambda r: r.get("position", 0))
+    if len(trials) != data.get("trial_count"):
+        raise ValueError(f"its journal holds {len(trials)} trials where it lists "
+                         f"{data.get('trial_count')!r}")
+    return {**data, "trials": trials}
 
 
 def _sessions(data: Any) -> list:
@@ -557,6 +739,9 @@ def without_driver(state: ExperimentState) -> ExperimentState:
     return replace(state, status=INTERRUPTED, trials=trials)
 
 
+_FINISHED = frozenset((TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value))
+
+
 def parse_trial_record(data: bytes, trial_id: str) -> Optional[TrialRecord]:
     """The trial record in ``data`` (a ``trial.json``), or None if it is unreadable or another
     trial's."""
@@ -578,9 +763,15 @@ def newer_record(current: Optional[TrialRecord],
 
 def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> ExperimentState:
     """Replace each trial's record in ``state`` by its own ``trial.json`` where that is newer
-    (after a driver died, the trial records are its latest word). Returns ``state``."""
+    (after a driver died, the trial records are its latest word). Returns ``state``.
+
+    A finished trial's record in the state is its last word: the controller never changes a
+    TERMINATED or ERRORED trial (a restore that runs an errored trial again saves the state
+    before it starts), so only the others' files are read."""
     storage = paths.storage
     for i, trial in enumerate(state.trials):
+        if trial.status in _FINISHED:
+            continue
         try:
             data = storage.read_bytes(paths.trial(trial.dir_name).record)
         except FileNotFoundError:

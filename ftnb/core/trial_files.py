@@ -178,9 +178,13 @@ def lay_out_trial_folders(paths: ExperimentPaths, state: ExperimentState,
         if only_missing and storage.exists(trial_paths.params):
             continue
         storage.makedirs(trial_paths.dir)
+        # Made durable all at once below: two fsyncs per file were most of the start of an
+        # experiment of 10,000 trials (about 4 ms each on a VM's disk).
         storage.write_atomic(
-            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n"
+            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n",
+            durable=False,
         )
+    storage.sync()
 
 
 def remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> None:

@@ -14,8 +14,11 @@ Contract (every writer follows it, every reader relies on it):
 * Every file and folder of an experiment is a named path of :class:`ExperimentPaths` and
   :class:`TrialPaths` (temporary names included); nobody joins experiment paths by hand.
 * Only the process that runs the current attempt of a trial writes into that trial's folder
-  (results, checkpoints, output); only the controller writes ``experiment_state.json``,
-  ``params.json`` and ``error.txt``.
+  (results, checkpoints, output); only the controller writes ``experiment_state.json``, the
+  segments of its journal (``experiment_state.<generation>.jsonl``), ``params.json`` and
+  ``error.txt``.
+* A journal segment is read up to the length the state lists, never further: lines a dead
+  writer left past it are never read (:mod:`.record_journal`).
 * A write to remote storage waits out an outage instead of failing (:mod:`.outage`).
 
 The package, by concept (their public names are importable from ``ftnb.storage`` itself):
@@ -27,6 +30,7 @@ The package, by concept (their public names are importable from ``ftnb.storage``
 * :mod:`.growing_files`: :class:`StagedFile` and :class:`LineLog`, files that grow while a
   process runs; :mod:`.json_lines`: ``result.json``'s rows and their readers.
 * :mod:`.file_versions`: which files changed, for readers that poll.
+* :mod:`.record_journal`: the segments of records that left a state file rewritten every second.
 * :mod:`.outage`: how long writers wait for remote storage, and one call's deadline.
 
 Built on them, imported from their own modules: :mod:`.lease` (the owner lease),

@@ -21,7 +21,12 @@ from typing import Any, Callable, Iterator, Optional
 from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
 from .file_versions import FileVersions
 from .growing_files import LineLog, StagedFile
-from .local_disk import copy_file_atomically, persist_folder, write_file_atomically
+from .local_disk import (
+    append_file_durably,
+    copy_file_atomically,
+    persist_folder,
+    write_file_atomically,
+)
 from .outage import (
     OUTAGE_ENV,
     RETRY_FIRST_S,
@@ -282,6 +287,21 @@ class Storage:
             # One PUT of the complete object: object stores never expose a partial object.
             self._retrying(f"writing {self.uri(path)}", self.fs.pipe_file, path, data,
                            **self._deadline(len(data)))
+
+    def sync(self) -> None:
+        """Make every write made so far with ``durable=False`` survive a machine crash: one
+        flush of the disk's caches (``sync``) instead of two fsyncs per file, for a writer of
+        thousands of files. Nothing to do on object stores, where every write is durable."""
+        if self.is_local:
+            os.sync()
+
+    def append_durably(self, path: str, data: bytes) -> None:
+        """Add ``data`` at the end of the file ``path`` on this machine's disk, durably (see
+        :func:`~ftnb.storage.local_disk.append_file_durably`). Object stores cannot append:
+        ValueError there (write a new object instead)."""
+        if not self.is_local:
+            raise ValueError(f"{self.uri(path)}: object stores cannot append to a file")
+        append_file_durably(path, data)
 
     def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``, retried through an outage of remote storage (see

@@ -34,6 +34,18 @@ _CHECKPOINT_PREFIX = "checkpoint_"
 _TEMP_FOLDER_PREFIX = ".tmp-"
 
 
+#: ``experiment_state.00000012.jsonl``: a segment of the state's journal of trial records
+#: (:mod:`ftnb.storage.record_journal`), named by the save that first wrote it. Files beside the
+#: state, not a folder: every folder of an experiment is a trial's.
+STATE_SEGMENT = re.compile(r"^experiment_state\.(?P<generation>\d{8})\.jsonl$")
+
+
+def state_segment_name(generation: int) -> str:
+    """The name of the state's journal segment first written by its save number
+    ``generation`` (see :data:`STATE_SEGMENT`)."""
+    return f"experiment_state.{generation:08d}.jsonl"
+
+
 def checkpoint_dir_name(index: int) -> str:
     """The name of a trial's checkpoint folder number ``index`` (``checkpoint_000003``)."""
     return f"{_CHECKPOINT_PREFIX}{index:06d}"

@@ -140,7 +140,8 @@ class ExperimentPaths:
     """Every file of one experiment, by name (the model: submitit's ``JobPaths``).
 
     ``<storage_path>/<name>/``: ``experiment_state.json`` (:attr:`state`) and its previous
-    generation (:attr:`state_backup`), ``owner.json`` and ``.owner.lock`` (:attr:`lease`,
+    generation (:attr:`state_backup`), the segments of its journal of trial records
+    (:meth:`state_segment`), ``owner.json`` and ``.owner.lock`` (:attr:`lease`,
     :attr:`lease_lock`), ``control/`` (:attr:`control`, :meth:`control_request`),
     ``supervisor.json`` and ``supervisor.log``, and one folder per trial (:meth:`trial`).
     """
@@ -193,6 +194,12 @@ class ExperimentPaths:
     def state_backup(self) -> str:
         """``experiment_state.prev.json``: the previous generation of :attr:`state`."""
         return self._file(STATE_BACKUP_FILE)
+
+    def state_segment(self, name: str) -> str:
+        """``experiment_state.<generation>.jsonl``: a segment of the journal of the trial records
+        that left :attr:`state` (finished trials, trials waiting to start), as the state lists
+        it (:mod:`~ftnb.storage.record_journal`)."""
+        return self._file(name)
 
     def has_state(self) -> bool:
         """Whether the folder holds an experiment (its state, or the previous generation)."""

@@ -49,8 +49,10 @@ from ..core.records import (
     StateFormatError,
     StateVersionError,
     TrialRecord,
+    with_journal,
 )
 from ..storage import ExperimentPaths, FileVersion, FileVersions, Storage, parse_json_line
+from ..storage.record_journal import JournalCache
 from ..storage.lease import LeaseInfo
 from .failures import group_failures_text
 from .read_model import (
@@ -245,6 +247,7 @@ class ExperimentMonitor:
         self._resume_context = resume_context
         self._state_version: Optional[FileVersion] = None
         self._state: Optional[ExperimentState] = None
+        self._journal = JournalCache()  # the state's journal of trial records, as read so far
         self._trackers: dict[str, _TrialTracker] = {}
         self._order: list[str] = []
         self._names: dict[str, None] = {}  # metric names, ordered as first seen
@@ -338,14 +341,15 @@ class ExperimentMonitor:
         try:
             raw = self._read(self.paths.state)
             data = json.loads(raw)
+            header = ExperimentState.from_json(
+                {**data, "trials": []}, where=self.storage.uri(self.paths.state)
+            )
+            data = with_journal(self.paths, data, self._journal)
             trials = data.get("trials", [])
             if not isinstance(trials, list) or not all(
                 isinstance(t, dict) and "trial_id" in t for t in trials
             ):
                 return None
-            header = ExperimentState.from_json(
-                {**data, "trials": []}, where=self.storage.uri(self.paths.state)
-            )
         except StateVersionError:
             raise
         except (FileNotFoundError, StateFormatError, ValueError, TypeError, KeyError,
