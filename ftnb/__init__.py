@@ -58,6 +58,8 @@ _LAZY = {
     "get": "objects",
     "launch": "handle",
     "put": "objects",
+    "with_parameters": "parameters",
+    "with_resources": "parameters",
 }
 
 
@@ -146,4 +148,6 @@ __all__ = [
     "run",
     "sample_from",
     "uniform",
+    "with_parameters",
+    "with_resources",
 ]

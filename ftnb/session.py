@@ -90,6 +90,9 @@ class TrialContext:
     local_rank: int = 0
     local_world_size: int = 1
     node_rank: int = 0
+    #: What the trial asked for (``{"cpu": 1.0, "gpu": 0.0}``): resources_per_trial or
+    #: ftnb.with_resources, per rank for a group.
+    resources: Optional[dict] = None
     _session: Any = None
 
     @property
@@ -138,6 +141,11 @@ class TrialContext:
 
     def get_experiment_path(self) -> str:
         return self.experiment_path
+
+    def get_trial_resources(self) -> dict:
+        """The resources this trial (each rank of a group) was given, ``{"cpu": 2.0, "gpu":
+        0.0}``: Ray Tune's ``get_trial_resources()``, as a dict."""
+        return dict(self.resources) if self.resources is not None else {"cpu": 1.0, "gpu": 0.0}
 
 
 class TrialSession:

@@ -103,7 +103,8 @@ class Tuner:
         self.param_space = dict(param_space) if param_space is not None else {}
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
-        self.resources = group.resources or TrialResources.from_user(resources_per_trial)
+        self.resources = group.resources or TrialResources.from_user(
+            _resources_per_trial(trainable, resources_per_trial))
         #: Ranks per trial (a TorchTrainer's ScalingConfig), and their hang limit.
         self.num_workers = group.num_workers
         self.collective_timeout_s = group.collective_timeout_s
@@ -192,6 +193,9 @@ class Tuner:
                     "collective_timeout_s": self.collective_timeout_s}
         if self.trainer_settings:
             settings["trainer"] = self.trainer_settings
+        parameters = getattr(self.trainable, "_ftnb_parameters", None)
+        if parameters:
+            settings["with_parameters"] = parameters
         return settings
 
     def _resume_line(self, paths: ExperimentPaths, state: ExperimentState,
@@ -220,6 +224,7 @@ class Tuner:
         import dataclasses
 
         from .core.controller import Controller
+        from .parameters import trial_resources_of
         from .stopper import DriverStopping, split_stop
         from .storage.control import ControlInbox
         from .ui.terminal import TerminalReporter
@@ -252,6 +257,9 @@ class Tuner:
         )
         if stopping is not None:
             stopping.controller = controller
+        _, controller.trial_resources = trial_resources_of(self.trainable, configs)
+        for request in set(controller.trial_resources.values()):
+            executor.check_fits(request, self.num_workers)
         if self.trainer_pickle is not None:
             paths.storage.write_atomic(paths.trainer, self.trainer_pickle)
         if prepare is not None:
@@ -307,6 +315,7 @@ class Tuner:
         wrong import). ``allow_different_trainable=True`` resumes with it anyway, for the same
         training under another name (``train_v2``, a fixed version).
         """
+        from .execution.resources import TrialResources
         from .restore import plan_restore
 
         group = _GroupSettings.of(trainable, None, "Tuner.restore")
@@ -338,7 +347,20 @@ class Tuner:
         tuner.param_space = dict(param_space) if param_space is not None else {}
         tuner.tune_config = plan.tune_config
         tuner.run_config = plan.run_config
-        tuner.resources = group.resources or plan.resources
+        given = _resources_per_trial(trainable, None)
+        tuner.resources = group.resources or (
+            TrialResources.from_user(given) if given is not None else plan.resources)
+        stored = plan.state.settings.get("with_parameters")
+        if stored and stored != getattr(trainable, "_ftnb_parameters", None):
+            from .restore import RestoreError
+
+            names = ", ".join(f"{n}=..." for n in stored)
+            raise RestoreError(
+                f"The experiment at {plan.paths.uri} was run with ftnb.with_parameters("
+                f"{callable_name(trainable)}, {names}), whose objects are not saved with it. "
+                f"Fix: pass them again: Tuner.restore(path, ftnb.with_parameters("
+                f"{callable_name(trainable)}, {names}))."
+            )
         tuner.num_workers = group.num_workers if group.trainer else plan.num_workers
         tuner.collective_timeout_s = (group.collective_timeout_s if group.trainer
                                       else plan.collective_timeout_s)
@@ -381,6 +403,19 @@ class Tuner:
                              prepare=prepare)
         finally:
             lease.release()
+
+
+def _resources_per_trial(trainable: Any, resources_per_trial: Any) -> Any:
+    """``resources_per_trial``, or the dict ``ftnb.with_resources`` gave ``trainable``."""
+    fixed = getattr(trainable, "_ftnb_resources", None)
+    if fixed is None or callable(fixed):
+        return resources_per_trial
+    if resources_per_trial is not None:
+        raise ValueError(
+            f"Tuner(resources_per_trial={resources_per_trial!r}) and ftnb.with_resources("
+            f"..., {fixed!r}) both say what a trial gets. Fix: keep one of them."
+        )
+    return fixed
 
 
 class _GroupSettings:

@@ -119,6 +119,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         experiment_path=experiment.uri,
         trial_dir=storage.uri(paths.dir),
         attempt=spec.attempt,
+        resources=spec.resources.as_dict() if spec.resources is not None else None,
     )
     if place is not None:
         context.world_rank, context.world_size = place.rank, place.world_size
