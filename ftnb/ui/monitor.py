@@ -441,13 +441,15 @@ class ExperimentMonitor:
 
 def text_view(snap: ExperimentSnapshot, max_rows: int = 50) -> str:
     """The snapshot as plain text: the table of ``ftnb status`` (and its group failures), plus
-    how to resume it."""
+    how to resume it, or to take it over from a silent driver."""
     text = render_table(snap.view, max_rows=max_rows)
     failures = group_failures_text(snap.state.trials)
     if failures:
         text += f"\n{failures}"
     if snap.driver_gone and snap.driver:
         text += f"\n{snap.driver}"
+    elif snap.takeover is not None:  # silent: for how long, when dead, and the way out now
+        text += f"\n{snap.driver}\nTake it over now with: {snap.takeover}"
     if snap.status == ExperimentStatus.INTERRUPTED:
         text += f"\nResume it with: {snap.resume_line}"
     return text
