@@ -96,12 +96,10 @@ class Result:
     ) -> None:
         self._paths = paths
         self._trial = trial
-        self._trial_paths = paths.trial(trial.dir_name)
         self.trial_id = trial.trial_id
         self.status = trial.status
         self.config = config
         self.metrics: dict = dict(trial.last_result or {})
-        self.path = self._trial_paths.uri
         self.error: Optional[TrialError] = (
             TrialError(trial) if trial.status == TrialStatus.ERRORED else None
         )
@@ -150,6 +148,16 @@ class Result:
         result = cls(paths, trial, trial.config, settings.get("metric"), settings.get("mode"))
         result._settings = settings.get("checkpoint_config") or {}
         return result
+
+    @property
+    def _trial_paths(self) -> Any:
+        # Made when asked: a grid of 10,000 results reads most of them for their metrics only.
+        return self._paths.trial(self._trial.dir_name)
+
+    @property
+    def path(self) -> str:
+        """The trial's folder: a local path, or a URL that :attr:`filesystem` opens."""
+        return self._trial_paths.uri
 
     @property
     def filesystem(self) -> Any:

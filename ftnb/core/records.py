@@ -285,10 +285,12 @@ class TrialRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> "TrialRecord":
+    def from_json(cls, data: dict, tuples: bool = True) -> "TrialRecord":
+        """The record in ``data``; ``tuples=False`` when the text it was read from has no tuple
+        (:data:`TUPLE_KEY`) in it: its config is then taken as it is."""
         data = dict(data)
         data.pop("position", None)  # where a journaled record goes (see ExperimentState)
-        data["config"] = _tuples_from_json(data.get("config"))
+        data["config"] = _tuples_from_json(data.get("config")) if tuples else data.get("config")
         data["attempts"] = [_from_dict(AttemptRecord, a) for a in data.get("attempts", [])]
         data["failures"] = [_from_dict(FailureRecord, f) for f in data.get("failures", [])]
         return _from_dict(cls, data)
@@ -406,9 +408,10 @@ class ExperimentState:
         return {**self._header_json(), "trials": [t.to_json() for t in self.trials]}
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "experiment_state.json") -> "ExperimentState":
+    def from_json(cls, data: Any, where: str = "experiment_state.json",
+                  tuples: bool = True) -> "ExperimentState":
         """The state in ``data``: a state file's JSON, its journal's records already in
-        ``trials`` (see :func:`with_journal`)."""
+        ``trials`` (see :func:`with_journal`); ``tuples``: see :meth:`TrialRecord.from_json`."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise StateFormatError(f"{where} is not an ftnb experiment state")
         version = data.get("format_version")
@@ -425,7 +428,7 @@ class ExperimentState:
             status=data.get("status", ExperimentStatus.RUNNING.value),
             settings=data.get("settings", {}),
             param_space=data.get("param_space"),
-            trials=[TrialRecord.from_json(t) for t in data.get("trials", [])],
+            trials=[TrialRecord.from_json(t, tuples) for t in data.get("trials", [])],
             generation=data.get("generation", 0),
             driver_sessions=_sessions(data.get("driver_sessions")),
         )
@@ -558,7 +561,11 @@ class ExperimentState:
             raise StateFormatError(f"{path}: not valid JSON ({exc})") from None
         try:
             segments = _listed_segments(data)
-            state = cls.from_json(with_journal(paths, data), where=paths.storage.uri(path))
+            # (A whole state without a tuple in it, a finished experiment's mostly: its configs
+            # need no walk to turn lists back into tuples.)
+            tuples = bool(segments) or TUPLE_KEY.encode() in raw
+            state = cls.from_json(with_journal(paths, data), where=paths.storage.uri(path),
+                                  tuples=tuples)
         except (StateFormatError, SegmentGoneError):
             raise
         except (KeyError, TypeError) as exc:

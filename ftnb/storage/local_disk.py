@@ -41,10 +41,7 @@ def append_file_durably(path: str, data: bytes) -> None:
     know the committed length never read."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -83,14 +80,18 @@ def _write_fsync(path: str, data: bytes, durable: bool = True) -> None:
     # users, the JupyterLab server), not only their writer.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        _write_all(fd, data)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 def _fsync_dir(path: str) -> None:
