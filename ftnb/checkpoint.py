@@ -9,6 +9,9 @@ from typing import Any, Iterator, Optional
 
 __all__ = ["Checkpoint"]
 
+#: The file in a checkpoint's folder that holds its metadata (Ray Train's name for it).
+METADATA_FILE = ".metadata.json"
+
 
 class Checkpoint:
     """A folder of files that a trainable saves and restores from, as in Ray Tune.
@@ -79,6 +82,43 @@ class Checkpoint:
                   else tempfile.mkdtemp(prefix="ftnb-checkpoint-"))
         self._storage.copy_folder_to_local(self.path, target)
         return target
+
+    # -- metadata (Ray's get_metadata / set_metadata / update_metadata) -------------------------
+    def get_metadata(self) -> dict[str, Any]:
+        """The checkpoint's metadata: a JSON dict kept in its folder (``.metadata.json``), so it
+        travels with the checkpoint when it is reported and is there when it is restored. ``{}``
+        when none was set."""
+        import json
+
+        path = self._storage.join(self.path, METADATA_FILE)
+        if not self._storage.exists(path):
+            return {}
+        return json.loads(self._storage.read_text(path))
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace the checkpoint's metadata with ``metadata`` (a dict of JSON values), written
+        into its folder at once: set it before ``report(..., checkpoint=...)`` to persist it with
+        the checkpoint."""
+        import json
+
+        if not isinstance(metadata, dict):
+            raise TypeError(f"Checkpoint.set_metadata(metadata=...) needs a dict; got "
+                            f"{type(metadata).__name__}: {metadata!r}.")
+        try:
+            text = json.dumps(metadata, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"Checkpoint.set_metadata: the metadata must be JSON values (numbers, strings, "
+                f"lists, dicts); {exc}. Fix: store other objects as files in the checkpoint."
+            ) from None
+        self._storage.write_atomic(self._storage.join(self.path, METADATA_FILE), text)
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the checkpoint's metadata (its keys win)."""
+        if not isinstance(metadata, dict):
+            raise TypeError(f"Checkpoint.update_metadata(metadata=...) needs a dict; got "
+                            f"{type(metadata).__name__}: {metadata!r}.")
+        self.set_metadata({**self.get_metadata(), **metadata})
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.uri!r})"

@@ -74,6 +74,9 @@ class FailureConfig:
             interruptions of the driver never count.
         fail_fast: stop the whole experiment as soon as one trial is ERRORED. Running trials are
             stopped cleanly and keep their checkpoints; the experiment can be restored later.
+            ``"raise"`` (Ray Tune's): the same, and ``Tuner.fit()`` then raises the trial's error
+            (an :class:`ftnb.TrialError` that is also an instance of the trial's exception class
+            when that is a built-in one, so ``except ValueError`` works as with Ray).
         stop_on_repeated_error: when two consecutive attempts of a trial fail with the same
             exception type and message at the same ``training_iteration``, the failure is
             deterministic and retrying will not fix it: the trial is ERRORED at once. Set to False
@@ -88,7 +91,7 @@ class FailureConfig:
     """
 
     max_failures: int = 0
-    fail_fast: bool = False
+    fail_fast: Union[bool, str] = False
     stop_on_repeated_error: bool = True
     preemption_grace_period_s: float = 30.0
 
@@ -104,9 +107,10 @@ class FailureConfig:
                 f"FailureConfig(max_failures={self.max_failures}) is invalid. "
                 "Fix: use 0 for no retries, N > 0 for up to N retries, or -1 for unlimited."
             )
-        if not isinstance(self.fail_fast, bool):
+        if not isinstance(self.fail_fast, bool) and self.fail_fast != "raise":
             raise TypeError(
-                f"FailureConfig(fail_fast=...) must be True or False; got {self.fail_fast!r}."
+                f"FailureConfig(fail_fast=...) must be True, False or \"raise\"; got "
+                f"{self.fail_fast!r}."
             )
         if not _is_number(self.preemption_grace_period_s) or self.preemption_grace_period_s < 0:
             raise ValueError(
@@ -184,6 +188,12 @@ class TuneConfig:
             ``TUNE_DISABLE_STRICT_METRIC_CHECKING=1``, Ray's switch, for a metric that only
             later reports carry).
         seed: makes the random draws of the search space reproducible.
+        trial_name_creator, trial_dirname_creator: functions of a trial (``trial.trial_id``,
+            ``trial.config``, ``trial.trainable_name``, ``trial.experiment_tag``) returning its
+            name (``get_context().get_trial_name()``, the records) and the name of its folder in
+            the experiment directory (a plain folder name, unique in the experiment), as in Ray
+            Tune. Called once per trial when the experiment starts; their names are recorded,
+            so a restore needs neither.
         time_budget_s: stop the whole experiment once it ran this long (seconds or a
             ``datetime.timedelta``), as ``ftnb.stopper.TimeoutStopper`` does: running trials
             stop at their next report, pending ones never start, all TERMINATED with the note
@@ -196,6 +206,8 @@ class TuneConfig:
     mode: Optional[str] = None
     seed: Optional[int] = None
     time_budget_s: Optional[float] = None
+    trial_name_creator: Optional[Callable[[Any], str]] = None
+    trial_dirname_creator: Optional[Callable[[Any], str]] = None
 
     def __post_init__(self) -> None:
         if (
@@ -240,6 +252,15 @@ class TuneConfig:
             )
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise TypeError(f"TuneConfig(seed=...) must be an int or None; got {self.seed!r}.")
+        for argument in ("trial_name_creator", "trial_dirname_creator"):
+            creator = getattr(self, argument)
+            if creator is not None and (not callable(creator)
+                                        or signature_mismatch(creator, ("trial",))):
+                shown = callable_name(creator) if callable(creator) else repr(creator)[:60]
+                raise TypeError(
+                    f"TuneConfig({argument}={shown}) must be a function of a trial "
+                    f"returning a str. Fix: {argument}=lambda trial: f\"trial_{{trial.trial_id}}\"."
+                )
         if isinstance(self.time_budget_s, datetime.timedelta):
             self.time_budget_s = self.time_budget_s.total_seconds()
         if self.time_budget_s is not None and (

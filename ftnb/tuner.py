@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig, callable_name
@@ -141,6 +142,8 @@ class Tuner:
             if getattr(exc, RESUME_LINE_PRINTED, False):
                 _end_quietly_if_uncaught()
             raise
+        if self.run_config.failure_config.fail_fast == "raise" and self._results.errors:
+            raise _as_raised(self._results.errors[0])
         return self._results
 
     def get_results(self) -> ResultGrid:
@@ -169,6 +172,7 @@ class Tuner:
         try:
             refuse_existing(paths)  # another driver may have created it while we checked
             state = initial_state(self, plan)
+            _name_trials(state, self.tune_config, plan.variants, callable_name(self.trainable))
             configs = {t.trial_id: c for t, c in zip(state.trials, plan.variants)}
             plan.storage.makedirs(paths.dir)
             # The state first: a driver killed while it lays out the trial folders leaves an
@@ -403,6 +407,91 @@ class Tuner:
                              prepare=prepare)
         finally:
             lease.release()
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """What ``TuneConfig(trial_name_creator=..., trial_dirname_creator=...)`` are given about a
+    trial, as Ray Tune gives its ``Trial``: its id, config, trainable's name and experiment tag
+    (its index and varying values, ``"0_lr=0.01"``)."""
+
+    trial_id: str
+    config: dict
+    trainable_name: str
+    experiment_tag: str
+
+    def __str__(self) -> str:
+        return self.trial_id
+
+
+def _name_trials(state: ExperimentState, tune_config: TuneConfig, variants: list,
+                 trainable_name: str) -> None:
+    """Apply the trial name and folder name creators to the new trials of ``state``; a bad name
+    is refused here, before the experiment's folder is written."""
+    name_of, dirname_of = tune_config.trial_name_creator, tune_config.trial_dirname_creator
+    if name_of is None and dirname_of is None:
+        return
+    keys = state.settings.get("varying_keys") or []
+    seen: dict[str, str] = {}
+    for index, (trial, config) in enumerate(zip(state.trials, variants)):
+        values = ",".join(f"{k}={_config_value(config, k)}" for k in keys)
+        info = TrialInfo(trial.trial_id, config, trainable_name,
+                         f"{index}_{values}" if values else str(index))
+        if name_of is not None:
+            trial.name = _created(name_of, info, "trial_name_creator")
+        if dirname_of is not None:
+            dir_name = _created(dirname_of, info, "trial_dirname_creator")
+            if "/" in dir_name or "\\" in dir_name or dir_name in (".", "..") or (
+                    dir_name.startswith(".") or dir_name.startswith("experiment_state")):
+                raise ValueError(
+                    f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for trial "
+                    f"{trial.trial_id}: it must be a plain folder name, not hidden. Fix: return "
+                    "a name such as f\"trial_{trial.trial_id}\".")
+            if dir_name in seen:
+                raise ValueError(
+                    f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for both trial "
+                    f"{seen[dir_name]} and trial {trial.trial_id}: each trial needs its own "
+                    "folder. Fix: include trial.trial_id in the name.")
+            seen[dir_name] = trial.trial_id
+            trial.dir_name = dir_name
+
+
+def _config_value(config: Any, dotted: str) -> Any:
+    value = config
+    for part in str(dotted).split("/"):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _created(creator: Any, info: TrialInfo, argument: str) -> str:
+    try:
+        value = creator(info)
+    except Exception as exc:
+        raise ValueError(f"TuneConfig({argument}={callable_name(creator)}) failed for trial "
+                         f"{info.trial_id}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(f"TuneConfig({argument}={callable_name(creator)}) must return a non-empty"
+                        f" str; got {value!r} for trial {info.trial_id}.")
+    return value
+
+
+def _as_raised(error: Exception) -> Exception:
+    """A trial's :class:`~ftnb.result.TrialError`, for ``FailureConfig(fail_fast="raise")``: also
+    an instance of the trial's exception class when that is a built-in one (``ValueError``), so
+    that a Ray Tune user's ``except ValueError`` catches it; the error itself otherwise."""
+    import builtins
+
+    cls = getattr(builtins, getattr(error, "type", None) or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)) or isinstance(error, cls):
+        return error
+    try:
+        raised_cls = type(f"TrialError[{cls.__name__}]", (type(error), cls), {})
+        raised = raised_cls.__new__(raised_cls)
+        raised.__dict__.update(error.__dict__)
+        raised.args = error.args
+        return raised
+    except TypeError:  # a layout conflict (OSError's): the error as it is
+        return error
 
 
 def _resources_per_trial(trainable: Any, resources_per_trial: Any) -> Any:

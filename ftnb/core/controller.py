@@ -312,6 +312,7 @@ class Controller:
             experiment_dir=self.paths.dir,
             experiment_name=self.state.name,
             trial_dir_name=trial.dir_name,
+            trial_name=trial.name,
             resources=self._resources_of(trial),
             num_workers=self.num_workers,
             restore_checkpoint=latest["dir_name"] if latest else None,

@@ -260,6 +260,8 @@ class TrialRecord:
     # can tell which of trial.json and experiment_state.json is newer.
     seq: int = 0
     note: Optional[str] = None
+    #: TuneConfig(trial_name_creator=...)'s name for it (None: its id).
+    name: Optional[str] = None
 
     @property
     def num_failures(self) -> int:

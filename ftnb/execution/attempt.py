@@ -114,7 +114,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
             return EXIT_ERROR
     context = session_mod.TrialContext(
         trial_id=spec.trial_id,
-        trial_name=spec.trial_id,
+        trial_name=spec.trial_name or spec.trial_id,
         experiment_name=spec.experiment_name,
         experiment_path=experiment.uri,
         trial_dir=storage.uri(paths.dir),

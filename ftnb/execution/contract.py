@@ -170,6 +170,8 @@ class AttemptSpec:
     #: waiting on a dead peer) ends the group (:class:`ftnb.ScalingConfig`'s
     #: ``collective_timeout_s``). Unused by single-worker attempts.
     collective_timeout_s: float = 30.0
+    #: The trial's name (TuneConfig(trial_name_creator=...)); None: its id.
+    trial_name: Optional[str] = None
 
 
 @dataclass(frozen=True)
