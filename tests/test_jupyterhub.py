@@ -44,9 +44,9 @@ pytestmark = [
 ]
 
 #: Lease settings of every server (the documented variables): a driver reads as silent after
-#: 1 s without a heartbeat, as dead only after 120 s, so a takeover that completes the
+#: 1 s without a heartbeat, as dead only after 300 s, so a takeover that completes the
 #: experiment before then was not waiting out the TTL.
-LEASE_ENV = {"FTNB_LEASE_TTL_S": "120", "FTNB_LEASE_HEARTBEAT_S": "0.5"}
+LEASE_ENV = {"FTNB_LEASE_TTL_S": "300", "FTNB_LEASE_HEARTBEAT_S": "0.5"}
 
 
 class Hub:
@@ -258,18 +258,24 @@ def _supervisor(path: str) -> dict:
         return json.load(f)
 
 
-def test_the_command_launcher_keeps_an_experiment_running_through_a_cgroup_wide_stop(
-        hub, tmp_path):
-    user, name, gate = "ada", "through_cgroup_stop", tmp_path / "gate"
+def _run_to_the_gate(hub: Hub, user: str, name: str, gate, options: str):
+    """Start the user's server and ``%ftrun`` an experiment there whose two trials wait at the
+    gate for their last step; return its path, the kernel and its ``supervisor.json``."""
     path = os.path.join(hub.storage, name)
     hub.start(user)
     kernel = hub.kernel(user)
-    kernel_pid = int(kernel.execute("import os; print(os.getpid())"))
     kernel.execute(_space(str(gate), N_STEPS))
-    kernel.execute(f"%ftrun scripted -p space --name {name} --no-widget")  # the hub's launcher
+    kernel.execute(f"%ftrun scripted -p space --name {name} {options}")
     wait_for(lambda: _waiting_at_the_gate(path), 60, "both trials at the gate")
-    supervisor = _supervisor(path)
-    assert supervisor["launcher"] == "command"
+    return path, kernel, _supervisor(path)
+
+
+def test_the_command_launcher_keeps_an_experiment_running_through_a_cgroup_wide_stop(
+        hub, tmp_path):
+    user, name, gate = "ada", "through_cgroup_stop", tmp_path / "gate"
+    path, kernel, supervisor = _run_to_the_gate(hub, user, name, gate, "--no-widget")
+    assert supervisor["launcher"] == "command"  # the hub's default
+    kernel_pid = int(kernel.execute("import os; print(os.getpid())"))
     kernel.close()
 
     hub.stop(user)  # SIGTERM to the server's cgroup, then cgroup.kill
@@ -293,13 +299,8 @@ def test_the_command_launcher_keeps_an_experiment_running_through_a_cgroup_wide_
 def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after_a_namespace_kill(
         hub, tmp_path):
     user, name, gate = "grace", "local_supervisor", tmp_path / "gate"
-    path = os.path.join(hub.storage, name)
-    hub.start(user)
-    kernel = hub.kernel(user)
-    kernel.execute(_space(str(gate), N_STEPS))
-    kernel.execute(f"%ftrun scripted -p space --name {name} --launcher local --no-widget")
-    wait_for(lambda: _waiting_at_the_gate(path), 60, "both trials at the gate")
-    supervisor = _supervisor(path)
+    path, kernel, supervisor = _run_to_the_gate(hub, user, name, gate,
+                                                "--launcher local --no-widget")
     assert supervisor["launcher"] == "local"
     kernel.close()
 
@@ -332,8 +333,9 @@ def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after
     shown = kernel.execute(f"%ftattach {name} -o h")  # the widget, and its text view
     assert "silent" in shown and "takeover" in shown, shown
     gate.touch()
-    # At once: the lease's TTL (120 s) is longer than this wait's deadline.
-    kernel.execute(f"%ftresume {name} --takeover --launcher local --no-widget -o h")
+    # At once: the old driver counts as dead only after far longer than these cells' deadlines.
+    assert _status(path)["driver_dead_in_s"] > 150
+    kernel.execute(f"%ftresume {name} --takeover --launcher local --no-widget -o h", timeout=60)
     assert kernel.execute("print(h.wait(timeout=60) is not None, h.status())").split()[-1] \
         == "FINISHED"
     _every_step_once(path)
@@ -343,13 +345,8 @@ def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after
 
 def test_the_idle_culler_culls_a_server_whose_widget_nobody_views(hub, tmp_path):
     user, name, gate = "linus", "culled", tmp_path / "gate"
-    path = os.path.join(hub.storage, name)
-    hub.start(user)
-    kernel = hub.kernel(user)
-    kernel.execute(_space(str(gate), N_STEPS))
-    kernel.execute(f"%ftrun scripted -p space --name {name}")  # with its live widget
+    path, kernel, _ = _run_to_the_gate(hub, user, name, gate, "")  # with its live widget
     assert kernel.comm_opens >= 1  # the widget was displayed (no browser draws it)
-    wait_for(lambda: _waiting_at_the_gate(path), 60, "both trials at the gate")
     kernel.close()
 
     culler_log = tmp_path / "culler.log"

@@ -8,9 +8,10 @@ the ``isolation`` user option (the REST API's ``POST /users/<name>/server`` body
 ``cgroup`` (the default), as SystemdSpawner and The Littlest JupyterHub stop a server (systemd's
 ``KillMode=control-group``): the server runs in a cgroup v2 child of its own; the stop sends
 SIGTERM to every process in it, waits up to ``stop_grace_s`` for them to exit, then kills what
-is left with ``cgroup.kill``. Where no cgroup v2 hierarchy is writable, the "unit" is every
-process whose environment carries the server's unit id (inherited by every descendant,
-``setsid`` ones and orphans too), found through ``/proc``, stopped the same way.
+is left with ``cgroup.kill``. Where no cgroup v2 hierarchy is writable (or
+``FTNB_HUB_UNITS=environment`` says so), the "unit" is every process whose environment carries
+the server's unit id (inherited by every descendant, ``setsid`` ones and orphans too), found
+through ``/proc``, stopped the same way.
 
 ``pidns``, as DockerSpawner and KubeSpawner stop a container: the server runs as PID 1 of a PID
 namespace of its own (``unshare --pid --fork --mount-proc``); the stop SIGKILLs that PID 1, and
@@ -75,7 +76,7 @@ class ProcessGroupUnit:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        root = cgroup2_root()
+        root = None if os.environ.get("FTNB_HUB_UNITS") == "environment" else cgroup2_root()
         self.path = os.path.join(root, name) if root else None
         if self.path:
             os.makedirs(self.path, exist_ok=True)
