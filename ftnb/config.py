@@ -135,15 +135,22 @@ class CheckpointConfig:
             checkpoints for retention and ``Result.best_checkpoints`` (``"outer/inner"`` names a
             nested metric).
         checkpoint_score_order: "max" (higher is better) or "min".
+        checkpoint_frequency, checkpoint_at_end: for a class trainable (:class:`ftnb.Trainable`):
+            save a checkpoint every ``checkpoint_frequency`` iterations (0: never by count), and
+            at its end (``step()`` returned ``done``, a ``stop={...}`` threshold was reached, or
+            it was asked to stop). A function trainable checkpoints itself; for it these are
+            errors, as in Ray Tune.
 
     Example:
         >>> CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc")
-        CheckpointConfig(num_to_keep=2, checkpoint_score_attribute='acc', checkpoint_score_order='max')
+        CheckpointConfig(num_to_keep=2, checkpoint_score_attribute='acc', checkpoint_score_order='max', checkpoint_frequency=0, checkpoint_at_end=None)
     """
 
     num_to_keep: Optional[int] = None
     checkpoint_score_attribute: Optional[str] = None
     checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.num_to_keep is not None and (
@@ -168,6 +175,15 @@ class CheckpointConfig:
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) is "
                 'invalid. Fix: use "max" (higher is better) or "min".'
             )
+        if (isinstance(self.checkpoint_frequency, bool)
+                or not isinstance(self.checkpoint_frequency, int) or self.checkpoint_frequency < 0):
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_frequency={self.checkpoint_frequency!r}) is invalid."
+                " Fix: a whole number of iterations >= 0 (0: no periodic checkpoints)."
+            )
+        if self.checkpoint_at_end not in (None, True, False):
+            raise TypeError(f"CheckpointConfig(checkpoint_at_end=...) must be True, False or "
+                            f"None; got {self.checkpoint_at_end!r}.")
 
 
 @dataclass

@@ -89,6 +89,7 @@ class Tuner:
     ) -> None:
         from .execution.resources import TrialResources
         from .input_checks import check_instance, check_trainable
+        from .trainable_class import as_function_trainable
         from .search import validate_param_space
 
         check_trainable(trainable, "Tuner")
@@ -100,10 +101,11 @@ class Tuner:
         validate_param_space(param_space)
         check_instance(tune_config, TuneConfig, "Tuner(tune_config=...)")
         check_instance(run_config, RunConfig, "Tuner(run_config=...)")
-        self.trainable = trainable
         self.param_space = dict(param_space) if param_space is not None else {}
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
+        self.trainable = as_function_trainable(trainable, self.run_config.checkpoint_config,
+                                               self.run_config.stop)
         self.resources = group.resources or TrialResources.from_user(
             _resources_per_trial(trainable, resources_per_trial))
         #: Ranks per trial (a TorchTrainer's ScalingConfig), and their hang limit.
@@ -346,8 +348,11 @@ class Tuner:
 
             group = _GroupSettings(trainer_from_settings(trainable, plan.state.settings))
             trainable = group.trainer.worker_loop()
+        from .trainable_class import as_function_trainable
+
         tuner = cls.__new__(cls)
-        tuner.trainable = trainable
+        tuner.trainable = as_function_trainable(
+            trainable, plan.run_config.checkpoint_config, plan.run_config.stop)
         tuner.param_space = dict(param_space) if param_space is not None else {}
         tuner.tune_config = plan.tune_config
         tuner.run_config = plan.run_config
