@@ -146,9 +146,9 @@ def _message(frame) -> dict:
     return json.loads(frame[offsets[0]:offsets[1] if len(offsets) > 1 else None])
 
 
-def _space(gate: str, n: int = 3) -> str:
+def _space(gate: str, n: int, sleep: float) -> str:
     return (f"import ftnb\nfrom scripted import scripted\n"
-            f"space = {{'n': {n}, 'sleep': 0.05, 'ckpt_every': 1, 'gate': {gate!r}, "
+            f"space = {{'n': {n}, 'sleep': {sleep}, 'ckpt_every': 1, 'gate': {gate!r}, "
             f"'x': ftnb.grid_search([0, 1])}}")
 
 
@@ -246,11 +246,15 @@ def _waiting_at_the_gate(path: str) -> bool:
     return len(steps) == 2 and all(len(done) == N_STEPS - 1 for done in steps.values())
 
 
-def _every_step_once(path: str) -> None:
+def _every_step_once(path: str, n: int = N_STEPS) -> None:
     steps = _steps(path)
     assert len(steps) == 2
     for trial, done in steps.items():
-        assert sorted(step for _, step in done) == list(range(1, N_STEPS + 1)), (trial, done)
+        assert sorted(step for _, step in done) == list(range(1, n + 1)), (trial, done)
+
+
+def _reported(path: str) -> int:
+    return sum(len(done) for done in _steps(path).values())
 
 
 def _supervisor(path: str) -> dict:
@@ -258,22 +262,26 @@ def _supervisor(path: str) -> dict:
         return json.load(f)
 
 
-def _run_to_the_gate(hub: Hub, user: str, name: str, gate, options: str):
-    """Start the user's server and ``%ftrun`` an experiment there whose two trials wait at the
-    gate for their last step; return its path, the kernel and its ``supervisor.json``."""
+def _run_experiment(hub: Hub, user: str, name: str, gate, options: str, n: int = N_STEPS,
+                    sleep: float = 0.05):
+    """Start the user's server and ``%ftrun`` an experiment there whose two trials run ``n``
+    steps, the last one once the gate opens; return (once both trials reported two steps:
+    with ``N_STEPS``, once both wait at the gate) its path, the kernel and ``supervisor.json``."""
     path = os.path.join(hub.storage, name)
     hub.start(user)
     kernel = hub.kernel(user)
-    kernel.execute(_space(str(gate), N_STEPS))
+    kernel.execute(_space(str(gate), n, sleep))
     kernel.execute(f"%ftrun scripted -p space --name {name} {options}")
-    wait_for(lambda: _waiting_at_the_gate(path), 60, "both trials at the gate")
+    wait_for(lambda: len(_steps(path)) == 2 and all(
+        len(done) >= 2 for done in _steps(path).values()), 60, "both trials reporting")
     return path, kernel, _supervisor(path)
 
 
 def test_the_command_launcher_keeps_an_experiment_running_through_a_cgroup_wide_stop(
         hub, tmp_path):
     user, name, gate = "ada", "through_cgroup_stop", tmp_path / "gate"
-    path, kernel, supervisor = _run_to_the_gate(hub, user, name, gate, "--no-widget")
+    path, kernel, supervisor = _run_experiment(hub, user, name, gate, "--no-widget")
+    assert _waiting_at_the_gate(path)
     assert supervisor["launcher"] == "command"  # the hub's default
     kernel_pid = int(kernel.execute("import os; print(os.getpid())"))
     kernel.close()
@@ -299,8 +307,9 @@ def test_the_command_launcher_keeps_an_experiment_running_through_a_cgroup_wide_
 def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after_a_namespace_kill(
         hub, tmp_path):
     user, name, gate = "grace", "local_supervisor", tmp_path / "gate"
-    path, kernel, supervisor = _run_to_the_gate(hub, user, name, gate,
-                                                "--launcher local --no-widget")
+    path, kernel, supervisor = _run_experiment(hub, user, name, gate,
+                                               "--launcher local --no-widget")
+    assert _waiting_at_the_gate(path)
     assert supervisor["launcher"] == "local"
     kernel.close()
 
@@ -316,7 +325,7 @@ def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after
     # container is: nobody says goodbye, and from outside the namespace the death is unproven.
     hub.start(user, "pidns")
     kernel = hub.kernel(user)
-    kernel.execute(_space(str(gate), N_STEPS))
+    kernel.execute(_space(str(gate), N_STEPS, 0.05))
     kernel.execute(f"%ftresume {name} --launcher local --no-widget")
     wait_for(lambda: _status(path)["counts"]["RUNNING"] == 2, 60, "the resumed trials")
     kernel.close()
@@ -329,7 +338,7 @@ def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after
 
     hub.start(user)
     kernel = hub.kernel(user)
-    kernel.execute(_space(str(gate), N_STEPS))
+    kernel.execute(_space(str(gate), N_STEPS, 0.05))
     shown = kernel.execute(f"%ftattach {name} -o h")  # the widget, and its text view
     assert "silent" in shown and "takeover" in shown, shown
     gate.touch()
@@ -345,9 +354,13 @@ def test_the_local_launcher_is_interrupted_by_a_cgroup_stop_and_taken_over_after
 
 def test_the_idle_culler_culls_a_server_whose_widget_nobody_views(hub, tmp_path):
     user, name, gate = "linus", "culled", tmp_path / "gate"
-    path, kernel, _ = _run_to_the_gate(hub, user, name, gate, "")  # with its live widget
+    # With its live widget, and trials that report every 0.1 s for 20 s: all through the
+    # culler's wait there is news a chatty widget would send (and so keep the server busy).
+    n = 200
+    path, kernel, _ = _run_experiment(hub, user, name, gate, "", n=n, sleep=0.1)
     assert kernel.comm_opens >= 1  # the widget was displayed (no browser draws it)
     kernel.close()
+    reported_when_closed = _reported(path)
 
     culler_log = tmp_path / "culler.log"
     with open(culler_log, "wb") as log:
@@ -362,14 +375,15 @@ def test_the_idle_culler_culls_a_server_whose_widget_nobody_views(hub, tmp_path)
         culler.terminate()
         culler.wait(10)
     assert f"Culling server {user}" in culler_log.read_text()
+    assert _reported(path) > reported_when_closed  # the experiment reported while idle
     assert _status(path)["status"] == "RUNNING"
     gate.touch()
-    wait_for(lambda: _status(path)["status"] == "FINISHED", 60, "the experiment to finish")
+    wait_for(lambda: _status(path)["status"] == "FINISHED", 120, "the experiment to finish")
 
     hub.start(user)
     kernel = hub.kernel(user)
     shown = kernel.execute(f"%ftattach {name} -o h")  # the widget, and its text view
     assert "FINISHED" in shown, shown
-    _every_step_once(path)
+    _every_step_once(path, n)
     kernel.close()
     hub.stop(user)
