@@ -1,8 +1,10 @@
 """A node drained for preemption on a real Ray cluster (``ray_cluster``), as a cloud autoscaler
 drains a spot instance it is about to lose (the GCS's ``DrainNode``, reason PREEMPTION, with a
 deadline): the trial on it is told in time, takes a just-in-time checkpoint and restarts on
-another node from it; one that does not checkpoint when told is ended at the deadline. Either
-way it is a preemption, not counted against ``max_failures``, and no iteration is done twice."""
+another node from it; one that does not checkpoint when told is ended at the deadline; a
+``TorchTrainer`` group with a rank on the drained node is told on every rank, checkpoints
+together and restarts on the nodes left. Either way it is a preemption, not counted against
+``max_failures``, and no iteration is done twice."""
 
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ class Run:
                      "storage": str(self.storage), "sleep": 0.2, "every": 1000,
                      "ignore_told": False, **args}
 
-    def start(self):
-        self.process = run_script(self.tmp_path, DRIVER, json.dumps(self.args))
+    def start(self, driver: str = DRIVER):
+        self.process = run_script(self.tmp_path, driver, json.dumps(self.args))
         return self
 
     def finish(self, timeout: float = 120) -> str:
@@ -55,16 +57,16 @@ class Run:
         assert self.process.returncode == 0, out
         return out
 
-    def progress(self):
+    def progress(self, rank: int = 0):
         try:
-            attempt, step, node, pid = (self.folder / "progress-0").read_text().split()
+            attempt, step, node, pid = (self.folder / f"progress-{rank}").read_text().split()
         except (OSError, ValueError):
             return None
         return int(attempt), int(step), node, int(pid)
 
-    def wait_step(self, attempt: int, step: int, timeout: float = 60):
-        return wait_for(lambda: (p := self.progress()) and p[:2] >= (attempt, step) and p,
-                        timeout, f"step {step} of attempt {attempt}")
+    def wait_step(self, attempt: int, step: int, timeout: float = 60, rank: int = 0):
+        return wait_for(lambda: (p := self.progress(rank)) and p[:2] >= (attempt, step) and p,
+                        timeout, f"rank {rank} at step {step} of attempt {attempt}")
 
     def trial(self) -> dict:
         state = json.loads((self.storage / "run" / "experiment_state.json").read_text())
@@ -105,6 +107,18 @@ def _reclaim(cluster, node_id: str, deadline: float) -> None:
     cluster.wait_for_nodes()
 
 
+def _attempts_of_one_uncounted_preemption(run: Run) -> tuple[dict, dict]:
+    """The trial finished after one preemption, not counted against max_failures: its two
+    attempts."""
+    trial = run.trial()
+    assert trial["status"] == "TERMINATED"
+    (failure,) = trial["failures"]
+    assert failure["kind"] == "preemption" and not failure["counted"]
+    first, second = trial["attempts"]
+    assert first["outcome"] == "preempted"
+    return first, second
+
+
 def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_path, ray_cluster):
     steps, deadline_s = 40, 8.0
     run = Run(tmp_path, ray_cluster, steps=steps).start()
@@ -115,12 +129,7 @@ def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_pat
     out = run.finish()
     assert f"DONE {steps}" in out
 
-    trial = run.trial()
-    assert trial["status"] == "TERMINATED"
-    (failure,) = trial["failures"]
-    assert failure["kind"] == "preemption" and not failure["counted"]
-    first, second = trial["attempts"]
-    assert first["outcome"] == "preempted"
+    first, second = _attempts_of_one_uncounted_preemption(run)
     told_attempt, told_step, told_time = (tmp_path / "marks" / "told").read_text().split()
     assert (int(told_attempt), int(told_step)) == (1, first["end_iteration"])
     assert second["start_iteration"] == first["end_iteration"]  # from the just-in-time one
@@ -147,13 +156,85 @@ def test_a_trial_that_does_not_checkpoint_when_told_is_ended_at_the_deadline(tmp
     out = run.finish()
     assert f"DONE {steps}" in out
 
-    trial = run.trial()
-    (failure,) = trial["failures"]
-    assert failure["kind"] == "preemption" and not failure["counted"]
-    first, second = trial["attempts"]
-    assert first["outcome"] == "preempted"
+    first, second = _attempts_of_one_uncounted_preemption(run)
     assert first["ended"] >= drained_at + deadline_s - 0.1  # it ran until the deadline
     assert first["end_iteration"] > every and second["start_iteration"] == every
     assert not (tmp_path / "marks" / "told").exists()
     assert run.progress()[2] != node_id
+    assert run.iterations() == list(range(1, steps + 1))
+
+
+GROUP_DRIVER = """
+import json, os, pathlib, sys, tempfile, time
+import ftnb
+from ftnb.execution.ray import RayExecutor
+
+
+def group_leaves_when_told(config):
+    # Each rank notes when it is told (told-<rank>); the group checkpoints once every rank
+    # was told (an all_reduce of the flags), so a rank never told keeps it from checkpointing.
+    import torch
+    import torch.distributed as dist
+    import ray
+
+    folder = pathlib.Path(config["dir"])
+    ctx = ftnb.get_context()
+    rank = ctx.get_world_rank()
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, config["steps"]):
+        time.sleep(config["sleep"])
+        told = ctx.should_checkpoint
+        if told and not (folder / f"told-{rank}").exists():
+            (folder / f"told-{rank}").write_text(f"{ctx.attempt} {step + 1}")
+        everyone = torch.tensor([1.0 if told else 0.0])
+        dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
+        checkpoint = None
+        if rank == 0 and everyone.item() == 1.0:
+            saved = tempfile.mkdtemp()
+            open(os.path.join(saved, "step"), "w").write(str(step + 1))
+            checkpoint = ftnb.Checkpoint.from_directory(saved)
+        (folder / f"progress-{rank}").write_text(
+            f"{ctx.attempt} {step + 1} {ray.get_runtime_context().get_node_id()} {os.getpid()}")
+        ftnb.report({"step": step + 1}, checkpoint=checkpoint)  # ends a told attempt
+
+
+args = json.loads(sys.argv[1])
+result = ftnb.TorchTrainer(
+    group_leaves_when_told,
+    train_loop_config={"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"]},
+    scaling_config=ftnb.ScalingConfig(num_workers=2),
+    run_config=ftnb.RunConfig(
+        name="run", storage_path=args["storage"], verbose=0,
+        executor=RayExecutor(args["address"], shared_storage=True),
+        failure_config=ftnb.FailureConfig(max_failures=0))).fit()  # a counted failure ends it
+print("DONE", result.metrics["training_iteration"], flush=True)
+"""
+
+
+def test_a_group_with_a_rank_on_a_drained_node_checkpoints_together_and_restarts(tmp_path,
+                                                                                ray_cluster):
+    pytest.importorskip("torch")
+    steps, deadline_s = 30, 15.0
+    run = Run(tmp_path, ray_cluster, steps=steps).start(GROUP_DRIVER)
+    rank0 = run.wait_step(1, 3, rank=0, timeout=120)
+    rank1 = run.wait_step(1, 3, rank=1)
+    assert rank0[2] != rank1[2]  # one CPU a node: the ranks are on two nodes
+    drained = rank1[2]  # rank 0's node stays: it must be told all the same
+    drained_at = _drain(ray_cluster, drained, deadline_s)
+    run.wait_step(2, 1, rank=1, timeout=deadline_s + 60)  # the next attempt runs
+    _reclaim(ray_cluster, drained, drained_at + deadline_s)
+    out = run.finish()
+    assert f"DONE {steps}" in out
+
+    first, second = _attempts_of_one_uncounted_preemption(run)
+    told = [(tmp_path / "marks" / f"told-{rank}").read_text().split() for rank in (0, 1)]
+    assert all(attempt == "1" for attempt, _ in told)  # every rank was told, in attempt 1
+    # The group checkpointed at the first step every rank knew, and went on from there.
+    assert first["end_iteration"] == max(int(step) for _, step in told)
+    assert second["start_iteration"] == first["end_iteration"]
+    assert second["restored_from"] is not None and second["num_workers"] == 2
+    assert drained not in {run.progress(rank)[2] for rank in (0, 1)}
     assert run.iterations() == list(range(1, steps + 1))

@@ -24,9 +24,12 @@ the attempt ends as a preemption (not counted against ``max_failures``), also wh
 dies under it first: a told rank, or one whose actor Ray says was preempted, exits with
 :data:`~ftnb.execution.contract.EXIT_PREEMPTED`, not as a lost node.
 
-``ftnb.put`` refs in a trial's config work on any node: the executor puts each ref's object
-into Ray's object store once (cached by ref id for its life) and the actor swaps the refs of
-the config for those objects before the attempt body runs. As with Ray, numpy arrays (and
+``ftnb.put`` refs work on any node, wherever the attempt meets them: in its config, its
+datasets, or the trainable's own code (a closure or a global of a notebook's function, which
+cloudpickle ships by value). Pickling the attempt notes every ref it meets; the executor puts
+each ref's object into Ray's object store once (cached by ref id for its life), and the actor
+hands those objects to ``ftnb.get`` (:func:`ftnb.objects.store.supply`) before the attempt
+body runs, so no ref reads the file of the machine that put it. As with Ray, numpy arrays (and
 DataFrame blocks) arrive zero-copy and read-only: copy one before writing into it.
 """
 
@@ -47,11 +50,11 @@ from .contract import (
     DoneEvent,
     ErrorEvent,
     ExitEvent,
+    GroupFailures,
     NoRoomError,
     PreemptedEvent,
     RankExit,
     StartedEvent,
-    first_failing_rank,
     is_peer_error,
 )
 from .rank_group import RankPlace, rank_environment
@@ -93,10 +96,8 @@ class _AttemptActor:
         ctx = ray.get_runtime_context()
         return ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()
 
-    def run(self, payload: bytes, config: bytes, objects: dict, place: Optional[RankPlace],
+    def run(self, payload: bytes, objects: dict, place: Optional[RankPlace],
             master_addr: str, output_events: bool) -> int:
-        import dataclasses
-
         import cloudpickle
 
         from ..storage import ExperimentPaths
@@ -111,8 +112,7 @@ class _AttemptActor:
             return EXIT_ERROR
         rank = place.rank if place is not None else 0
         try:
-            # The config's ftnb.put refs, as the objects Ray brought to this node.
-            spec = dataclasses.replace(spec, config=_load_config(config, objects))
+            _supply_objects(objects)  # the attempt's ftnb.put refs, as Ray brought them here
         except BaseException as exc:
             report_exception(self, (spec.trial_id, spec.attempt), exc, "exception", rank=rank)
             return EXIT_ERROR
@@ -237,11 +237,8 @@ class _Attempt:
     ready_ref: Any = None  # the placement group's readiness
     running: bool = False
     started_sent: bool = False
-    cause: Optional[int] = None
-    failures: list = field(default_factory=list)
-    settle_until: Optional[float] = None
-    config: bytes = b""  # the config, its ftnb.put refs by id (see _dump_config)
-    objects: dict = field(default_factory=dict)  # ref id -> the Ray object of its object
+    failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
+    objects: dict = field(default_factory=dict)  # ftnb.put ref id -> the Ray object of its object
     told_to_leave: bool = False  # a rank's node is draining: every rank was told
     drain_deadline: Optional[float] = None  # (time.time()) when that node goes
     preempted_seen: bool = False  # a PreemptedEvent was handed over
@@ -363,10 +360,6 @@ class RayExecutor:
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
-        import dataclasses
-
-        import cloudpickle
-
         if self._closed:
             raise RuntimeError("this executor was shut down: it starts nothing more")
         ray = self._ray()
@@ -376,9 +369,9 @@ class RayExecutor:
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         if not self.has_room(spec.resources, spec.num_workers):
             raise NoRoomError(f"no room for trial {spec.trial_id!r} on the Ray cluster now")
-        config, refs = _dump_config(spec.config)
-        payload = cloudpickle.dumps(dataclasses.replace(spec, config={}))
-        objects = {ref_id: self._ray_object(ray, ref) for ref_id, ref in refs.items()}
+        payload, refs = _dump_attempt(spec)
+        objects = {ref_id: found for ref_id, ref in refs.items()
+                   if (found := self._ray_object(ray, ref)) is not None}
         n = spec.num_workers
         res = spec.resources
         env = {"FTNB_TRIAL_ID": spec.trial_id}
@@ -409,16 +402,20 @@ class RayExecutor:
             ranks.append(rank)
         self._running[spec.trial_id] = _Attempt(
             spec, payload, ranks, {"CPU": res.cpu * n, "GPU": res.gpu * n}, placement, ready,
-            config=config, objects=objects)
+            objects=objects)
 
     def _ray_object(self, ray: Any, ref: Any) -> Any:
         """The Ray object holding ``ref``'s object: put once (from this machine's store), then
-        the same for every attempt of this executor's life."""
-        from ..objects import get
+        the same for every attempt of this executor's life. None when the object is gone here
+        too: the attempt's own ``ftnb.get`` then fails with the reason and the fix."""
+        from ..objects import ObjectUnavailableError, get
 
         found = self._ray_objects.get(ref.id)
         if found is None:
-            found = self._ray_objects[ref.id] = ray.put(get(ref))
+            try:
+                found = self._ray_objects[ref.id] = ray.put(get(ref))
+            except ObjectUnavailableError:
+                return None
         return found
 
     # -- events ----------------------------------------------------------------------------------
@@ -438,8 +435,8 @@ class RayExecutor:
                                   (rank.events_ref, "events")):
                     if ref is not None:
                         refs[ref] = (attempt, rank, kind)
-        if attempt_groups := [a for a in self._running.values() if a.group and a.cause is None]:
-            timeout = min(timeout, 0.25) if any(a.settle_until for a in attempt_groups) else timeout
+        if any(a.group and a.failures.settling for a in self._running.values()):
+            timeout = min(timeout, 0.25)  # (to end the settle window on time)
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout) if refs else ([], [])
         if ready:
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
@@ -586,8 +583,7 @@ class RayExecutor:
                 place = RankPlace(rank=rank.index, world_size=n,
                                   local_rank=peers.index(rank), local_world_size=len(peers),
                                   node_rank=node_order.index(rank.node_id))
-            rank.run_ref = rank.actor.run.remote(attempt.payload, attempt.config,
-                                                 attempt.objects, place, master,
+            rank.run_ref = rank.actor.run.remote(attempt.payload, attempt.objects, place, master,
                                                  self._output_events and rank.index == 0)
             rank.events_ref = rank.actor.next_events.remote(_LONG_POLL_S)
         attempt.started_sent = True
@@ -621,22 +617,14 @@ class RayExecutor:
 
     # -- a group fails as one --------------------------------------------------------------------
     def _note_failure(self, attempt: _Attempt, index: int, peer: bool) -> None:
-        attempt.failures.append((index, peer))
-        if attempt.cause is not None:
-            return
-        if not peer:
-            attempt.cause = index
-        elif attempt.settle_until is None:
-            attempt.settle_until = time.monotonic() + 2.0
+        attempt.failures.note(index, peer, time.monotonic())
 
     def _supervise(self, ray: Any, attempt: _Attempt, now: float) -> None:
-        if attempt.cause is None and attempt.settle_until is not None \
-                and now >= attempt.settle_until:
-            attempt.cause = attempt.failures[0][0]
-        if attempt.cause is None:
+        attempt.failures.settled(now)
+        if attempt.failures.cause is None:
             return
         for rank in attempt.ranks:
-            if not rank.exited and not rank.killed_by_us and rank.index != attempt.cause:
+            if not rank.exited and not rank.killed_by_us and rank.index != attempt.failures.cause:
                 rank.killed_by_us = True
                 ray.kill(rank.actor, no_restart=True)
 
@@ -665,8 +653,8 @@ class RayExecutor:
                               event.first_failing_rank, node_lost, lost_node)]
         exits = tuple(RankExit(rank.index, rank.exit_code, collateral=rank.killed_by_us)
                       for rank in attempt.ranks)
-        cause = first_failing_rank(attempt.cause, attempt.failures, exits)
-        return [ExitEvent(spec.trial_id, spec.attempt, exits, cause, node_lost, lost_node)]
+        return [ExitEvent(spec.trial_id, spec.attempt, exits,
+                          attempt.failures.first_failing_rank(exits), node_lost, lost_node)]
 
     # -- stopping --------------------------------------------------------------------------------
     def request_stop(self, trial_id: str) -> None:
@@ -719,9 +707,10 @@ def _draining_nodes() -> dict[str, int]:
         return {}
 
 
-def _dump_config(config: Any) -> tuple[bytes, dict]:
-    """``config`` pickled with each ``ftnb.put`` ref in it kept out, by id; and those refs by id
-    (the executor ships their objects through Ray's object store)."""
+def _dump_attempt(spec: AttemptSpec) -> tuple[bytes, dict]:
+    """``spec`` pickled (cloudpickle), and every ``ftnb.put`` ref met on the way, by id: in the
+    config and datasets, and in the trainable's closures and globals where cloudpickle ships
+    the trainable by value (a notebook's function)."""
     import io
 
     import cloudpickle
@@ -730,35 +719,28 @@ def _dump_config(config: Any) -> tuple[bytes, dict]:
 
     refs: dict[str, ObjectRef] = {}
 
-    class RefsById(cloudpickle.Pickler):
-        def persistent_id(self, obj: Any) -> Optional[str]:
+    class NotingRefs(cloudpickle.Pickler):
+        def persistent_id(self, obj: Any) -> None:
             if isinstance(obj, ObjectRef):
                 refs[obj.id] = obj
-                return obj.id
-            return None
+            return None  # (pickled as it is: a small ref)
 
     out = io.BytesIO()
-    RefsById(out).dump(config)
+    NotingRefs(out).dump(spec)
     return out.getvalue(), refs
 
 
-def _load_config(data: bytes, objects: dict) -> Any:
-    """The config of :func:`_dump_config`, each ref replaced by its object, fetched from Ray's
-    object store (``objects``: ref id -> Ray object ref)."""
-    import io
-    import pickle
+def _supply_objects(objects: dict) -> None:
+    """Hand ``ftnb.get`` the objects of the attempt's refs (``objects``: ref id -> Ray object
+    ref), fetched from Ray's object store: no ref reads a file of the driver's machine."""
+    if not objects:
+        return
+    import ray
 
-    loaded: dict[str, Any] = {}
-    if objects:
-        import ray
+    from ..objects.store import supply
 
-        loaded = dict(zip(objects, ray.get(list(objects.values()))))
-
-    class ObjectsById(pickle.Unpickler):
-        def persistent_load(self, pid: Any) -> Any:
-            return loaded[pid]
-
-    return ObjectsById(io.BytesIO(data)).load()
+    for ref_id, obj in zip(objects, ray.get(list(objects.values()))):
+        supply(ref_id, obj)
 
 
 def _this_ip() -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "get",
     "is_placeholder",
     "put",
+    "supply",
 ]
 
 #: Marker key of :meth:`ObjectRef.placeholder` dicts in experiment state files.
@@ -303,3 +304,12 @@ def get(ref: ObjectRef) -> Any:
         obj = _load(ref)
         _loaded[ref.id] = obj
         return obj
+
+
+def supply(ref_id: str, obj: Any) -> None:
+    """Make :func:`get` of the ref with id ``ref_id`` return ``obj`` in this process, without
+    its file: for an executor that brought the object to another machine by its own means (the
+    Ray executor, through Ray's object store), where the file of the machine that put it is
+    not."""
+    with _loaded_lock:
+        _loaded[ref_id] = obj
