@@ -139,16 +139,20 @@ def run_experiment(
     config: dict,
     max_failures: int = 0,
     reuse_actors: bool = False,
+    executor: Any = None,
 ) -> ExperimentRun:
     """Run ``trials`` trials of ``trainable``, a grid over ``config["i"]`` = 0..trials-1 (the
     other keys of ``config`` are constants), 1 CPU each, silently; check that every one
     finished, and return fit()'s wall time and what the driver knows of each trial.
 
     ``reuse_actors`` is Ray Tune's option to run the next trial in the process of the previous
-    one; ftnb always starts a fresh process per attempt and has no such option.
+    one; ftnb always starts a fresh process per attempt and has no such option. ``executor``
+    is ftnb's ``RunConfig.executor`` (the Ray workloads pass a RayExecutor; Ray Tune runs on
+    the Ray instance this process is connected to).
     """
     init(framework)
-    spec = _Spec(storage_dir, name, trials, max_concurrent, config, max_failures, reuse_actors)
+    spec = _Spec(storage_dir, name, trials, max_concurrent, config, max_failures, reuse_actors,
+                 executor)
     if framework == "ftnb":
         if reuse_actors:
             raise ValueError("ftnb has no reuse_actors option")
@@ -169,6 +173,7 @@ class _Spec:
     config: dict
     max_failures: int
     reuse_actors: bool
+    executor: Any = None
 
     def param_space(self, grid_search: Callable[[list], Any]) -> dict:
         return {**self.config, "i": grid_search(list(range(self.trials)))}
@@ -234,6 +239,7 @@ def _ftnb_tuner(trainable: Callable[[dict], Any], spec: _Spec) -> Any:
             storage_path=spec.storage_dir,
             failure_config=ftnb.FailureConfig(max_failures=spec.max_failures),
             verbose=0,
+            executor=spec.executor,
         ),
         resources_per_trial={"cpu": 1},
     )

@@ -649,6 +649,40 @@ workload(
 )(elastic_workloads.elastic_map)
 
 
+# ---- ray_many_trials, ray_node_loss, ray_first_result (bench/ray_workloads.py) -----------------
+# ftnb's Ray executor against Ray Tune, each on a fresh local multi-node Ray cluster (issue 15).
+from . import ray_workloads  # noqa: E402
+
+RAY_CLUSTER_VARIANTS = (Variant("ftnb", needs="ray"), RAY)
+
+workload(
+    "ray_many_trials",
+    full={"trials": 16, "reports": 10, "concurrent": 2, "nodes": 2},
+    quick={"trials": 4, "reports": 3, "concurrent": 2, "nodes": 2},
+    variants=RAY_CLUSTER_VARIANTS,
+    targets=(Target("trials_per_s", "ratio>=", 1.0),),
+)(ray_workloads.ray_many_trials)
+
+workload(
+    "ray_node_loss",
+    full={"iterations": 20, "iter_s": 0.1, "lose_at": 5, "nodes": 3, "max_failures": 3},
+    quick={"iterations": 8, "iter_s": 0.05, "lose_at": 2, "nodes": 2, "max_failures": 3},
+    variants=RAY_CLUSTER_VARIANTS,
+    targets=(
+        Target("to_first_report_s", "ratio<=", 1.0),
+        Target("iterations_twice", "ftnb<=", 0),
+        Target("ghost_writes", "ftnb<=", 0),
+    ),
+)(ray_workloads.ray_node_loss)
+
+workload(
+    "ray_first_result",
+    full={"iterations": 3, "nodes": 1},
+    quick={"iterations": 2, "nodes": 1},
+    variants=RAY_CLUSTER_VARIANTS,
+)(ray_workloads.ray_first_result)
+
+
 # ---- lease_heartbeat (bench/lease_workloads.py) -------------------------------------------------
 # The owner lease's heartbeat on a disk and on S3 (moto): what chooses the default TTL (issue 19).
 from . import lease_workloads  # noqa: E402
