@@ -105,8 +105,9 @@ class ProcessGroupUnit:
                 pass
 
     def kill(self) -> None:
-        """SIGKILL every process of the unit (``cgroup.kill``: none escapes by forking)."""
-        if self.path:
+        """SIGKILL every process of the unit (``cgroup.kill``, Linux 5.14+: none escapes by
+        forking; else each process found)."""
+        if self.path and os.path.exists(os.path.join(self.path, "cgroup.kill")):
             with open(os.path.join(self.path, "cgroup.kill"), "w") as f:
                 f.write("1")
         else:
