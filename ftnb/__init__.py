@@ -43,6 +43,7 @@ _LAZY = {
     "StorageUnavailableError": "storage",
     "SubEnvironments": "elastic",
     "Stopper": "stopper",
+    "Callback": "callback",
     "Trainable": "trainable_class",
     "CombinedStopper": "stopper",
     "ExperimentPlateauStopper": "stopper",
@@ -65,7 +66,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("torch", "stopper"):  # modules: ftnb.torch imports torch; ftnb.stopper as
+    if name in ("torch", "stopper", "logger"):  # modules: ftnb.torch imports torch; ftnb.stopper as
         # Ray's tune.stopper
         import importlib
 
@@ -83,7 +84,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper"})
+    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper", "logger"})
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -93,6 +94,7 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 __all__ = [
+    "Callback",
     "Checkpoint",
     "CheckpointConfig",
     "ExperimentHandle",

@@ -314,6 +314,10 @@ class RunConfig:
             subclass runs in the driver and may).
         verbose: 0 silent, 1 a live status table and the trials' output prefixed with their id,
             2 also every reported result.
+        callbacks: :class:`ftnb.Callback` objects (Ray Tune's hooks: ``on_trial_result``,
+            ``on_checkpoint``, ...), run in the driver; one that raises is logged and the
+            experiment goes on. Not saved with the experiment: give them again to resume it
+            (``ftnb.run`` with the same ``RunConfig`` does).
         executor: where trials run: ``"local"`` (processes on this machine, the default),
             ``"ray"`` (actors on a Ray cluster: ``pip install 'ftnb[ray]'``, the cluster at
             ``RAY_ADDRESS``), or an executor object such as
@@ -329,8 +333,16 @@ class RunConfig:
     stop: StopCriterion = None
     verbose: int = 1
     executor: Any = None
+    callbacks: Optional[list] = None
 
     def __post_init__(self) -> None:
+        if self.callbacks is not None:
+            if not isinstance(self.callbacks, (list, tuple)) or not all(
+                    hasattr(cb, "on_trial_result") for cb in self.callbacks):
+                raise TypeError(
+                    f"RunConfig(callbacks={self.callbacks!r}) must be a list of ftnb.Callback "
+                    "objects. Fix: RunConfig(callbacks=[MyCallback()]).")
+            self.callbacks = list(self.callbacks)
         if self.executor is not None and not isinstance(self.executor, str) and not (
                 hasattr(self.executor, "start") and hasattr(self.executor, "poll")):
             raise TypeError(

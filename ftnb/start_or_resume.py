@@ -71,6 +71,8 @@ def start_or_resume(
             )
             if rc.executor is not None:  # the executor asked for now wins over the stored one
                 tuner.run_config = dataclasses.replace(tuner.run_config, executor=rc.executor)
+            if rc.callbacks:  # never stored: given again with the same RunConfig
+                tuner.run_config = dataclasses.replace(tuner.run_config, callbacks=rc.callbacks)
             return tuner, line
     tuner = Tuner(
         trainable,

@@ -239,6 +239,10 @@ class Tuner:
         listeners = list(self.listeners)
         if rc.verbose:
             listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
+        if rc.callbacks:
+            from .callback import CallbackListener
+
+            listeners.append(CallbackListener(rc.callbacks, paths, rc.stop))
         in_trial_stop, driver_stopper = split_stop(rc.stop, tc.time_budget_s)
         stopping = None
         if driver_stopper is not None:
