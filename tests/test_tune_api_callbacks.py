@@ -10,10 +10,11 @@ import logging
 import os
 import struct
 
+from killed_driver import kill_when, run_to_end, trial_with_reports
+from scripted import result_rows
+
 import ftnb
 from ftnb.logger import TBXLoggerCallback
-from procs import run_script, wait_for
-from scripted import result_rows
 
 
 def _counting(config):
@@ -135,18 +136,10 @@ print("DONE")
 
 def test_tensorboard_points_stay_once_per_iteration_after_a_sigkilled_driver(tmp_path):
     exp = tmp_path / "tbx"
-    proc = run_script(tmp_path, TBX_DRIVER, str(tmp_path))
-    try:
-        # Killed between checkpoints: the iterations after the last one are done again.
-        wait_for(lambda: [d for d in exp.glob("*/result.json")
-                          if len(result_rows(str(d.parent))) in (7, 8)], timeout=60,
-                 what="seven reports")
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
-    proc = run_script(tmp_path, TBX_DRIVER, str(tmp_path))
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "DONE" in out, out
+    # Killed between checkpoints: the iterations after the last one are done again.
+    kill_when(tmp_path, TBX_DRIVER, [str(tmp_path)],
+              lambda: trial_with_reports(exp, (7, 8)), "seven reports")
+    assert "DONE" in run_to_end(tmp_path, TBX_DRIVER, [str(tmp_path)])
     (trial_dir,) = [d.parent for d in exp.glob("*/result.json")]
     assert len({r["attempt"] for r in result_rows(str(trial_dir))}) == 2
     assert _scalars(str(trial_dir), "ray/tune/score") == [(i, float(i)) for i in range(1, 17)]

@@ -6,14 +6,13 @@ by a dict or a function of its config, and ``get_context().get_trial_resources()
 
 from __future__ import annotations
 
-
 import pytest
+from killed_driver import kill_when, run_to_end, trial_with_reports
+from scripted import result_rows
 
 import ftnb
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
-from procs import run_script, wait_for
-from scripted import result_rows
 
 
 def train(config, data):
@@ -73,13 +72,8 @@ print("DONE")
 
 def test_a_sigkilled_driver_resumes_with_the_objects_given_again(tmp_path):
     exp = tmp_path / "resume"
-    proc = run_script(tmp_path, PARAMS_DRIVER, str(tmp_path))
-    try:
-        wait_for(lambda: [d for d in exp.glob("*/result.json") if len(result_rows(str(d.parent))) >= 3],
-                 timeout=60, what="three reports")
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
+    kill_when(tmp_path, PARAMS_DRIVER, [str(tmp_path)],
+              lambda: trial_with_reports(exp, range(3, 30)), "three reports")
     with pytest.raises(TypeError, match="missing a required argument: 'data'"):
         ftnb.Tuner.restore(str(exp), train)  # the plain function cannot take the object
 
@@ -89,9 +83,7 @@ def test_a_sigkilled_driver_resumes_with_the_objects_given_again(tmp_path):
     train_with_default.__name__ = "train"
     with pytest.raises(ftnb.RestoreError, match=r"with_parameters\(train, data=\.\.\.\)"):
         ftnb.Tuner.restore(str(exp), train_with_default)
-    proc = run_script(tmp_path, PARAMS_DRIVER, str(tmp_path))
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "DONE" in out, out
+    assert "DONE" in run_to_end(tmp_path, PARAMS_DRIVER, [str(tmp_path)])
     (trial_dir,) = [d.parent for d in exp.glob("*/result.json")]
     rows = result_rows(str(trial_dir))
     assert [r["training_iteration"] for r in rows] == list(range(1, 31))

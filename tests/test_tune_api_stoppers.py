@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from killed_driver import kill_when, run_to_end
 
 import ftnb
 from ftnb.core.records import ExperimentState
-from ftnb.storage import ExperimentPaths
 from ftnb.stopper import (
     CombinedStopper,
     ExperimentPlateauStopper,
@@ -23,8 +23,8 @@ from ftnb.stopper import (
     TimeoutStopper,
     TrialPlateauStopper,
 )
+from ftnb.storage import ExperimentPaths
 from ftnb.ui.view import shown_status
-from procs import run_script, wait_for
 
 
 def _values(config):
@@ -183,18 +183,11 @@ def _trial_records(exp):
 
 def test_experiment_plateau_history_survives_a_sigkilled_driver(tmp_path):
     exp = tmp_path / "plateau"
-    proc = run_script(tmp_path, PLATEAU_DRIVER, str(tmp_path))
-    try:
-        # Killed once the second trial has ended: its results are only in the files.
-        wait_for(lambda: sum(r["status"] == "TERMINATED"
-                             for r in _trial_records(exp).values()) >= 2,
-                 timeout=60, what="two trials to end")
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
-    proc = run_script(tmp_path, PLATEAU_DRIVER, str(tmp_path))
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "DONE" in out, out
+    # Killed once the second trial has ended: its results are only in the files.
+    kill_when(tmp_path, PLATEAU_DRIVER, [str(tmp_path)],
+              lambda: sum(r["status"] == "TERMINATED" for r in _trial_records(exp).values()) >= 2,
+              "two trials to end")
+    assert "DONE" in run_to_end(tmp_path, PLATEAU_DRIVER, [str(tmp_path)])
     trials = _state(exp).trials
     assert [bool(t.attempts) for t in trials] == [True, True, True, True, False, False], [
         (t.status, t.note) for t in trials]
@@ -229,17 +222,11 @@ def test_timeout_counts_the_time_spent_before_a_sigkilled_driver(tmp_path):
             return None
         return last_seen - start if last_seen - start >= 2 else None
 
-    proc = run_script(tmp_path, TIMEOUT_DRIVER, str(tmp_path))
-    try:
-        spent = wait_for(first_session_s, timeout=60, what="2 s of the driver's session saved")
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
+    spent = kill_when(tmp_path, TIMEOUT_DRIVER, [str(tmp_path)], first_session_s,
+                      "2 s of the driver's session saved")
     # The restored driver only has what is left of the 30 s: stop it sooner, at once.
-    proc = run_script(tmp_path, TIMEOUT_DRIVER.replace("TimeoutStopper(30)", "TimeoutStopper(3)"),
-                      str(tmp_path))
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out
+    out = run_to_end(tmp_path, TIMEOUT_DRIVER.replace("TimeoutStopper(30)", "TimeoutStopper(3)"),
+                     [str(tmp_path)])
     spent_before = json.loads(out.strip().splitlines()[-1])["spent_before"]
     assert spent_before >= spent
     trial = _state(exp).trials[0]

@@ -9,10 +9,10 @@ import os
 import time
 
 import pytest
+from killed_driver import kill_when, run_to_end, trial_with_reports
+from scripted import result_rows
 
 import ftnb
-from procs import run_script, wait_for
-from scripted import result_rows
 
 
 class Counter(ftnb.Trainable):
@@ -115,17 +115,10 @@ print("DONE")
 def test_a_sigkilled_driver_resumes_a_class_trainable_through_load_checkpoint(tmp_path):
     exp, marks = tmp_path / "killed", tmp_path / "marks"
     marks.mkdir()
-    proc = run_script(tmp_path, CLASS_DRIVER, str(tmp_path), str(marks))
-    try:
-        wait_for(lambda: [d for d in exp.glob("*/result.json")
-                          if len(result_rows(str(d.parent))) >= 7], timeout=60,
-                 what="seven reports")
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
-    proc = run_script(tmp_path, CLASS_DRIVER, str(tmp_path), str(marks))
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "DONE" in out, out
+    args = [str(tmp_path), str(marks)]
+    kill_when(tmp_path, CLASS_DRIVER, args, lambda: trial_with_reports(exp, range(7, 25)),
+              "seven reports")
+    assert "DONE" in run_to_end(tmp_path, CLASS_DRIVER, args)
     (trial_dir,) = [d.parent for d in exp.glob("*/result.json")]
     rows = result_rows(str(trial_dir))
     assert [r["training_iteration"] for r in rows] == list(range(1, 26))
