@@ -84,6 +84,14 @@ def test_per_trial_stoppers_end_a_trial_at_the_report_that_met_them(tmp_path):
     assert status.returncode == 0, status.stderr
     shown = sorted(row["shown_status"] for row in json.loads(status.stdout)["rows"])
     assert shown == ["STOPPED", "STOPPED", "TERMINATED"]
+    # The text table says the same (a stopped trial never reads as completed).
+    table = subprocess.run(
+        [sys.executable, "-m", "ftnb", "status", str(tmp_path / "per_trial")],
+        capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    statuses = sorted(line.split("|")[2].strip() for line in table.stdout.splitlines()
+                      if line.startswith("| ") and "_0000" in line)
+    assert statuses == ["STOPPED", "STOPPED", "TERMINATED"], table.stdout
 
 
 class CustomStopper(ftnb.Stopper):

@@ -277,7 +277,8 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     lines = []
     for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
-        cells = [row.trial_id, row.status, *([str(row.num_workers)] if group else []),
+        cells = [row.trial_id, row.shown_status or row.status,
+                 *([str(row.num_workers)] if group else []),
                  str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(row.metrics.get(k)) for k in view.metric_columns]
