@@ -227,7 +227,9 @@ def ray_instance():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": a new instance of its own; ray.init() with no address would join any
+    # cluster running on this machine (the session's ray_cluster, or another run's).
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              _system_config=RAY_HEALTH_CHECKS)
     yield ray
     ray.shutdown()
