@@ -648,6 +648,18 @@ workload(
     ),
 )(elastic_workloads.elastic_map)
 
+workload(
+    "elastic_map_ray",
+    full={"kills": 12, "hangs": 2, "timeout_s": 1.0, "call_s": 0.05, "state_mb": 10, "maps": 200},
+    quick={"kills": 2, "hangs": 1, "timeout_s": 0.5, "call_s": 0.01, "state_mb": 1, "maps": 20},
+    variants=(Variant("ftnb", needs="ray"),),
+    targets=(
+        Target("death_step_vs_timeout", "ftnb<=", 1.1),
+        Target("hang_step_vs_timeout", "ftnb<=", 1.1),
+        Target("recreate_sync_s", "ftnb<=", 1.0),
+    ),
+)(elastic_workloads.elastic_map_ray)
+
 
 # ---- ray_many_trials, ray_node_loss, ray_first_result (bench/ray_workloads.py) -----------------
 # ftnb's Ray executor against Ray Tune, each on a fresh local multi-node Ray cluster (issue 15).
