@@ -246,11 +246,14 @@ def _ftnb_tuner(trainable: Callable[[dict], Any], spec: _Spec) -> Any:
 
 
 def _ftnb_trials(exp_dir: str) -> list[TrialInfo]:
-    """The trials as the experiment folder records them (it is ftnb's truth)."""
-    with open(os.path.join(exp_dir, "experiment_state.json")) as f:
-        state = json.load(f)
+    """The trials as the experiment folder records them (it is ftnb's truth), read by ftnb's
+    own reader (a running driver keeps finished trials in its journal segments)."""
+    from ftnb.core.records import ExperimentState
+    from ftnb.storage import ExperimentPaths
+
+    state = ExperimentState.load(ExperimentPaths.at(exp_dir))
     infos = []
-    for trial in state["trials"]:
+    for trial in (record.to_json() for record in state.trials):
         attempts = trial.get("attempts") or []
         infos.append(
             TrialInfo(

@@ -279,9 +279,21 @@ def _remove(path: str) -> None:
 
 
 # -- temporary folders a killed supervisor leaves behind -----------------------------------------
+# The longest temporary folder under which the fork server's socket
+# (<root>/ftnb-supervisors-UID/<tag>-<pid>-<start>/pymp-XXXXXXXX/listener-XXXXXXXX, about 85
+# characters below it) still fits in an AF_UNIX address (107 bytes on Linux, 103 on macOS).
+_MAX_TEMP_BASE = 18
+
+
 def temp_folders_root() -> str:
-    """The folder of this user's supervisors' temporary folders (:func:`private_temp_folder`)."""
-    return os.path.join(tempfile.gettempdir(), f"ftnb-supervisors-{os.getuid()}")
+    """The folder of this user's supervisors' temporary folders (:func:`private_temp_folder`):
+    under the temporary folder, or under ``/tmp`` where that is too long a path for the fork
+    server's socket (a long ``$TMPDIR``: "AF_UNIX path too long"), as Python 3.13's
+    multiprocessing does for its own folder."""
+    base = tempfile.gettempdir()
+    if len(base) > _MAX_TEMP_BASE and os.path.isdir("/tmp") and os.access("/tmp", os.W_OK):
+        base = "/tmp"
+    return os.path.join(base, f"ftnb-supervisors-{os.getuid()}")
 
 
 # {pid scope tag}-{pid}-{start time}: its owner, as ftnb.put's object files name theirs.

@@ -65,3 +65,14 @@ def processes_named(name: str) -> list[int]:
             except OSError:
                 continue
     return out
+
+
+def state_trials(experiment_dir) -> list[dict]:
+    """The trials' records of the experiment at ``experiment_dir`` as stored (JSON dicts), read
+    through ftnb's own reader: while a driver runs, ``experiment_state.json`` holds only the
+    running trials and the others are in its journal segments."""
+    from ftnb.core.records import ExperimentState
+    from ftnb.storage import ExperimentPaths
+
+    state = ExperimentState.load(ExperimentPaths.at(str(experiment_dir)))
+    return [trial.to_json() for trial in state.trials]

@@ -16,7 +16,7 @@ import pytest
 
 from ftnb.storage.lease import read_lease
 from ftnb.storage import ExperimentPaths, Storage
-from procs import REPO, TESTS, pid_alive, wait_for
+from procs import REPO, TESTS, pid_alive, state_trials, wait_for
 from scripted import executed, result_rows
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -132,8 +132,7 @@ def _paths(store: str, name: str) -> ExperimentPaths:
 
 
 def _trial_ids(paths: ExperimentPaths) -> list[str]:
-    with open(paths.state) as f:
-        return [t["trial_id"] for t in json.load(f)["trials"]]
+    return [t["trial_id"] for t in state_trials(paths.dir)]
 
 
 def _check_complete(paths: ExperimentPaths, n: int) -> None:

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from procs import run_script, wait_for
+from procs import run_script, state_trials, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -69,8 +69,7 @@ class Run:
                         timeout, f"rank {rank} at step {step} of attempt {attempt}")
 
     def trial(self) -> dict:
-        state = json.loads((self.storage / "run" / "experiment_state.json").read_text())
-        (trial,) = state["trials"]
+        (trial,) = state_trials(self.storage / "run")
         return trial
 
     def iterations(self) -> list[int]:

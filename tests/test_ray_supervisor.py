@@ -13,7 +13,7 @@ import signal
 import pytest
 
 import ftnb
-from procs import pid_alive, run_script, wait_for
+from procs import pid_alive, run_script, state_trials, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -60,8 +60,7 @@ def _supervisor(path) -> dict:
 
 
 def _iterations(path) -> list[int]:
-    state = json.loads((path / "experiment_state.json").read_text())
-    (trial,) = state["trials"]
+    (trial,) = state_trials(path)
     rows = (path / trial["dir_name"] / "result.json").read_text().splitlines()
     return [json.loads(row)["training_iteration"] for row in rows if row.strip()]
 

@@ -293,3 +293,22 @@ def test_launch_tells_where_the_trainable_came_from_for_a_new_kernel(tmp_path):
     assert resumed.wait(timeout=60)[0].metrics["training_iteration"] == 6
 
 
+
+
+def test_a_long_tmpdir_still_leaves_room_for_the_fork_servers_socket(tmp_path, monkeypatch):
+    """The fork server's socket lives under the supervisor's temporary folder; under a long
+    $TMPDIR (pytest's own tmp paths, macOS's /var/folders/...) it did not fit in an AF_UNIX
+    address and the supervisor died starting its first trial ("AF_UNIX path too long")."""
+    import tempfile
+
+    from ftnb.supervisor import temp_folders_root
+
+    long_dir = tmp_path / ("a-long-temporary-folder-name-" * 3)
+    long_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    root = temp_folders_root()
+    socket_path = os.path.join(root, "0123abcd-4194304-1795395291", "pymp-abcdefgh",
+                               "listener-abcdefgh")
+    assert len(socket_path.encode()) <= 103, socket_path
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert temp_folders_root().startswith("/tmp/ftnb-supervisors-")
