@@ -407,7 +407,7 @@ def widget_updater(framework: str, storage_dir: str, trials: int, reports: int, 
         "comm_kb_per_s": size / 1024 / window_s,
         "widget_build_s": built["build_s"],
         "display_kb": shown_bytes / 1024,
-        "plotly_imported": built["plotly"],
+        "plotly_imported": int(built["plotly"]),
         "unviewed_comm_msgs": unviewed,
         "chart_traces": built["traces"],
         "poll_first_s": poll_first_s,
@@ -459,7 +459,7 @@ def widget_first_paint(storage_dir: str, repetitions: int = 3) -> dict:
     finally:
         kernel.close()
     return {"first_points_s": sorted(firsts)[len(firsts) // 2], "first_points_max_s": max(firsts),
-            "display_kb": max(sizes) / 1024, "plotly_imported": plotly}
+            "display_kb": max(sizes) / 1024, "plotly_imported": int(plotly)}
 
 
 if __name__ == "__main__":

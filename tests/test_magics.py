@@ -570,7 +570,8 @@ def test_a_line_with_options_runs_the_experiment_they_describe(finished, cell):
     assert (settings["metric"], settings["mode"], settings["seed"]) == ("loss", "min", 7)
     assert settings["failure_config"]["max_failures"] == 2
     assert settings["checkpoint_config"] == {"num_to_keep": 2, "checkpoint_score_attribute": "loss",
-                                             "checkpoint_score_order": "min"}
+                                             "checkpoint_score_order": "min",
+                                             "checkpoint_frequency": 0, "checkpoint_at_end": None}
     assert settings["resources_per_trial"]["cpu"] == 0.5
     assert settings["stop"] == {"training_iteration": 2}
     assert settings["origin"]["trainable"] == "train_quick"
