@@ -391,3 +391,27 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+# =================================================================================================
+# Parallel runs (pytest-xdist, `-n 2 --dist loadgroup`, what the README's test command uses)
+# -------------------------------------------------------------------------------------------------
+# A module's tests stay together on one worker (its module-scoped kernels and servers start once),
+# and the tests that share an expensive session fixture are one unit: every Ray test (one
+# multi-node cluster, not one per worker), and the tests on the shared JupyterLab server.
+# =================================================================================================
+
+_SHARED_SESSION_MODULES = {"test_browser_lab.py": "lab", "test_widget_chart.py": "lab"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = os.path.basename(str(item.fspath))
+        if item.get_closest_marker("ray"):
+            group = "ray"
+        else:
+            group = _SHARED_SESSION_MODULES.get(module, module)
+        item.add_marker(pytest.mark.xdist_group(group))
