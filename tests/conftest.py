@@ -394,24 +394,57 @@ def chromium():
 
 
 # =================================================================================================
-# Parallel runs (pytest-xdist, `-n 2 --dist loadgroup`, what the README's test command uses)
+# Scripts a test started (tests/procs.py run_script) do not outlive it
 # -------------------------------------------------------------------------------------------------
-# A module's tests stay together on one worker (its module-scoped kernels and servers start once),
-# and the tests that share an expensive session fixture are one unit: every Ray test (one
-# multi-node cluster, not one per worker), and the tests on the shared JupyterLab server.
+# A failed test never reaches the end of its driver script; left running, a driver (a Ray job,
+# a sweep) went on loading the machine for the tests after it. Scripts started by module-scoped
+# fixtures, before this fixture's setup, are theirs to end.
 # =================================================================================================
 
-_SHARED_SESSION_MODULES = {"test_browser_lab.py": "lab", "test_widget_chart.py": "lab"}
+
+@pytest.fixture(autouse=True)
+def _scripts_end_with_their_test():
+    import procs
+
+    mark = len(procs.STARTED)
+    yield
+    procs.kill_started_since(mark)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into node ids
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        module = os.path.basename(str(item.fspath))
-        if item.get_closest_marker("ray"):
-            group = "ray"
-        else:
-            group = _SHARED_SESSION_MODULES.get(module, module)
-        item.add_marker(pytest.mark.xdist_group(group))
+# =================================================================================================
+# Parallel runs (pytest-xdist: `-n 2 --dist loadscope`, what the README's test command uses)
+# -------------------------------------------------------------------------------------------------
+# loadscope keeps a module's tests on one worker (its module-scoped kernels and servers start
+# once). On top of it, the tests that share an expensive session fixture are one unit: every Ray
+# test (one multi-node cluster, not one per worker: two clusters on two cores starve each other's
+# health checks) and the tests on the shared JupyterLab server. (xdist's own xdist_group marks
+# do not reach its scheduler under pytest 9: its node-id suffix is lost.)
+# =================================================================================================
+
+_RAY_MODULES = {"test_elastic_ray.py", "test_ray_cluster.py", "test_ray_drain.py",
+                "test_ray_objects.py", "test_ray_supervisor.py"}
+_LAB_MODULES = {"test_browser_lab.py", "test_widget_chart.py"}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the shared group above."""
+    path = nodeid.split("::", 1)[0]
+    module = os.path.basename(path)
+    if module in _RAY_MODULES or "[ray]" in nodeid or "[ray-" in nodeid:
+        return "ray"
+    if module in _LAB_MODULES:
+        return "lab"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return _UnitScheduling(config, log)

@@ -43,7 +43,7 @@ def run_script(tmp_path, body: str, *args: str, env: dict | None = None,
     script.write_text(textwrap.dedent(body))
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, TESTS]), PYTHONUNBUFFERED="1")
     full_env.update(env or {})
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, str(script), *args],
         cwd=str(tmp_path),
         env=full_env,
@@ -51,6 +51,27 @@ def run_script(tmp_path, body: str, *args: str, env: dict | None = None,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    STARTED.append(proc)
+    return proc
+
+
+#: Every script :func:`run_script` started, in order: tests/conftest.py kills those a test
+#: started and left running (a failed test's driver must not go on loading the machine).
+STARTED: list[subprocess.Popen] = []
+
+
+def kill_started_since(mark: int) -> None:
+    """SIGKILL the scripts started after the first ``mark`` that are still running."""
+    leftovers = STARTED[mark:]
+    del STARTED[mark:]
+    for proc in leftovers:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in leftovers:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def processes_named(name: str) -> list[int]:
