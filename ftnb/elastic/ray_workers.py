@@ -41,12 +41,9 @@ class _WorkerActor:
         failed)."""
         import ray
 
-        os.environ.update(env)
-        for entry in reversed(sys_path):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
-        if cwd and os.path.isdir(cwd):
-            os.chdir(cwd)
+        from ..execution.ray import adopt_driver_context
+
+        adopt_driver_context(env, sys_path, cwd)
         error = None
         try:
             self.body = WorkerBody(index, factory)

@@ -71,16 +71,22 @@ _DRAIN_CHECK_S = 0.5
 _EPS = 1e-9
 
 
+def adopt_driver_context(env: dict, sys_path: list, cwd: Optional[str]) -> None:
+    """In a Ray actor: the driver's environment variables, import path (its entries first) and
+    working folder (where this node has it), so the driver's modules and relative paths work."""
+    os.environ.update(env)
+    for entry in reversed(sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+
+
 class _AttemptActor:
     """The actor side of one rank of one attempt (made a Ray actor class on first use)."""
 
     def __init__(self, env: dict, sys_path: list, cwd: Optional[str]) -> None:
-        os.environ.update(env)
-        for entry in reversed(sys_path):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
-        if cwd and os.path.isdir(cwd):
-            os.chdir(cwd)
+        adopt_driver_context(env, sys_path, cwd)
         self._events: list = []
         self._cond = threading.Condition()
         self._stop = False
