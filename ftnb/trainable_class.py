@@ -28,6 +28,7 @@ resumes in a new process from the latest checkpoint through ``load_checkpoint``,
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import tempfile
@@ -116,13 +117,10 @@ class ClassTrainableRunner:
     """A :class:`Trainable` subclass as the function trainable a trial process runs, with the
     CheckpointConfig's ``checkpoint_frequency`` and ``checkpoint_at_end``."""
 
-    def __init__(self, cls: type, checkpoint_frequency: int, checkpoint_at_end: bool,
-                 stop: Any) -> None:
+    def __init__(self, cls: type, checkpoint_frequency: int, checkpoint_at_end: bool) -> None:
         self.cls = cls
         self.checkpoint_frequency = checkpoint_frequency
         self.checkpoint_at_end = checkpoint_at_end
-        #: ``RunConfig(stop={...})`` thresholds, to checkpoint at the report that meets one.
-        self.thresholds = dict(stop) if isinstance(stop, dict) else {}
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
@@ -169,20 +167,32 @@ class ClassTrainableRunner:
             return True
         if not self.checkpoint_at_end:
             return False
-        if done or session.context.should_checkpoint:
-            return True
-        from .config import metric_value
-
-        row = {**result, "training_iteration": iteration}
-        return any(_reaches(metric_value(row, key), threshold)
-                   for key, threshold in self.thresholds.items())
+        return done or _ends_at_report(session, {**result, "training_iteration": iteration})
 
     def __repr__(self) -> str:
         return f"<ftnb trainable {self.__name__}>"
 
 
-def _reaches(value: Any, threshold: float) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold
+def _ends_at_report(session: Any, row: dict) -> bool:
+    """Whether the report of ``row`` will end the attempt: it was asked to stop (a stop request:
+    a driver-side stopper, a scheduler, the user; or preemption), or a ``stop={...}`` threshold
+    or an in-trial stopper (``MaximumIterationStopper``, ``TrialPlateauStopper``) is met by it.
+    Decided before the report, so that ``checkpoint_at_end``'s checkpoint goes with it, as Ray
+    Tune saves one at every STOP decision."""
+    from .session import _stop_met
+
+    if session.context.should_checkpoint:
+        return True
+    if session.poll_stop():
+        session.stop_requested = True  # the report ends the attempt, as if it had polled
+        return True
+    stop = session.stop
+    if stop is None:
+        return False
+    if callable(stop):
+        # A copy asked: the report asks the stopper itself, which must see each row once.
+        stop = copy.deepcopy(stop)
+    return _stop_met(stop, session.context.trial_id, row)
 
 
 def _saved(folder: str) -> Union[dict, str]:
@@ -198,11 +208,12 @@ def _saved(folder: str) -> Union[dict, str]:
 def as_function_trainable(trainable: Any, checkpoint_config: Any, stop: Any) -> Any:
     """``trainable`` as a function of the config: a :class:`Trainable` subclass is wrapped with
     the checkpoint settings; a function is returned as it is (and refused with
-    ``checkpoint_frequency``/``checkpoint_at_end``, as in Ray Tune)."""
+    ``checkpoint_frequency``/``checkpoint_at_end``, as in Ray Tune). ``stop`` is not needed:
+    a trial's session knows its stop criteria (the wrapper asks it)."""
     freq = getattr(checkpoint_config, "checkpoint_frequency", 0) or 0
     at_end = getattr(checkpoint_config, "checkpoint_at_end", None)
     if is_trainable_class(trainable):
-        return ClassTrainableRunner(trainable, freq, bool(at_end), stop)
+        return ClassTrainableRunner(trainable, freq, bool(at_end))
     if freq or at_end:
         raise ValueError(
             f"CheckpointConfig(checkpoint_frequency={freq}, checkpoint_at_end={at_end}) is for "
