@@ -44,12 +44,6 @@ _LAZY = {
     "SubEnvironments": "elastic",
     "Stopper": "stopper",
     "Callback": "callback",
-    "ASHAScheduler": "schedulers",
-    "AsyncHyperBandScheduler": "schedulers",
-    "FIFOScheduler": "schedulers",
-    "HyperBandScheduler": "schedulers",
-    "MedianStoppingRule": "schedulers",
-    "TrialScheduler": "schedulers",
     "LoggerCallback": "logger",
     "MLflowLoggerCallback": "air.integrations.mlflow",
     "TBXLoggerCallback": "logger",
@@ -76,7 +70,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("torch", "stopper", "logger", "schedulers"):  # modules: ftnb.torch imports torch; ftnb.stopper as
+    if name in ("torch", "stopper", "logger"):  # modules: ftnb.torch imports torch; ftnb.stopper as
         # Ray's tune.stopper
         import importlib
 
@@ -94,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper", "logger", "schedulers"})
+    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper", "logger"})
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -104,8 +98,6 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 __all__ = [
-    "ASHAScheduler",
-    "AsyncHyperBandScheduler",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
@@ -113,12 +105,9 @@ __all__ = [
     "ExperimentLockedError",
     "ExperimentNotFoundError",
     "FailureConfig",
-    "FIFOScheduler",
-    "HyperBandScheduler",
     "LeaseLostError",
     "LoggerCallback",
     "MLflowLoggerCallback",
-    "MedianStoppingRule",
     "NoBestResultError",
     "ObjectRef",
     "RestoreError",
@@ -136,7 +125,6 @@ __all__ = [
     "SubEnvironments",
     "TBXLoggerCallback",
     "TorchConfig",
-    "TrialScheduler",
     "Trainable",
     "TorchTrainer",
     "TrainingFailedError",
