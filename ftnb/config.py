@@ -192,7 +192,9 @@ class TuneConfig:
 
     Args:
         num_samples: how many times the whole grid is repeated (each repetition draws new values
-            for the random domains).
+            for the random domains); with a ``search_alg``, how many trials it makes. -1: no
+            limit, trials are made as they can start until ``time_budget_s``, a stopper's
+            ``stop_all`` or a stop request ends the experiment (as in Ray Tune).
         max_concurrent_trials: at most this many trials run at once (None: as many as the
             machine's CPUs and GPUs allow for ``resources_per_trial``).
         metric, mode: the default metric and direction ("max"/"min") for
@@ -208,12 +210,17 @@ class TuneConfig:
             ``trial.config``, ``trial.trainable_name``, ``trial.experiment_tag``) returning its
             name (``get_context().get_trial_name()``, the records) and the name of its folder in
             the experiment directory (a plain folder name, unique in the experiment), as in Ray
-            Tune. Called once per trial when the experiment starts; their names are recorded,
-            so a restore needs neither.
+            Tune. Called once per trial when the experiment starts (with a ``search_alg``: when
+            the trial is made); their names are recorded, so a restore needs neither.
         time_budget_s: stop the whole experiment once it ran this long (seconds or a
             ``datetime.timedelta``), as ``ftnb.stopper.TimeoutStopper`` does: running trials
             stop at their next report, pending ones never start, all TERMINATED with the note
             "stopped by TimeoutStopper". Time spent before a crash and a restore counts.
+        search_alg: a search algorithm (an :class:`ftnb.search.Searcher`:
+            :class:`~ftnb.search.optuna.OptunaSearch`, :class:`~ftnb.search.ConcurrencyLimiter`,
+            :class:`~ftnb.search.BasicVariantGenerator`, your own) that suggests each trial's
+            config when the trial can start, knowing the results before. Its state is kept as
+            JSON in the experiment's folder, in step with the trials (docs/search.md).
     """
 
     num_samples: int = 1
@@ -224,17 +231,29 @@ class TuneConfig:
     time_budget_s: Optional[float] = None
     trial_name_creator: Optional[Callable[[Any], str]] = None
     trial_dirname_creator: Optional[Callable[[Any], str]] = None
+    search_alg: Any = None
 
     def __post_init__(self) -> None:
         if (
             isinstance(self.num_samples, bool)
             or not isinstance(self.num_samples, int)
-            or self.num_samples < 1
+            or (self.num_samples < 1 and self.num_samples != -1)
         ):
             raise ValueError(
                 f"TuneConfig(num_samples={self.num_samples!r}) is invalid. "
-                "Fix: pass a whole number >= 1 (how many times the search space is sampled)."
+                "Fix: pass a whole number >= 1 (how many times the search space is sampled), "
+                "or -1 to sample until time_budget_s or a stopper ends the experiment."
             )
+        if self.search_alg is not None:
+            from .search.searcher import Searcher
+
+            if not isinstance(self.search_alg, Searcher):
+                raise TypeError(
+                    f"TuneConfig(search_alg={self.search_alg!r}) must be an ftnb.search.Searcher "
+                    "(OptunaSearch, ConcurrencyLimiter, BasicVariantGenerator, or a subclass of "
+                    "your own). Fix: e.g. from ftnb.search.optuna import OptunaSearch; "
+                    "TuneConfig(search_alg=OptunaSearch())."
+                )
         if self.max_concurrent_trials is not None and (
             isinstance(self.max_concurrent_trials, bool)
             or not isinstance(self.max_concurrent_trials, int)

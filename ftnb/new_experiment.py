@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from .config import CheckpointConfig, callable_name, describe_stop
 from .core.records import ExperimentState, TrialRecord, encode_value
@@ -36,6 +36,11 @@ class NewExperimentPlan:
     storage: Storage
     name: str
     paths: ExperimentPaths
+    #: The search algorithm that makes the trials as they can start (then ``variants`` is
+    #: empty), set up with the space; None when every trial is made now.
+    searcher: Any = None
+    #: A BasicVariantGenerator's own max_concurrent (its trials are all made now).
+    max_concurrent: Optional[int] = None
 
 
 def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPlan:
@@ -50,7 +55,7 @@ def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPl
     rc, tc = tuner.run_config, tuner.tune_config
     executor.check_fits(tuner.resources, tuner.num_workers)
     space, _ = bind_objects(tuner.param_space)
-    variants = generate_variants(space, tc.num_samples, tc.seed)
+    searcher, variants, max_concurrent = plan_search(tc, space)
     check_picklable(tuner.trainable, "trainable")
     if callable(rc.stop):
         check_picklable(rc.stop, "RunConfig(stop=...)")
@@ -63,7 +68,30 @@ def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPl
     name = rc.name or _default_name(tuner.trainable, storage)
     paths = ExperimentPaths.of(storage, name)
     refuse_existing(paths)
-    return NewExperimentPlan(executor, space, variants, storage, name, paths)
+    return NewExperimentPlan(executor, space, variants, storage, name, paths, searcher,
+                             max_concurrent)
+
+
+def plan_search(tc: Any, space: dict) -> tuple[Any, list, Optional[int]]:
+    """How the trials of a new experiment are made: ``(searcher, variants, max_concurrent)``.
+
+    Without a ``search_alg`` (and a finite ``num_samples``) every trial is made now, as always
+    (:func:`~ftnb.search.generate_variants`); so with a ``BasicVariantGenerator`` and a finite
+    ``num_samples`` (its points first). Otherwise the searcher, set up here with the space (its
+    errors before anything is written), makes them as they can start."""
+    from .core.searching import PersistedSearcher
+    from .search import BasicVariantGenerator, generate_variants
+
+    searcher = tc.search_alg
+    if searcher is None and tc.num_samples != -1:
+        return None, generate_variants(space, tc.num_samples, tc.seed), None
+    if searcher is None:
+        searcher = BasicVariantGenerator()
+    PersistedSearcher.prepare(searcher, space, metric=tc.metric, mode=tc.mode,
+                              num_samples=tc.num_samples, seed=tc.seed, check_space=True)
+    if type(searcher) is BasicVariantGenerator and tc.num_samples != -1:
+        return None, searcher.variants(), searcher.max_concurrent or None
+    return searcher, [], None
 
 
 def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
@@ -83,7 +111,8 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
             "num_samples": tc.num_samples,
             "seed": tc.seed,
             "time_budget_s": tc.time_budget_s,
-            "max_concurrent_trials": tc.max_concurrent_trials,
+            "max_concurrent_trials": _max_concurrent(tc.max_concurrent_trials,
+                                                     plan.max_concurrent),
             "failure_config": vars(rc.failure_config).copy(),
             "checkpoint_config": vars(ckpt).copy(),
             "stop": describe_stop(rc.stop),
@@ -101,7 +130,17 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
         )
     state.settings["varying_keys"] = varying_keys(plan.space)
     state.param_space = encode_space(plan.space, encode_value)
+    if plan.searcher is not None:
+        from .core.searching import searcher_settings
+
+        state.settings["search_alg"] = encode_value(searcher_settings(plan.searcher))
+        state.settings["trial_id_prefix"] = prefix  # its trials' ids go on from a restore
     return state
+
+
+def _max_concurrent(*limits: Optional[int]) -> Optional[int]:
+    given = [n for n in limits if n]
+    return min(given) if given else None
 
 
 def refuse_existing(paths: ExperimentPaths) -> None:

@@ -211,6 +211,9 @@ class RestorePlan:
     resources: "TrialResources"  # per trial (per rank of a group), as stored
     num_workers: int = 1  # ranks per trial, as stored
     collective_timeout_s: float = 30.0
+    #: The search algorithm that goes on making trials (set up with ``search_space``), or None.
+    searcher: Any = None
+    search_space: Any = None
 
 
 #: ``plan_restore(stop=...)`` not given: the experiment's own stop criterion.
@@ -230,6 +233,7 @@ def plan_restore(
     takeover: bool = False,
     verbose: int = 1,
     allow_different_trainable: bool = False,
+    search_alg: Any = None,
 ) -> RestorePlan:
     """Check everything :meth:`ftnb.Tuner.restore` is asked (its arguments, documented there)
     against the experiment stored at ``path``, writing nothing; raise on the first problem."""
@@ -261,6 +265,7 @@ def plan_restore(
         check_same_trainable(paths, state, callable_name(trainable))
     flags = RestoreFlags(resume_unfinished, resume_errored, restart_errored)
     to_run = {t.trial_id for t in state.trials if flags.will_run(t.status)}
+    bound = None
     if param_space is not None:
         from .search import validate_param_space
 
@@ -297,10 +302,63 @@ def plan_restore(
     )
     tune_config = _stored_tune_config(settings)
     resources = TrialResources.from_user(settings.get("resources_per_trial"))
+    searcher, search_space = _restored_searcher(paths, state, tune_config, search_alg, bound)
     return RestorePlan(paths, state, configs, result_configs, flags, takeover,
                        param_space is not None, run_config, tune_config, resources,
                        int(settings.get("num_workers") or 1),
-                       float(settings.get("collective_timeout_s") or 30.0))
+                       float(settings.get("collective_timeout_s") or 30.0),
+                       searcher, search_space)
+
+
+def _restored_searcher(paths: ExperimentPaths, state: ExperimentState, tune_config: TuneConfig,
+                       given: Any, bound_space: Any) -> tuple[Any, Any]:
+    """The searcher that goes on making the experiment's trials, set up with its space: the one
+    ``given`` (``Tuner.restore(search_alg=...)``), or built again from its description in the
+    state; ``(None, None)`` for an experiment whose trials were all made when it started."""
+    from .core.searching import PersistedSearcher, rebuild_searcher
+    from .search.searcher import Searcher
+    from .search.space_json import SpaceNotStoredError, decode_space
+
+    stored = state.settings.get("search_alg")
+    if not stored:
+        if given is not None:
+            raise RestoreError(
+                f"Tuner.restore(search_alg={given!r}): the experiment at {paths.uri} was not run "
+                "with a search algorithm (its trials were all made when it started). Fix: leave "
+                "search_alg out.")
+        return None, None
+    if given is not None and not isinstance(given, Searcher):
+        raise RestoreError(f"Tuner.restore(search_alg={given!r}) must be an ftnb.search.Searcher.")
+    searcher = given
+    if searcher is None:
+        description = stored.get("description") if isinstance(stored, dict) else None
+        if not description:
+            name = stored.get("name") if isinstance(stored, dict) else stored
+            raise RestoreError(
+                f"The experiment at {paths.uri} was run with the search algorithm {name}, which "
+                "holds code or objects that are not saved with it (a function, a sampler, a "
+                "class of your own). Fix: pass it again, configured as it was: "
+                "Tuner.restore(path, trainable, search_alg=...) (or ftnb.run(..., tune_config="
+                "TuneConfig(search_alg=...))).")
+        try:
+            searcher = rebuild_searcher(description)
+        except ImportError as exc:
+            raise RestoreError(f"Cannot restore {paths.uri}: its search algorithm needs "
+                               f"{exc.name or exc}. Fix: pip install 'ftnb[optuna]'.") from None
+    space = bound_space
+    if space is None:
+        try:
+            space = decode_space(state.param_space) or {}
+        except SpaceNotStoredError as exc:
+            raise RestoreError(f"Cannot restore {paths.uri}: {exc}") from None
+    try:
+        PersistedSearcher.prepare(searcher, space, metric=tune_config.metric,
+                                  mode=tune_config.mode, num_samples=tune_config.num_samples,
+                                  seed=tune_config.seed, check_space=False)
+    except (ValueError, TypeError) as exc:
+        raise RestoreError(f"Cannot restore {paths.uri} with the search algorithm "
+                           f"{searcher!r}: {exc}") from None
+    return searcher, space
 
 
 def _stored_tune_config(settings: dict) -> TuneConfig:

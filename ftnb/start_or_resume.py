@@ -67,6 +67,8 @@ def start_or_resume(
                 takeover=takeover,
                 verbose=rc.verbose,
                 allow_different_trainable=allow_different_trainable,
+                # A searcher given again (one holding code) goes on with the stored search.
+                search_alg=tune_config.search_alg if tune_config is not None else None,
                 **stop,
             )
             if rc.executor is not None:  # the executor asked for now wins over the stored one

@@ -359,6 +359,9 @@ class DriverStopping:
             return
         self._stopping_all = True
         reason = self.stopper._ftnb_reason()
+        end_search = getattr(self.controller, "end_search", None)
+        if end_search is not None:  # a searcher makes no more trials (num_samples=-1)
+            end_search(f"stopped by {reason}")
         for trial in state.trials:
             self._stop(trial, reason)
 

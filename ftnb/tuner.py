@@ -104,6 +104,7 @@ class Tuner:
         self.param_space = dict(param_space) if param_space is not None else {}
         self.tune_config = tune_config or TuneConfig()
         self.run_config = run_config or RunConfig()
+        _warn_if_endless(self.tune_config, self.run_config)
         self.trainable = as_function_trainable(trainable, self.run_config.checkpoint_config,
                                                self.run_config.stop)
         self.resources = group.resources or TrialResources.from_user(
@@ -175,6 +176,8 @@ class Tuner:
             refuse_existing(paths)  # another driver may have created it while we checked
             state = initial_state(self, plan)
             _name_trials(state, self.tune_config, plan.variants, callable_name(self.trainable))
+            if plan.max_concurrent:  # a BasicVariantGenerator's own limit
+                self.tune_config = _with_max_concurrent(self.tune_config, plan.max_concurrent)
             configs = {t.trial_id: c for t, c in zip(state.trials, plan.variants)}
             plan.storage.makedirs(paths.dir)
             # The state first: a driver killed while it lays out the trial folders leaves an
@@ -187,8 +190,16 @@ class Tuner:
                 say_interrupted(exc, state.name, hint,
                                 "no trial had started (restore lays out the rest)")
                 raise
+            search = None
+            if plan.searcher is not None:
+                from .core.searching import PersistedSearcher
+
+                search = PersistedSearcher.start(
+                    plan.searcher, paths, space, num_samples=self.tune_config.num_samples,
+                    id_prefix=state.settings["trial_id_prefix"], seed=self.tune_config.seed,
+                    guard=lease.check)
             return self._run(paths, state, configs, plan.executor, lease, hint,
-                             with_originals(configs, self.param_space, space))
+                             with_originals(configs, self.param_space, space), search=search)
         finally:
             lease.release()
 
@@ -223,7 +234,8 @@ class Tuner:
 
     def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict,
              executor: Any, lease: Any, hint: str, result_configs: dict,
-             prepare: Optional[Callable[[Any], None]] = None) -> ResultGrid:
+             prepare: Optional[Callable[[Any], None]] = None,
+             search: Any = None) -> ResultGrid:
         """Run the controller on ``executor`` (which it shuts down when it ends); the results
         show ``result_configs`` (the caller's own objects where the trials were given refs to
         copies)."""
@@ -264,7 +276,10 @@ class Tuner:
             control=ControlInbox(paths, epoch=lease.info.epoch),
             num_workers=self.num_workers,
             collective_timeout_s=self.collective_timeout_s,
+            search=search,
         )
+        if search is not None:
+            controller.trial_setup = _TrialSetup(state, tc, self.trainable)
         if stopping is not None:
             stopping.controller = controller
         _, controller.trial_resources = trial_resources_of(self.trainable, configs)
@@ -303,6 +318,7 @@ class Tuner:
         takeover: bool = False,
         verbose: int = 1,
         allow_different_trainable: bool = False,
+        search_alg: Any = None,
     ) -> "Tuner":
         """Resume the experiment in folder ``path`` (local or an fsspec URL); call ``.fit()``.
 
@@ -324,6 +340,12 @@ class Tuner:
         records it): resuming trials with other code is usually a mistake (the wrong cell, the
         wrong import). ``allow_different_trainable=True`` resumes with it anyway, for the same
         training under another name (``train_v2``, a fixed version).
+
+        An experiment run with a ``TuneConfig(search_alg=...)`` goes on searching where it was:
+        ftnb's searchers are built again from the state (OptunaSearch's study is in the
+        experiment's folder); ``search_alg`` must be given again when the searcher holds code or
+        objects (a define-by-run function, a sampler, your own Searcher class), configured as
+        it was.
         """
         from .execution.resources import TrialResources
         from .restore import plan_restore
@@ -342,7 +364,8 @@ class Tuner:
             path, trainable, resume_unfinished=resume_unfinished, resume_errored=resume_errored,
             restart_errored=restart_errored, param_space=param_space,
             storage_filesystem=storage_filesystem, takeover=takeover, verbose=verbose,
-            allow_different_trainable=allow_different_trainable, **given_stop)
+            allow_different_trainable=allow_different_trainable, search_alg=search_alg,
+            **given_stop)
         stored_trainer = plan.state.settings.get("trainer")
         keep_file = group.pickle  # trainer.pkl is rewritten only from a trainer the user gave
         if group.trainer is None and stored_trainer:
@@ -412,8 +435,17 @@ class Tuner:
                     state.settings["origin"] = self.origin
                 controller.save()
 
+            search = None
+            if plan.searcher is not None:
+                from .core.searching import PersistedSearcher
+
+                search = PersistedSearcher.resume(
+                    plan.searcher, paths, plan.search_space,
+                    num_samples=self.tune_config.num_samples,
+                    id_prefix=state.settings.get("trial_id_prefix") or "t",
+                    seed=self.tune_config.seed, guard=lease.check)
             return self._run(paths, state, plan.configs, executor, lease, hint, plan.result_configs,
-                             prepare=prepare)
+                             prepare=prepare, search=search)
         finally:
             lease.release()
 
@@ -437,32 +469,89 @@ def _name_trials(state: ExperimentState, tune_config: TuneConfig, variants: list
                  trainable_name: str) -> None:
     """Apply the trial name and folder name creators to the new trials of ``state``; a bad name
     is refused here, before the experiment's folder is written."""
-    name_of, dirname_of = tune_config.trial_name_creator, tune_config.trial_dirname_creator
-    if name_of is None and dirname_of is None:
+    if tune_config.trial_name_creator is None and tune_config.trial_dirname_creator is None:
         return
     keys = state.settings.get("varying_keys") or []
     seen: dict[str, str] = {}
     for index, (trial, config) in enumerate(zip(state.trials, variants)):
-        values = ",".join(f"{k}={_config_value(config, k)}" for k in keys)
-        info = TrialInfo(trial.trial_id, config, trainable_name,
-                         f"{index}_{values}" if values else str(index))
-        if name_of is not None:
-            trial.name = _created(name_of, info, "trial_name_creator")
-        if dirname_of is not None:
-            dir_name = _created(dirname_of, info, "trial_dirname_creator")
-            if "/" in dir_name or "\\" in dir_name or dir_name in (".", "..") or (
-                    dir_name.startswith(".") or dir_name.startswith("experiment_state")):
-                raise ValueError(
-                    f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for trial "
-                    f"{trial.trial_id}: it must be a plain folder name, not hidden. Fix: return "
-                    "a name such as f\"trial_{trial.trial_id}\".")
-            if dir_name in seen:
-                raise ValueError(
-                    f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for both trial "
-                    f"{seen[dir_name]} and trial {trial.trial_id}: each trial needs its own "
-                    "folder. Fix: include trial.trial_id in the name.")
-            seen[dir_name] = trial.trial_id
-            trial.dir_name = dir_name
+        _name_trial(trial, config, index, tune_config, keys, trainable_name, seen)
+
+
+def _name_trial(trial: Any, config: dict, index: int, tune_config: TuneConfig, keys: list,
+                trainable_name: str, seen: dict) -> None:
+    """Apply the name creators to the trial number ``index`` (``seen``: the folder names taken,
+    to the trial that has each)."""
+    name_of, dirname_of = tune_config.trial_name_creator, tune_config.trial_dirname_creator
+    values = ",".join(f"{k}={_config_value(config, k)}" for k in keys)
+    info = TrialInfo(trial.trial_id, config, trainable_name,
+                     f"{index}_{values}" if values else str(index))
+    if name_of is not None:
+        trial.name = _created(name_of, info, "trial_name_creator")
+    if dirname_of is not None:
+        dir_name = _created(dirname_of, info, "trial_dirname_creator")
+        if "/" in dir_name or "\\" in dir_name or dir_name in (".", "..") or (
+                dir_name.startswith(".") or dir_name.startswith("experiment_state")):
+            raise ValueError(
+                f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for trial "
+                f"{trial.trial_id}: it must be a plain folder name, not hidden. Fix: return "
+                "a name such as f\"trial_{trial.trial_id}\".")
+        if dir_name in seen:
+            raise ValueError(
+                f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for both trial "
+                f"{seen[dir_name]} and trial {trial.trial_id}: each trial needs its own "
+                "folder. Fix: include trial.trial_id in the name.")
+        seen[dir_name] = trial.trial_id
+        trial.dir_name = dir_name
+
+
+class _TrialSetup:
+    """What the Tuner fills in of a trial its searcher made (the controller's ``trial_setup``):
+    its name and folder name (``TuneConfig``'s creators) and its resources when
+    ``ftnb.with_resources`` was given a function of the config."""
+
+    def __init__(self, state: ExperimentState, tune_config: TuneConfig, trainable: Any) -> None:
+        self.state = state
+        self.tune_config = tune_config
+        self.trainable = trainable
+        self.trainable_name = callable_name(trainable)
+
+    def __call__(self, trial: Any, config: dict) -> Any:
+        tc = self.tune_config
+        if tc.trial_name_creator is not None or tc.trial_dirname_creator is not None:
+            seen = {t.dir_name: t.trial_id for t in self.state.trials}
+            _name_trial(trial, config, len(self.state.trials), tc,
+                        self.state.settings.get("varying_keys") or [], self.trainable_name, seen)
+        if callable(getattr(self.trainable, "_ftnb_resources", None)):
+            from .parameters import trial_resources_of
+
+            _, by_trial = trial_resources_of(self.trainable, {trial.trial_id: config})
+            return by_trial.get(trial.trial_id)
+        return None
+
+
+def _warn_if_endless(tune_config: TuneConfig, run_config: RunConfig) -> None:
+    """``num_samples=-1`` with nothing that ends the experiment: Ray Tune accepts it (it runs
+    until stopped), so does ftnb, with a warning that says how to bound it."""
+    if tune_config.num_samples != -1 or tune_config.time_budget_s is not None:
+        return
+    from .stopper import Stopper
+
+    if isinstance(run_config.stop, Stopper):
+        return
+    import warnings
+
+    warnings.warn(
+        "TuneConfig(num_samples=-1) without time_budget_s or a Stopper makes trials until the "
+        "experiment is stopped (Ctrl+C, `ftnb stop`, a stop request). Fix: give "
+        "TuneConfig(time_budget_s=...) or RunConfig(stop=ftnb.stopper....) to bound it.",
+        UserWarning, stacklevel=3)
+
+
+def _with_max_concurrent(tune_config: TuneConfig, limit: int) -> TuneConfig:
+    import dataclasses
+
+    current = tune_config.max_concurrent_trials
+    return dataclasses.replace(tune_config, max_concurrent_trials=min(limit, current or limit))
 
 
 def _config_value(config: Any, dotted: str) -> Any:

@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from ..config import RunConfig, metric_value
 from ..execution.contract import (
@@ -46,7 +46,9 @@ from .records import (
     FailureRecord,
     TrialRecord,
     TrialStatus,
+    encode_value,
 )
+from .searching import FINISHED, PersistedSearcher
 from .trial_files import TrialFiles
 
 __all__ = ["Controller", "ExperimentListener"]
@@ -143,6 +145,7 @@ class Controller:
         control: Optional[ControlInbox] = None,
         num_workers: int = 1,
         collective_timeout_s: float = 30.0,
+        search: Optional[PersistedSearcher] = None,
     ) -> None:
         self.paths = paths
         self.storage = paths.storage
@@ -162,6 +165,17 @@ class Controller:
         self.collective_timeout_s = collective_timeout_s
         self.executor = executor
         self.listeners = listeners
+        #: The search algorithm that makes the trials as they can start (TuneConfig(search_alg=
+        #: ...), num_samples=-1), its state kept in the experiment's folder; None when every
+        #: trial was made when the experiment started.
+        self.search = search
+        if search is not None:
+            self.listeners = [_SearchResults(search), *listeners]
+        #: Fills in a trial the searcher made (its name and folder name; returns its resources
+        #: when they are a function of its config): set by the Tuner.
+        self.trial_setup: Optional[Callable[[TrialRecord, Any], Optional[TrialResources]]] = None
+        #: Why no more trials are asked for (a time budget, a searcher that cannot go on).
+        self.search_ended: Optional[str] = None
         self.lease = lease
         self.resume_hint = resume_hint
         self.control = control
@@ -193,12 +207,19 @@ class Controller:
         for position, trial in enumerate(self.state.trials):
             if trial.status == TrialStatus.PENDING:
                 self._enqueue(trial, position)
+        if self.search is not None:
+            # A restore: the suggestions made before the driver died whose trials were not
+            # recorded yet are recorded first; the searcher hears what it missed.
+            self.search.guard = self._guard
+            for trial_id, config in self.search.recover(self.state.trials, self._rows_of):
+                self._add_trial(trial_id, config)
         self._emit("on_experiment_start", self.state)
         try:
             while True:
                 if self.stopping is None:
                     self._schedule()
-                if not self.live and (self.stopping or self._next_pending() is None):
+                if not self.live and (self.stopping or (
+                        self._next_pending() is None and not self._may_search())):
                     break
                 for event in self.executor.poll(0.1):
                     self._handle(event)
@@ -271,13 +292,78 @@ class Controller:
         return None
 
     def _schedule(self) -> None:
-        while (trial := self._next_pending()) is not None:
+        while True:
+            trial = self._next_pending()
+            if trial is None:
+                # The searcher is asked only when a trial can start now, so that it sees every
+                # result that came before.
+                if not self._may_search() or len(self.live) >= self.max_concurrent or (
+                        not self.executor.has_room(self.resources, self.num_workers)):
+                    return
+                trial = self._suggest_trial()
+                if trial is None:
+                    return
             if len(self.live) >= self.max_concurrent:
                 return
             if not self.executor.has_room(self._resources_of(trial), self.num_workers):
                 return
             heapq.heappop(self._queue)
             self._start_attempt(trial)
+
+    # -- trials a searcher makes ---------------------------------------------------------------
+    def end_search(self, reason: str) -> None:
+        """Ask the searcher for no more trials (a time budget ran out); those made go on as
+        they are told. Safe to call from a listener."""
+        if self.search_ended is None:
+            self.search_ended = reason
+
+    def _may_search(self) -> bool:
+        return (self.search is not None and self.search_ended is None
+                and self.search.may_suggest)
+
+    def _suggest_trial(self) -> Optional[TrialRecord]:
+        """A new trial from the searcher, recorded and queued; None when it has none now."""
+        assert self.search is not None
+        trial_id = self.search.trial_id(len(self.state.trials))
+        self._guard()
+        answer = self.search.suggest(trial_id)
+        if answer is None:
+            if not self.live and self._next_pending() is None:
+                # Nothing runs that could change its answer: waiting would never end.
+                self.search_ended = (f"{self.search.searcher!r} suggested nothing while no "
+                                     "trial was running")
+                print(f"ftnb: experiment {self.state.name!r}: {self.search_ended}; no more "
+                      "trials are made.", file=sys.stderr, flush=True)
+            return None
+        if answer == FINISHED:
+            return None
+        return self._add_trial(trial_id, answer)
+
+    def _add_trial(self, trial_id: str, config: Any) -> TrialRecord:
+        """Record the new trial ``trial_id`` (its folder, ``params.json``, its record and the
+        state that lists it, all before it starts) and queue it."""
+        assert self.search is not None
+        trial = TrialRecord(trial_id=trial_id, dir_name=trial_id, config=encode_value(config))
+        if self.trial_setup is not None:
+            request = self.trial_setup(trial, config)
+            if request is not None:
+                self.trial_resources[trial_id] = request
+        self.state.trials.append(trial)
+        self.configs[trial_id] = config
+        trial_paths = self.paths.trial(trial.dir_name)
+        self._guard()
+        self.storage.makedirs(trial_paths.dir)
+        self.storage.write_atomic(
+            trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n",
+            durable=False)
+        self._persist_trial(trial)
+        self.save()  # the state lists it now: a restore finds it
+        self.search.recorded(trial_id)
+        self._enqueue(trial)
+        return trial
+
+    def _rows_of(self, trial: TrialRecord) -> list:
+        return self.paths.trial(trial.dir_name).read_results()
 
     def _resources_of(self, trial: TrialRecord) -> TrialResources:
         return self.trial_resources.get(trial.trial_id, self.resources)
@@ -539,6 +625,10 @@ class Controller:
         data = json.dumps(trial.to_json(), default=str, allow_nan=True)
         self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
         self._changed.add(trial.trial_id)
+        if self.search is not None and trial.status in (TrialStatus.TERMINATED,
+                                                        TrialStatus.ERRORED):
+            # After its final record: a restore tells the searcher what it did not hear.
+            self.search.on_complete(trial)
 
     def save(self, final: bool = False) -> None:
         """Persist the experiment state now (the loop saves it at most once a second, what
@@ -558,6 +648,16 @@ class Controller:
             if fn is not None:
                 fn(*args)
 
+
+
+class _SearchResults(NullListener):
+    """Tells the searcher each result (once per ``training_iteration``)."""
+
+    def __init__(self, search: PersistedSearcher) -> None:
+        self.search = search
+
+    def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
+        self.search.on_result(trial.trial_id, row)
 
 
 def _rank_entries(exit_event: ExitEvent, errors: dict[int, ErrorEvent]) -> list[dict]:

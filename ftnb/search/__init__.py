@@ -20,7 +20,14 @@ form of a space), :mod:`~ftnb.search.numeric` (the numeric domains and their bou
 (compiling a space, expanding its grid, drawing its domains), :mod:`~ftnb.search.flatten`
 (``"model/lr"`` keys) and :mod:`~ftnb.search.messages` (how errors name a key path). Only the
 stdlib is imported here so that ``import ftnb`` stays fast.
+
+Search algorithms (Ray Tune's ``ray.tune.search``): :class:`Searcher` (the interface),
+:class:`BasicVariantGenerator` (the default), :class:`ConcurrencyLimiter`, and
+``from ftnb.search.optuna import OptunaSearch`` (``pip install 'ftnb[optuna]'``); see
+docs/search.md.
 """
+
+from typing import Any
 
 from .constructors import (
     choice,
@@ -47,11 +54,26 @@ from .domains import (
     encode_space,
     is_grid_search,
 )
+from .concurrency import ConcurrencyLimiter
 from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, Normal, QLogRandInt, QRandInt, RandInt, Uniform
+from .searcher import BasicVariantGenerator, Searcher
 from .variants import count_variants, generate_variants, validate_param_space, varying_keys
 
+
+def __getattr__(name: str) -> Any:
+    if name == "OptunaSearch":  # imports optuna: only when asked for
+        from .optuna import OptunaSearch
+
+        return OptunaSearch
+    raise AttributeError(f"module 'ftnb.search' has no attribute {name!r}")
+
+
 __all__ = [
+    "BasicVariantGenerator",
+    "ConcurrencyLimiter",
+    "OptunaSearch",
+    "Searcher",
     "GRID_SEARCH_KEY",
     "DOMAIN_JSON_KEY",
     "Domain",

@@ -10,7 +10,7 @@ import itertools
 import math
 import random
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 from .domains import (
     GRID_SEARCH_KEY,
@@ -28,6 +28,8 @@ from .messages import format_key_path, short_repr
 __all__ = [
     "count_variants",
     "generate_variants",
+    "iter_variants",
+    "with_point",
     "make_sequence",
     "validate_param_space",
     "varying_keys",
@@ -417,6 +419,56 @@ def generate_variants(
     templates = _expand(_compile_space(param_space))
     rng = random.Random(seed)
     return [_resolve_variant(t, rng) for _ in range(num_samples) for t in templates]
+
+
+def iter_variants(
+    param_space: Mapping[str, Any] | None,
+    num_samples: int | None,
+    rng: random.Random,
+    points_to_evaluate: list[Mapping[str, Any]] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The configs of :func:`generate_variants`, one at a time, drawn with ``rng``:
+    ``num_samples=None`` never ends (``TuneConfig(num_samples=-1)``).
+
+    ``points_to_evaluate`` (Ray's ``BasicVariantGenerator``): each point replaces one sample and
+    comes first, its values fixed (:func:`with_point`) and the rest of the space resolved as
+    usual; a grid axis the point does not fix still gives one config per grid value. Without
+    points, the configs are exactly :func:`generate_variants`' for the same ``rng``.
+    """
+    points = list(points_to_evaluate or [])
+    for point in points:
+        for template in _expand(_compile_space(with_point(param_space, point))):
+            yield _resolve_variant(template, rng)
+    templates = _expand(_compile_space(param_space))
+    samples = itertools.count() if num_samples is None else range(
+        max(0, num_samples - len(points)))
+    for _ in samples:
+        for template in templates:
+            yield _resolve_variant(template, rng)
+
+
+def with_point(param_space: Mapping[str, Any] | None, point: Mapping[str, Any]) -> dict:
+    """``param_space`` with the values of ``point`` (a partial config, nested like the space)
+    in place of its domains, grid axes and values; keys the space lacks are added.
+
+    >>> from ftnb.search import grid_search, uniform
+    >>> with_point({"a": grid_search([1, 2]), "m": {"lr": uniform(0, 1), "k": 3}}, {"m": {"lr": 0.5}})
+    {'a': {'grid_search': [1, 2]}, 'm': {'lr': 0.5, 'k': 3}}
+    """
+    if not isinstance(point, Mapping):
+        raise TypeError(
+            f"points_to_evaluate must be a list of dicts (partial configs); got an item of type "
+            f"{type(point).__name__}: {short_repr(point)}. Fix: e.g. [{{'lr': 0.01}}]."
+        )
+    out: dict[str, Any] = dict(param_space or {})
+    for key, value in point.items():
+        current = out.get(key)
+        if (isinstance(value, Mapping) and isinstance(current, Mapping)
+                and not is_grid_search(current) and not isinstance(current, Domain)):
+            out[key] = with_point(current, value)
+        else:
+            out[key] = value
+    return out
 
 
 def varying_keys(param_space: Mapping[str, Any] | None, sep: str = "/") -> list[str]:

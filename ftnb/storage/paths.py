@@ -18,9 +18,11 @@ from .file_names import (
     ERROR_FILE,
     LEASE_FILE,
     LEASE_LOCK_FILE,
+    OPTUNA_JOURNAL_FILE,
     PARAMS_FILE,
     PROGRESS_FILE,
     RESULTS_FILE,
+    SEARCHER_STATE_FILE,
     STATE_BACKUP_FILE,
     STATE_FILE,
     STDERR_FILE,
@@ -241,6 +243,18 @@ class ExperimentPaths:
                 if name.endswith(CONTROL_REQUEST_SUFFIX)]
 
     @property
+    def searcher_state(self) -> str:
+        """``searcher_state.json``: the search algorithm's state, its suggestions not yet
+        recorded as trials and its trials not yet told complete (:mod:`ftnb.core.searching`)."""
+        return self._file(SEARCHER_STATE_FILE)
+
+    @property
+    def optuna_journal(self) -> str:
+        """``optuna_journal.jsonl``: OptunaSearch's study, in Optuna's journal format (one line
+        of logs per commit, see :mod:`ftnb.search.optuna`)."""
+        return self._file(OPTUNA_JOURNAL_FILE)
+
+    @property
     def supervisor(self) -> str:
         """``supervisor.json``: the detached process hosting the controller, and its log."""
         return self._file(SUPERVISOR_FILE)
@@ -254,7 +268,8 @@ class ExperimentPaths:
         """Names of the files of the experiment's folder that its owner (the driver) replaces
         atomically, whose temporary files a dead owner may leave behind. Not ``owner.json``
         (a would-be owner writes it before it owns) nor ``control/`` (its senders')."""
-        return frozenset((STATE_FILE, STATE_BACKUP_FILE, SUPERVISOR_FILE))
+        return frozenset((STATE_FILE, STATE_BACKUP_FILE, SUPERVISOR_FILE, SEARCHER_STATE_FILE,
+                          OPTUNA_JOURNAL_FILE))
 
     def remove_leftover_temps(self) -> list[str]:
         """See :meth:`Storage.remove_leftover_temps` (the same rules: as the owner only)."""

@@ -1,0 +1,506 @@
+"""``OptunaSearch``: Optuna's samplers (TPE by default) as an ftnb searcher, its study kept in
+the experiment's folder (``pip install 'ftnb[optuna]'``).
+
+The study lives in Optuna's journal format in ``optuna_journal.jsonl`` beside the experiment's
+state, written through ftnb's storage (:class:`StorageJournalBackend`), so it is on the same
+disk, NFS share or object store (S3 through fsspec) as the rest of the experiment and a
+restore finds it there. Why a journal over ftnb's storage rather than Optuna's
+``JournalFileBackend`` or SQLite: both need a local file system (locks, in-place appends), and
+an experiment may live on S3; the experiment's owner lease already makes its driver the only
+writer, so the backend needs no lock of its own, and it can hold the study in memory (Optuna
+reads its journal before most calls: from memory, a suggestion costs no storage round trip).
+
+Durability: what the study records is written at the points where ftnb commits the search
+(:meth:`OptunaSearch.flush`, before a suggested trial is recorded and after a trial's outcome
+was told), every log since the last commit at once, the last one marked as the commit: a
+driver killed mid-write leaves logs without their mark, which a restore drops, so the study is
+the one of a commit point, never half of one. The file stays in Optuna's own journal format. Intermediate results (``trial.report``) ride along with the next commit; a
+restore reports the missing ones again from the trials' ``result.json`` (each step once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.storages.journal import BaseJournalBackend
+from optuna.trial import TrialState
+
+from ..config import metric_value
+from .domains import Categorical, Domain, is_grid_search
+from .flatten import flatten_dict, unflatten_dict
+from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
+from .searcher import Searcher, Suggestion
+
+if TYPE_CHECKING:
+    from ..storage import ExperimentPaths, Storage
+
+__all__ = ["OptunaSearch", "StorageJournalBackend", "convert_search_space"]
+
+logger = logging.getLogger(__name__)
+
+#: The user attribute of an Optuna trial that names the ftnb trial it is.
+TRIAL_ID_ATTR = "ftnb_trial_id"
+#: The key of the last log of each flush of :class:`StorageJournalBackend` (its commit mark).
+COMMIT_KEY = "ftnb_commit"
+#: The study's name in the experiment's journal (unless ``study_name`` is given).
+DEFAULT_STUDY_NAME = "ftnb"
+
+
+class StorageJournalBackend(BaseJournalBackend):
+    """Optuna's journal backend (``read_logs``/``append_logs``) over an ftnb
+    :class:`~ftnb.storage.Storage` file, for one writer (the experiment's owner).
+
+    The file is Optuna's journal format (one log per line: Optuna's ``JournalFileBackend``, and
+    so ``optuna-dashboard``, read it as it is). Logs are kept in memory (``read_logs`` never
+    touches storage) and written by :meth:`flush`, all the logs since the last flush at once,
+    the last of them marked ``"ftnb_commit": 1``: a reader here takes the logs up to the last
+    mark, so a flush that a dying writer left half-written (a torn line, lines without their
+    mark) is dropped whole, and removed before anything is appended. On a local disk a flush is
+    one ``write()`` in append mode; on an object store (no appends) it replaces the file with
+    one PUT, which is atomic.
+
+    >>> import optuna, tempfile  # doctest: +SKIP
+    >>> from ftnb.storage import Storage
+    >>> storage = Storage(tempfile.mkdtemp())
+    >>> backend = StorageJournalBackend(storage, storage.join(storage.root, "study.jsonl"))
+    >>> study = optuna.create_study(storage=optuna.storages.JournalStorage(backend))
+    >>> backend.flush()
+    """
+
+    def __init__(self, storage: "Storage", path: str) -> None:
+        self.storage = storage
+        self.path = path
+        self._logs: list[dict] = []
+        self._pending: list[dict] = []
+        self.guard: Optional[Callable[[], None]] = None  # the owner's check before a write
+        try:
+            data = storage.read_bytes(path)
+        except FileNotFoundError:
+            data = None
+        committed = 0  # bytes up to the end of the last committed flush
+        batch: list[dict] = []
+        lines = (data or b"").split(b"\n")
+        offset = 0
+        for number, line in enumerate(lines[:-1]):  # the last piece has no newline: torn
+            offset += len(line) + 1
+            try:
+                log = json.loads(line)
+            except ValueError:
+                raise ValueError(f"{storage.uri(path)}: line {number + 1} is not JSON: the "
+                                 "Optuna journal is damaged") from None
+            batch.append(log)
+            if log.get(COMMIT_KEY):
+                self._logs.extend(batch)
+                batch = []
+                committed = offset
+        whole = (data or b"")[:committed]
+        if data is not None and len(data) != committed:
+            # What a dying writer left after its last commit must not be built upon.
+            storage.write_atomic(path, whole)
+        self._log = storage.line_log(path, lambda: whole)
+
+    def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
+        return self._logs[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._logs.extend(logs)
+        self._pending.extend(logs)
+
+    @property
+    def unflushed(self) -> int:
+        """Logs appended since the last :meth:`flush`."""
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Write the logs appended since the last flush, at once, the last one marked."""
+        if not self._pending:
+            return
+        if self.guard is not None:
+            self.guard()
+        *head, last = self._pending
+        lines = [json.dumps(log, separators=(",", ":"), allow_nan=True) for log in head]
+        lines.append(json.dumps({**last, COMMIT_KEY: 1}, separators=(",", ":"),
+                                allow_nan=True))
+        self._log.append(("\n".join(lines) + "\n").encode("utf-8"))
+        self._pending = []
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
+    """Optuna distributions for the domains of an ftnb space, by ``"a/b"`` name (nested keys
+    joined by ``/``, as in Ray Tune); plain values are left out (they stay the config's).
+
+    Raises ValueError for what Optuna cannot sample: a ``grid_search``, ``randn``, a
+    ``sample_from``, ``qlograndint``, a domain inside a list.
+    """
+    out: dict[str, BaseDistribution] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, Domain):
+            out[path] = _distribution(value, path)
+        elif is_grid_search(value):
+            raise ValueError(
+                f"OptunaSearch cannot search param_space[{path!r}], a grid_search: Optuna "
+                "samples, it does not enumerate. Fix: use ftnb.choice([...]) there, or run the "
+                "grid without a search_alg.")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}/{key}" if path else str(key))
+        elif isinstance(value, (list, tuple)) and _holds_domain(value):
+            raise ValueError(f"OptunaSearch cannot search domains inside a list "
+                             f"(param_space[{path!r}]). Fix: use a dict of domains there.")
+
+    walk(space or {}, "")
+    return out
+
+
+def _holds_domain(value: Any) -> bool:
+    if isinstance(value, Domain) or is_grid_search(value):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_domain(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_domain(v) for v in value)
+    return False
+
+
+def _distribution(domain: Domain, name: str) -> BaseDistribution:
+    where = f"param_space[{name!r}] = {domain!r}"
+    if isinstance(domain, Uniform):
+        return FloatDistribution(domain.lower, domain.upper, step=domain.q)
+    if isinstance(domain, LogUniform):
+        if domain.q is not None:
+            warnings.warn(f"OptunaSearch: {where}: Optuna cannot quantize a log-uniform "
+                          "float; its q is dropped.", UserWarning, stacklevel=4)
+        return FloatDistribution(domain.lower, domain.upper, log=True)
+    if isinstance(domain, QLogRandInt):
+        raise ValueError(f"OptunaSearch cannot sample {where}: Optuna has no quantized "
+                         "log-uniform integers. Fix: use lograndint or qrandint.")
+    if isinstance(domain, LogRandInt):
+        return IntDistribution(domain.lower, domain.upper - 1, log=True)
+    if isinstance(domain, QRandInt):
+        return IntDistribution(domain.lower, domain.upper, step=domain.q)
+    if isinstance(domain, RandInt):
+        return IntDistribution(domain.lower, domain.upper - 1)
+    if isinstance(domain, Categorical):
+        bad = [c for c in domain.categories
+               if c is not None and not isinstance(c, (bool, int, float, str))]
+        if bad:
+            raise ValueError(f"OptunaSearch cannot sample {where}: Optuna's categories must "
+                             f"be None, bool, int, float or str (got {bad[0]!r}). Fix: choose "
+                             "among names and build the objects in the trainable.")
+        return CategoricalDistribution(domain.categories)
+    raise ValueError(f"OptunaSearch cannot sample {where} ({domain.kind}): Optuna has no such "
+                     "distribution. Fix: use uniform, loguniform, quniform, randint, qrandint, "
+                     "lograndint or choice there.")
+
+
+Space = Union[None, dict, Callable[[Any], Optional[dict]]]
+
+
+class OptunaSearch(Searcher):
+    """Optuna's samplers as a searcher (Ray Tune's ``ray.tune.search.optuna.OptunaSearch``).
+
+    Args:
+        space: what to search: None (the Tuner's ``param_space``: ftnb domains), a dict of ftnb
+            domains or of Optuna distributions (``"a/b"`` names for nested keys), or a
+            define-by-run function ``space(trial)`` that calls ``trial.suggest_*`` and may
+            return a dict of constants to add to the config.
+        metric, mode: what to optimize (default: ``TuneConfig(metric=..., mode=...)``); lists
+            for a multi-objective study.
+        points_to_evaluate: configs (whole or partial) to run first.
+        sampler: an Optuna sampler (default ``TPESampler(seed=seed)``).
+        study_name: the study's name in the journal (default ``"ftnb"``).
+        storage: an Optuna storage of your own (default: the journal in the experiment's
+            folder; with your own, its durability is its own).
+        seed: the default sampler's seed.
+        evaluated_rewards: the values of ``points_to_evaluate`` when they were evaluated
+            already: they are added to the study as done, not run.
+
+    Example::
+
+        from ftnb.search.optuna import OptunaSearch
+
+        tuner = ftnb.Tuner(train, param_space={"lr": ftnb.loguniform(1e-4, 1e-1)},
+                           tune_config=ftnb.TuneConfig(metric="loss", mode="min",
+                                                       search_alg=OptunaSearch(), num_samples=20))
+
+    The study (``optuna_journal.jsonl`` in the experiment's folder) can be read with Optuna
+    itself: ``optuna.load_study(study_name="ftnb", storage=JournalStorage(
+    JournalFileBackend(path)))`` on a local disk; each Optuna trial carries the ftnb trial's id
+    as its user attribute ``ftnb_trial_id``.
+    """
+
+    def __init__(self, space: Space = None, metric: Union[None, str, list] = None,
+                 mode: Union[None, str, list] = None,
+                 points_to_evaluate: Optional[list] = None, sampler: Any = None,
+                 study_name: Optional[str] = None, storage: Any = None,
+                 seed: Optional[int] = None, evaluated_rewards: Optional[list] = None) -> None:
+        multi = isinstance(metric, list) or isinstance(mode, list)
+        super().__init__(metric=None if multi else metric, mode=None if multi else mode)
+        if multi:
+            if not (isinstance(metric, list) and isinstance(mode, list)
+                    and len(metric) == len(mode) and all(m in ("min", "max") for m in mode)):
+                raise ValueError(
+                    f"OptunaSearch(metric={metric!r}, mode={mode!r}): a multi-objective study "
+                    "needs a list of metrics and a list of as many modes ('min'/'max').")
+            self._metric, self._mode = list(metric), list(mode)
+        if space is not None and not (isinstance(space, dict) or callable(space)):
+            raise TypeError(f"OptunaSearch(space={space!r}) must be a dict of domains or Optuna "
+                            "distributions, a define-by-run function, or None.")
+        if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
+            raise TypeError(f"OptunaSearch(sampler={sampler!r}) must be an optuna sampler "
+                            "(optuna.samplers.TPESampler(), ...).")
+        if sampler is not None and seed is not None:
+            warnings.warn("OptunaSearch(sampler=..., seed=...): the seed goes to the default "
+                          "sampler only; pass it to your sampler instead.", UserWarning,
+                          stacklevel=2)
+        if storage is not None and not isinstance(storage, optuna.storages.BaseStorage):
+            raise TypeError(f"OptunaSearch(storage={storage!r}) must be an optuna storage.")
+        if points_to_evaluate is not None and (
+                not isinstance(points_to_evaluate, list)
+                or not all(isinstance(p, dict) for p in points_to_evaluate)):
+            raise TypeError("OptunaSearch(points_to_evaluate=...) must be a list of dicts "
+                            "(partial configs), e.g. [{'lr': 0.01}].")
+        if evaluated_rewards is not None and len(evaluated_rewards) != len(
+                points_to_evaluate or []):
+            raise ValueError("OptunaSearch(evaluated_rewards=...) needs one value per point of "
+                             "points_to_evaluate.")
+        self._given_space = space
+        self._space: Optional[dict] = None  # name -> distribution (a dict space)
+        self._define_by_run: Optional[Callable] = space if callable(space) else None
+        if isinstance(space, dict) and space:
+            self._space = _as_distributions(space)
+        self._points = [dict(p) for p in points_to_evaluate or []]
+        self._evaluated_rewards = evaluated_rewards
+        self._sampler = sampler
+        self._seed = seed
+        self._study_name = study_name or DEFAULT_STUDY_NAME
+        self._storage = storage
+        self._backend: Optional[StorageJournalBackend] = None
+        self._study: Optional[optuna.Study] = None
+        self._ot_trials: dict[str, optuna.Trial] = {}
+        self._reported: dict[str, set] = {}  # steps already reported, by ftnb trial
+        self._completed: set = set()
+
+    # -- set-up --------------------------------------------------------------------------------
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str],
+                              config: dict, **spec: Any) -> bool:
+        super().set_search_properties(metric, mode, config)
+        if self._space is not None or self._define_by_run is not None:
+            return False
+        self._space = convert_search_space(config)
+        return True
+
+    def attach_storage(self, paths: "ExperimentPaths", resuming: bool) -> None:
+        if self._storage is None:
+            self._backend = StorageJournalBackend(paths.storage, paths.optuna_journal)
+            self._storage = optuna.storages.JournalStorage(self._backend)
+        self._open_study()
+
+    @property
+    def study(self) -> optuna.Study:
+        """The Optuna study (opened in memory when used outside an experiment)."""
+        if self._study is None:
+            self._open_study()
+        assert self._study is not None
+        return self._study
+
+    def _check_ready(self) -> None:
+        if self._space is None and self._define_by_run is None:
+            raise RuntimeError(
+                "OptunaSearch has no search space: give it space=... or use it through "
+                "ftnb.TuneConfig(search_alg=...) with a param_space of ftnb domains.")
+        if not self._metric or not self._mode:
+            raise RuntimeError(
+                f"OptunaSearch needs a metric and a mode (got metric={self._metric!r}, "
+                f"mode={self._mode!r}). Fix: OptunaSearch(metric='loss', mode='min') or "
+                "TuneConfig(metric='loss', mode='min').")
+
+    def _open_study(self) -> None:
+        self._check_ready()
+        modes = self._mode if isinstance(self._mode, list) else [self._mode]
+        directions = ["minimize" if m == "min" else "maximize" for m in modes]
+        sampler = self._sampler or optuna.samplers.TPESampler(seed=self._seed)
+        study = optuna.create_study(storage=self._storage, sampler=sampler,
+                                    pruner=optuna.pruners.NopPruner(),
+                                    study_name=self._study_name, load_if_exists=True,
+                                    directions=directions)
+        self._study = study
+        trials = study.get_trials(deepcopy=False)
+        if not trials:
+            self._add_points(study)
+        elif self._sampler is None:
+            # A restored study: a sampler seeded as at the start would draw its first values
+            # again (TPE's random start-up), suggesting configs twice. Seeded by the seed and
+            # the trials so far: reproducible, and new.
+            seed = None if self._seed is None else (self._seed * 1_000_003 + len(trials)) % 2**32
+            study.sampler = optuna.samplers.TPESampler(seed=seed)
+        else:
+            study.sampler.reseed_rng()
+        for frozen in trials:  # a restored study: its trials by ftnb trial id
+            trial_id = frozen.user_attrs.get(TRIAL_ID_ATTR)
+            if trial_id is None:
+                continue
+            if frozen.state.is_finished():
+                self._completed.add(trial_id)
+            else:
+                self._ot_trials[trial_id] = optuna.Trial(study, frozen._trial_id)
+            self._reported[trial_id] = set(frozen.intermediate_values)
+
+    def _add_points(self, study: optuna.Study) -> None:
+        for index, point in enumerate(self._points):
+            params = flatten_dict(point)
+            if self._space is not None:
+                unknown = sorted(set(params) - set(self._space))
+                if unknown:
+                    raise ValueError(
+                        f"OptunaSearch(points_to_evaluate=...): point {index} sets {unknown}, "
+                        f"which the search space does not have (it has {sorted(self._space)}). "
+                        "Fix: name the space's keys (nested keys as in the space).")
+            if self._evaluated_rewards is not None:
+                reward = self._evaluated_rewards[index]
+                values = reward if isinstance(reward, list) else None
+                study.add_trial(optuna.trial.create_trial(
+                    params=params, distributions={k: self._space[k] for k in params}
+                    if self._space else {}, value=None if values else reward, values=values))
+            else:
+                study.enqueue_trial(params)
+
+    # -- searching -----------------------------------------------------------------------------
+    def suggest(self, trial_id: str) -> Suggestion:
+        study = self.study
+        trial = self._ot_trials.get(trial_id)
+        if trial is None:
+            if trial_id in self._completed:
+                raise RuntimeError(f"OptunaSearch.suggest({trial_id!r}): that trial ended.")
+            trial = study.ask(fixed_distributions=self._space) if self._define_by_run is None \
+                else study.ask()
+            trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
+            self._ot_trials[trial_id] = trial
+            self._reported[trial_id] = set()
+        # A trial suggested before (a restore that asks for it again) gets the same config:
+        # Optuna returns the values a trial already has.
+        if self._define_by_run is None:
+            return unflatten_dict(dict(trial.params))
+        returned = self._define_by_run(trial)
+        if returned is not None and not isinstance(returned, dict):
+            raise TypeError(f"OptunaSearch's define-by-run function returned {returned!r}: it "
+                            "must return None or a dict of constants to add to the config.")
+        return {**unflatten_dict(dict(trial.params)), **(returned or {})}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if isinstance(self._metric, list) or trial_id in self._completed:
+            return
+        trial = self._ot_trials.get(trial_id)
+        value = metric_value(result, self._metric) if self._metric else None
+        step = result.get("training_iteration")
+        if trial is None or value is None or step is None:
+            return
+        reported = self._reported.setdefault(trial_id, set())
+        if step in reported:  # a step redone after a restart from a checkpoint
+            return
+        trial.report(float(value), int(step))
+        reported.add(step)
+
+    def on_trial_complete(self, trial_id: str, result: Optional[dict] = None,
+                          error: bool = False) -> None:
+        if trial_id in self._completed:
+            return  # told already (Optuna's record says so, after a restore)
+        trial = self._ot_trials.pop(trial_id, None)
+        self._completed.add(trial_id)
+        if trial is None:
+            return
+        metrics = self._metric if isinstance(self._metric, list) else [self._metric]
+        values = [metric_value(result, m) if result else None for m in metrics]
+        state = TrialState.COMPLETE
+        if any(v is None for v in values):
+            state, values = (TrialState.FAIL if error else TrialState.PRUNED), None
+        told: Any = values if values is None or len(values) > 1 else values[0]
+        try:
+            self.study.tell(trial, told, state=state)
+        except Exception as exc:  # a NaN, a non-number: the trial fails in the study
+            logger.warning("OptunaSearch: trial %s: %s; told Optuna it failed", trial_id, exc)
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def add_evaluated_point(self, parameters: dict, value: float, error: bool = False,
+                            pruned: bool = False,
+                            intermediate_values: Optional[list] = None) -> None:
+        """Ray's ``add_evaluated_point``: a config evaluated elsewhere, added to the study."""
+        if self._space is None:
+            raise RuntimeError("OptunaSearch.add_evaluated_point needs a dict search space.")
+        params = flatten_dict(parameters)
+        state = TrialState.FAIL if error else TrialState.PRUNED if pruned else \
+            TrialState.COMPLETE
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, distributions={k: self._space[k] for k in params},
+            value=value if state == TrialState.COMPLETE else None, state=state,
+            intermediate_values=dict(enumerate(intermediate_values or [], start=1))))
+
+    # -- state ---------------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self._backend is not None:
+            self._backend.flush()
+
+    def set_guard(self, guard: Optional[Callable[[], None]]) -> None:
+        """The owner's check (the lease) before each write of the journal."""
+        if self._backend is not None:
+            self._backend.guard = guard
+
+    def get_state(self) -> dict:
+        # The study itself is the state (in the journal); this says where it is.
+        return {"study_name": self._study_name, "live": sorted(self._ot_trials),
+                "completed": len(self._completed)}
+
+    def set_state(self, state: dict) -> None:
+        pass  # the study, read back from the journal by attach_storage, is the state
+
+    def describe(self) -> Optional[dict]:
+        if self._define_by_run is not None or self._sampler is not None or (
+                self._backend is None and self._storage is not None):
+            return None  # code or objects: given again at a restore
+        return {"class": "ftnb.search.optuna.OptunaSearch",
+                "space": {k: optuna.distributions.distribution_to_json(v)
+                          for k, v in (self._space or {}).items()}
+                if isinstance(self._given_space, dict) else None,
+                "metric": self._metric, "mode": self._mode,
+                "points_to_evaluate": self._points, "study_name": self._study_name,
+                "seed": self._seed, "evaluated_rewards": self._evaluated_rewards}
+
+    def __repr__(self) -> str:
+        return f"OptunaSearch(metric={self._metric!r}, mode={self._mode!r})"
+
+
+def _as_distributions(space: dict) -> dict[str, BaseDistribution]:
+    """A dict ``space``: Optuna distributions as they are (flattened names), ftnb domains
+    converted."""
+    flat = flatten_dict(space) if not any(isinstance(v, BaseDistribution) for v in
+                                          space.values()) else dict(space)
+    if all(isinstance(v, BaseDistribution) for v in flat.values()):
+        return flat
+    return convert_search_space(space)
+
+
+def from_description(data: dict) -> OptunaSearch:
+    """The OptunaSearch that :meth:`OptunaSearch.describe` described."""
+    space = data.get("space")
+    if space is not None:
+        space = {k: optuna.distributions.json_to_distribution(v) for k, v in space.items()}
+    metric, mode = data.get("metric"), data.get("mode")
+    return OptunaSearch(space=space or None, metric=metric, mode=mode,
+                        points_to_evaluate=data.get("points_to_evaluate") or None,
+                        study_name=data.get("study_name"), seed=data.get("seed"),
+                        evaluated_rewards=data.get("evaluated_rewards"))
+
