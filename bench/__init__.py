@@ -19,4 +19,4 @@ rank runs, the training script), ``procs.py`` (subprocess environment, process-t
 ``_driver.py`` (the script the ``restore`` workload kills).
 """
 
-FRAMEWORKS = ("ftnb", "ray", "torchrun")
+FRAMEWORKS = ("ftnb", "ray", "torchrun", "optuna")

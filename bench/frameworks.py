@@ -55,10 +55,10 @@ class ExperimentRun:
 
 
 #: The distribution each framework comes in (torchrun is torch's launcher).
-_DISTRIBUTION = {"ftnb": "ftnb", "ray": "ray", "torchrun": "torch"}
+_DISTRIBUTION = {"ftnb": "ftnb", "ray": "ray", "torchrun": "torch", "optuna": "optuna"}
 
 
-def _check(framework: str, allowed: tuple = ("ftnb", "ray", "torchrun")) -> None:
+def _check(framework: str, allowed: tuple = ("ftnb", "ray", "torchrun", "optuna")) -> None:
     if framework not in allowed:
         raise ValueError(f"unknown framework {framework!r} here; expected one of {allowed}")
 

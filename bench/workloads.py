@@ -39,9 +39,10 @@ __all__ = ["WORKLOADS", "Target", "Variant", "Workload", "percentile", "run_in_s
 
 #: What a framework's variant needs to import, by default (Variant.needs overrides it), and
 #: what the table's notes call it.
-NEEDS = {"ftnb": "ftnb", "ray": "ray.tune", "torchrun": "torch.distributed.run"}
+NEEDS = {"ftnb": "ftnb", "ray": "ray.tune", "torchrun": "torch.distributed.run",
+         "optuna": "optuna"}
 MODULE_NAMES = {"ray.tune": "Ray Tune", "ray.train.torch": "Ray Train",
-                "torch.distributed.run": "torchrun", "torch": "torch"}
+                "torch.distributed.run": "torchrun", "torch": "torch", "optuna": "Optuna"}
 
 
 @dataclass(frozen=True)
@@ -721,3 +722,18 @@ workload(
     targets=(Target("list_local_s", "ftnb<=", 1.0), Target("list_s3_s", "ftnb<=", 5.0)),
     timeout_s=1800,
 )(lab_workloads.lab_listing)
+
+
+# ---- optuna_overhead (bench/search_workloads.py) -------------------------------------------------
+# OptunaSearch per suggestion, its study durable in the experiment folder, against Optuna's own
+# ask/tell with the study in memory (issue 18: at most Optuna's + 5 ms).
+from . import search_workloads  # noqa: E402
+
+workload(
+    "optuna_overhead",
+    full={"trials": 200, "results": 3},
+    quick={"trials": 10, "results": 2},
+    variants=(Variant("ftnb", needs="optuna"), Variant("optuna")),
+    targets=(Target("overhead_ms", "ftnb<=", 5.0),),
+    timeout_s=900,
+)(search_workloads.optuna_overhead)
