@@ -284,6 +284,19 @@ def test_optuna_study_matches_the_trials(tmp_path):
         assert r.config["n"] == 3
 
 
+def test_an_optuna_search_prepared_twice_or_used_again_stays_right(tmp_path):
+    # ftnb.launch checks the experiment in the caller (preparing the searcher) and its
+    # supervisor prepares the same searcher again: not "a space of its own".
+    searcher = OptunaSearch(seed=0)
+    for _ in range(2):
+        PersistedSearcher.prepare(searcher, {"x": uniform(0, 1)}, metric="loss", mode="min",
+                                  num_samples=2, seed=None, check_space=True)
+    _run(tmp_path, "first", searcher, num_samples=2)
+    _run(tmp_path, "second", searcher, num_samples=3)  # its own study, in its own folder
+    assert len(_study(tmp_path / "first").trials) == 2
+    assert len(_study(tmp_path / "second").trials) == 3
+
+
 def test_optuna_space_errors_come_before_the_folder(tmp_path):
     for space, match in (({"x": grid_search([1, 2])}, "grid_search"),
                          ({"x": ftnb.randn()}, "randn"),
@@ -434,3 +447,40 @@ def test_a_generic_searcher_is_told_once_and_replayed_from_the_rows(tmp_path):
     keeper = _keeper(tmp_path, True, Recording())
     keeper.recover([errored], lambda t: rows)
     assert told == []
+
+
+def test_trials_a_searcher_makes_are_named_and_restore_checks_the_search_alg(tmp_path):
+    results = ftnb.Tuner(
+        quadratic, param_space={"x": uniform(0, 1)},
+        tune_config=ftnb.TuneConfig(
+            metric="loss", mode="min", num_samples=2, search_alg=OptunaSearch(seed=0),
+            trial_name_creator=lambda trial: f"opt_{trial.experiment_tag}",
+            trial_dirname_creator=lambda trial: f"dir_{trial.trial_id}"),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="named", verbose=0,
+                                  executor="inprocess"),
+    ).fit()
+    state = ExperimentState.load(_paths(tmp_path, "named"))
+    assert [t.dir_name for t in state.trials] == [f"dir_{t.trial_id}" for t in state.trials]
+    assert [t.name.split("_")[1] for t in state.trials] == ["0", "1"]
+    assert all((tmp_path / "named" / t.dir_name / "result.json").exists() for t in state.trials)
+    assert len(results) == 2
+    # An experiment whose trials were all made at its start has no searcher to go on with.
+    _run(tmp_path, "plain", None, num_samples=2)
+    with pytest.raises(ftnb.RestoreError, match="not run with a search algorithm"):
+        ftnb.Tuner.restore(str(tmp_path / "plain"), quadratic, search_alg=OptunaSearch())
+
+
+def test_optuna_search_needs_a_metric_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="needs a metric and a mode"):
+        ftnb.Tuner(quadratic, param_space={"x": uniform(0, 1)},
+                   tune_config=ftnb.TuneConfig(num_samples=2, search_alg=OptunaSearch()),
+                   run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="nometric",
+                                             verbose=0, executor="inprocess")).fit()
+    assert not (tmp_path / "nometric").exists()
+    # Optuna distributions, nested or not, make a space of their own.
+    space = {"x": optuna.distributions.FloatDistribution(0, 1),
+             "m": {"k": optuna.distributions.IntDistribution(1, 3)}}
+    results = _run(tmp_path, "dists", OptunaSearch(space=space, seed=0), num_samples=2,
+                   space={"n": 2})
+    assert all(set(r.config) == {"x", "m", "n"} and 1 <= r.config["m"]["k"] <= 3
+               for r in results)

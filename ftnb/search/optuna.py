@@ -25,7 +25,13 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-import optuna
+try:
+    import optuna
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "ftnb.search.optuna.OptunaSearch needs the optuna package. Fix: pip install "
+        "'ftnb[optuna]' (or pip install optuna)."
+    ) from exc
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -140,7 +146,8 @@ class StorageJournalBackend(BaseJournalBackend):
 
 def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
     """Optuna distributions for the domains of an ftnb space, by ``"a/b"`` name (nested keys
-    joined by ``/``, as in Ray Tune); plain values are left out (they stay the config's).
+    joined by ``/``, as in Ray Tune); Optuna distributions are taken as they are; plain values
+    are left out (they stay the config's).
 
     Raises ValueError for what Optuna cannot sample: a ``grid_search``, ``randn``, a
     ``sample_from``, ``qlograndint``, a domain inside a list.
@@ -148,7 +155,9 @@ def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
     out: dict[str, BaseDistribution] = {}
 
     def walk(value: Any, path: str) -> None:
-        if isinstance(value, Domain):
+        if isinstance(value, BaseDistribution):
+            out[path] = value
+        elif isinstance(value, Domain):
             out[path] = _distribution(value, path)
         elif is_grid_search(value):
             raise ValueError(
@@ -289,6 +298,7 @@ class OptunaSearch(Searcher):
         self._seed = seed
         self._study_name = study_name or DEFAULT_STUDY_NAME
         self._storage = storage
+        self._user_storage = storage
         self._backend: Optional[StorageJournalBackend] = None
         self._study: Optional[optuna.Study] = None
         self._ot_trials: dict[str, optuna.Trial] = {}
@@ -299,15 +309,18 @@ class OptunaSearch(Searcher):
     def set_search_properties(self, metric: Optional[str], mode: Optional[str],
                               config: dict, **spec: Any) -> bool:
         super().set_search_properties(metric, mode, config)
-        if self._space is not None or self._define_by_run is not None:
+        if self._given_space:  # a space of its own (given again when prepared again: launch)
+            self._check_ready()
             return False
         self._space = convert_search_space(config)
+        self._check_ready()  # before the experiment's folder is written
         return True
 
     def attach_storage(self, paths: "ExperimentPaths", resuming: bool) -> None:
-        if self._storage is None:
+        if self._user_storage is None:  # (a searcher used again: this experiment's journal)
             self._backend = StorageJournalBackend(paths.storage, paths.optuna_journal)
             self._storage = optuna.storages.JournalStorage(self._backend)
+        self._ot_trials, self._reported, self._completed = {}, {}, set()
         self._open_study()
 
     @property
@@ -320,11 +333,11 @@ class OptunaSearch(Searcher):
 
     def _check_ready(self) -> None:
         if self._space is None and self._define_by_run is None:
-            raise RuntimeError(
+            raise ValueError(
                 "OptunaSearch has no search space: give it space=... or use it through "
                 "ftnb.TuneConfig(search_alg=...) with a param_space of ftnb domains.")
         if not self._metric or not self._mode:
-            raise RuntimeError(
+            raise ValueError(
                 f"OptunaSearch needs a metric and a mode (got metric={self._metric!r}, "
                 f"mode={self._mode!r}). Fix: OptunaSearch(metric='loss', mode='min') or "
                 "TuneConfig(metric='loss', mode='min').")
@@ -469,7 +482,7 @@ class OptunaSearch(Searcher):
 
     def describe(self) -> Optional[dict]:
         if self._define_by_run is not None or self._sampler is not None or (
-                self._backend is None and self._storage is not None):
+                self._user_storage is not None):
             return None  # code or objects: given again at a restore
         return {"class": "ftnb.search.optuna.OptunaSearch",
                 "space": {k: optuna.distributions.distribution_to_json(v)
@@ -484,12 +497,8 @@ class OptunaSearch(Searcher):
 
 
 def _as_distributions(space: dict) -> dict[str, BaseDistribution]:
-    """A dict ``space``: Optuna distributions as they are (flattened names), ftnb domains
-    converted."""
-    flat = flatten_dict(space) if not any(isinstance(v, BaseDistribution) for v in
-                                          space.values()) else dict(space)
-    if all(isinstance(v, BaseDistribution) for v in flat.values()):
-        return flat
+    """A dict ``space``: Optuna distributions as they are, ftnb domains converted, nested keys
+    as ``"a/b"`` names."""
     return convert_search_space(space)
 
 
