@@ -366,6 +366,33 @@ def test_journal_drops_a_flush_a_dying_writer_left_half_written(tmp_path):
     assert study.trials[0].system_attrs["fixed_params"] == {"x": 1.0}
 
 
+def test_journal_on_an_object_store_is_segments_merged_as_a_binary_counter():
+    import uuid
+
+    storage = Storage(f"memory://ftnb-test-{uuid.uuid4().hex[:8]}/exp")
+    path = storage.join(storage.root, "optuna_journal.jsonl")
+    backend = StorageJournalBackend(storage, path)
+    study = optuna.create_study(storage=optuna.storages.JournalStorage(backend), study_name="s")
+    backend.flush()  # commit 1
+    for i in range(6):
+        study.enqueue_trial({"x": float(i)})
+        backend.flush()  # commits 2..7
+    names = [n for n in storage.listdir(storage.root) if n.startswith("optuna_journal.")]
+    assert sorted(names) == ["optuna_journal.00000001-00000004.jsonl",
+                             "optuna_journal.00000005-00000006.jsonl",
+                             "optuna_journal.00000007-00000007.jsonl"]
+    # A merge the writer died in: the merged object written, its pieces not deleted yet.
+    merged = storage.read_bytes(storage.join(storage.root, names[1])) + storage.read_bytes(
+        storage.join(storage.root, names[2]))
+    storage.write_atomic(storage.join(storage.root, "optuna_journal.00000005-00000008.jsonl"),
+                         merged)
+    again = StorageJournalBackend(storage, path)
+    study = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(again))
+    assert [t.system_attrs["fixed_params"]["x"] for t in study.trials] == [0, 1, 2, 3, 4, 5]
+    assert sorted(n for n in storage.listdir(storage.root) if n.startswith("optuna_")) == [
+        "optuna_journal.00000001-00000004.jsonl", "optuna_journal.00000005-00000008.jsonl"]
+
+
 # -- the crash windows of a PersistedSearcher, one by one -----------------------------------------
 def _keeper(tmp_path, resuming, searcher=None):
     paths = _paths(tmp_path)

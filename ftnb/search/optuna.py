@@ -2,9 +2,9 @@
 the experiment's folder (``pip install 'ftnb[optuna]'``).
 
 The study lives in Optuna's journal format in ``optuna_journal.jsonl`` beside the experiment's
-state, written through ftnb's storage (:class:`StorageJournalBackend`), so it is on the same
-disk, NFS share or object store (S3 through fsspec) as the rest of the experiment and a
-restore finds it there. Why a journal over ftnb's storage rather than Optuna's
+state (on an object store: in commit-numbered pieces of it), written through ftnb's storage
+(:class:`StorageJournalBackend`), so it is on the same disk, NFS share or object store (S3
+through fsspec) as the rest of the experiment and a restore finds it there. Why a journal over ftnb's storage rather than Optuna's
 ``JournalFileBackend`` or SQLite: both need a local file system (locks, in-place appends), and
 an experiment may live on S3; the experiment's owner lease already makes its driver the only
 writer, so the backend needs no lock of its own, and it can hold the study in memory (Optuna
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
@@ -64,16 +65,23 @@ DEFAULT_STUDY_NAME = "ftnb"
 
 class StorageJournalBackend(BaseJournalBackend):
     """Optuna's journal backend (``read_logs``/``append_logs``) over an ftnb
-    :class:`~ftnb.storage.Storage` file, for one writer (the experiment's owner).
+    :class:`~ftnb.storage.Storage`, for one writer (the experiment's owner).
 
-    The file is Optuna's journal format (one log per line: Optuna's ``JournalFileBackend``, and
-    so ``optuna-dashboard``, read it as it is). Logs are kept in memory (``read_logs`` never
-    touches storage) and written by :meth:`flush`, all the logs since the last flush at once,
-    the last of them marked ``"ftnb_commit": 1``: a reader here takes the logs up to the last
-    mark, so a flush that a dying writer left half-written (a torn line, lines without their
-    mark) is dropped whole, and removed before anything is appended. On a local disk a flush is
-    one ``write()`` in append mode; on an object store (no appends) it replaces the file with
-    one PUT, which is atomic.
+    Logs are kept in memory (``read_logs`` never touches storage) and written by :meth:`flush`,
+    all the logs since the last flush at once (a *commit*), each log one line of Optuna's
+    journal format, the last of a commit marked ``"ftnb_commit": 1``.
+
+    * On a local disk (and NFS) the journal is one file, ``path``, grown by one ``write()`` in
+      append mode per commit: Optuna's ``JournalFileBackend`` (and so ``optuna-dashboard``)
+      reads it as it is. A reader here takes the logs up to the last mark: a commit that a dying
+      writer left half-written (lines without their mark, a torn line) is dropped whole, and
+      removed before anything is appended.
+    * On an object store (no appends) each commit is a new object beside ``path``,
+      ``<name>.<first>-<last>.jsonl`` naming the commits it holds (one PUT: atomic); the newest
+      are merged as they pile up, two of the same size into one (a binary counter: about
+      log2(commits) objects to read, each log rewritten about log2(commits) times), and the
+      pieces of a merge are deleted after it: a reader takes the longest run from the first
+      commit on and ignores (then deletes) what it covers.
 
     >>> import optuna, tempfile  # doctest: +SKIP
     >>> from ftnb.storage import Storage
@@ -89,32 +97,73 @@ class StorageJournalBackend(BaseJournalBackend):
         self._logs: list[dict] = []
         self._pending: list[dict] = []
         self.guard: Optional[Callable[[], None]] = None  # the owner's check before a write
+        #: Object stores: the segments of the chain, oldest first: (first, last, bytes).
+        self._chain: list[tuple[int, int, bytes]] = []
+        if storage.is_local:
+            self._open_file()
+        else:
+            self._open_segments()
+
+    # -- one file (a local disk) ----------------------------------------------------------------
+    def _open_file(self) -> None:
         try:
-            data = storage.read_bytes(path)
+            data = self.storage.read_bytes(self.path)
         except FileNotFoundError:
             data = None
-        committed = 0  # bytes up to the end of the last committed flush
-        batch: list[dict] = []
-        lines = (data or b"").split(b"\n")
-        offset = 0
-        for number, line in enumerate(lines[:-1]):  # the last piece has no newline: torn
-            offset += len(line) + 1
-            try:
-                log = json.loads(line)
-            except ValueError:
-                raise ValueError(f"{storage.uri(path)}: line {number + 1} is not JSON: the "
-                                 "Optuna journal is damaged") from None
-            batch.append(log)
-            if log.get(COMMIT_KEY):
-                self._logs.extend(batch)
-                batch = []
-                committed = offset
+        logs, committed = _committed_logs(data or b"", self.storage.uri(self.path))
+        self._logs = logs
         whole = (data or b"")[:committed]
         if data is not None and len(data) != committed:
             # What a dying writer left after its last commit must not be built upon.
-            storage.write_atomic(path, whole)
-        self._log = storage.line_log(path, lambda: whole)
+            self.storage.write_atomic(self.path, whole)
+        self._log = self.storage.line_log(self.path, lambda: whole)
 
+    # -- segments (an object store) ---------------------------------------------------------------
+    def _segment_path(self, first: int, last: int) -> str:
+        folder, name = self.path.rsplit("/", 1)
+        stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
+        return f"{folder}/{stem}.{first:08d}-{last:08d}.jsonl"
+
+    def _open_segments(self) -> None:
+        folder, name = self.path.rsplit("/", 1)
+        stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
+        pattern = re.compile(re.escape(stem) + r"\.(\d{8})-(\d{8})\.jsonl$")
+        found = sorted(((int(m.group(1)), int(m.group(2))) for m in
+                        map(pattern.match, self.storage.listdir(folder)) if m),
+                       key=lambda r: (r[0], -r[1]))
+        expected, chain, unused = 1, [], []
+        for first, last in found:
+            if first == expected:
+                chain.append((first, last))
+                expected = last + 1
+            else:
+                unused.append((first, last))  # covered by a merge (or after a gap: none)
+        for first, last in chain:
+            path = self._segment_path(first, last)
+            data = self.storage.read_bytes(path)
+            logs, committed = _committed_logs(data, self.storage.uri(path))
+            if committed != len(data):
+                raise ValueError(f"{self.storage.uri(path)}: a segment of the Optuna journal "
+                                 "does not end with a commit: it is damaged")
+            self._logs.extend(logs)
+            self._chain.append((first, last, data))
+        for first, last in unused:
+            self.storage.remove(self._segment_path(first, last))
+
+    def _commit_segment(self, data: bytes) -> None:
+        number = self._chain[-1][1] + 1 if self._chain else 1
+        self.storage.write_atomic(self._segment_path(number, number), data)
+        self._chain.append((number, number, data))
+        while len(self._chain) >= 2:
+            (a1, b1, d1), (a2, b2, d2) = self._chain[-2], self._chain[-1]
+            if b1 - a1 != b2 - a2:
+                break
+            self.storage.write_atomic(self._segment_path(a1, b2), d1 + d2)
+            self._chain[-2:] = [(a1, b2, d1 + d2)]
+            self.storage.remove(self._segment_path(a1, b1))
+            self.storage.remove(self._segment_path(a2, b2))
+
+    # -- Optuna's interface -------------------------------------------------------------------------
     def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
         return self._logs[log_number_from:]
 
@@ -128,7 +177,7 @@ class StorageJournalBackend(BaseJournalBackend):
         return len(self._pending)
 
     def flush(self) -> None:
-        """Write the logs appended since the last flush, at once, the last one marked."""
+        """Write the logs appended since the last flush: one commit."""
         if not self._pending:
             return
         if self.guard is not None:
@@ -137,11 +186,36 @@ class StorageJournalBackend(BaseJournalBackend):
         lines = [json.dumps(log, separators=(",", ":"), allow_nan=True) for log in head]
         lines.append(json.dumps({**last, COMMIT_KEY: 1}, separators=(",", ":"),
                                 allow_nan=True))
-        self._log.append(("\n".join(lines) + "\n").encode("utf-8"))
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        if self.storage.is_local:
+            self._log.append(data)
+        else:
+            self._commit_segment(data)
         self._pending = []
 
     def close(self) -> None:
-        self._log.close()
+        if self.storage.is_local:
+            self._log.close()
+
+
+def _committed_logs(data: bytes, where: str) -> tuple[list[dict], int]:
+    """The logs of ``data`` up to its last commit mark, and that many bytes."""
+    logs: list[dict] = []
+    batch: list[dict] = []
+    committed = offset = 0
+    for number, line in enumerate(data.split(b"\n")[:-1]):  # no newline at the end: torn
+        offset += len(line) + 1
+        try:
+            log = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{where}: line {number + 1} is not JSON: the Optuna journal is "
+                             "damaged") from None
+        batch.append(log)
+        if log.get(COMMIT_KEY):
+            logs.extend(batch)
+            batch = []
+            committed = offset
+    return logs, committed
 
 
 def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
