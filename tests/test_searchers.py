@@ -511,3 +511,22 @@ def test_optuna_search_needs_a_metric_before_anything_is_written(tmp_path):
                    space={"n": 2})
     assert all(set(r.config) == {"x", "m", "n"} and 1 <= r.config["m"]["k"] <= 3
                for r in results)
+
+
+def test_optuna_multi_objective_study(tmp_path):
+    def two(config):
+        ftnb.report({"loss": (config["x"] - 0.3) ** 2, "size": config["x"]})
+
+    results = ftnb.Tuner(
+        two, param_space={"x": uniform(0, 1)},
+        tune_config=ftnb.TuneConfig(num_samples=3, search_alg=OptunaSearch(
+            metric=["loss", "size"], mode=["min", "max"], seed=0)),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="multi", verbose=0,
+                                  executor="inprocess"),
+    ).fit()
+    study = optuna.load_study(study_name="ftnb", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "multi" /
+                                                       "optuna_journal.jsonl"))))
+    by_id = {t.user_attrs["ftnb_trial_id"]: t for t in study.trials}
+    for r in results:
+        assert by_id[r.metrics["trial_id"]].values == [r.metrics["loss"], r.metrics["size"]]
