@@ -530,3 +530,9 @@ def test_optuna_multi_objective_study(tmp_path):
     by_id = {t.user_attrs["ftnb_trial_id"]: t for t in study.trials}
     for r in results:
         assert by_id[r.metrics["trial_id"]].values == [r.metrics["loss"], r.metrics["size"]]
+
+
+def test_a_limited_variant_generator_makes_the_whole_grid_each_sample(tmp_path):
+    results = _run(tmp_path, "grid", ConcurrencyLimiter(BasicVariantGenerator(), 1),
+                   num_samples=2, space={"x": grid_search([0.1, 0.2, 0.3])})
+    assert sorted(r.config["x"] for r in results) == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]

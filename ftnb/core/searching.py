@@ -86,8 +86,9 @@ class PersistedSearcher:
         self.searcher = searcher
         self.paths = paths
         self.space = space
-        #: How many trials it may make in all (-1: no limit).
-        self.num_samples = num_samples
+        #: How many trials it may make in all (-1: no limit). A BasicVariantGenerator counts
+        #: ``num_samples`` in repetitions of the grid and ends by itself.
+        self.num_samples = -1 if _generates_variants(searcher) else num_samples
         self.id_prefix = id_prefix
         self.path = paths.searcher_state
         #: Called before every write: the owner lease's check.
@@ -265,6 +266,13 @@ class PersistedSearcher:
                 "search algorithm each suggestion is one trial. Fix: search that key with the "
                 "searcher (e.g. ftnb.choice([...])) or give it a constant.")
         return variants[0]
+
+
+def _generates_variants(searcher: Searcher) -> bool:
+    from ..search.searcher import BasicVariantGenerator
+
+    inner = getattr(searcher, "searcher", None)  # a ConcurrencyLimiter's
+    return isinstance(inner if isinstance(inner, Searcher) else searcher, BasicVariantGenerator)
 
 
 def _set_guard(searcher: Searcher, guard: Optional[Callable[[], None]]) -> None:
