@@ -218,6 +218,13 @@ def s3_storage(s3_endpoint):
 # they are skipped when ray is not installed (``pip install 'ftnb[ray]'``).
 # =================================================================================================
 
+# One authentication mode for every Ray process of the session. Ray >= 2.60's ray.init() of a
+# new local instance (ray_instance) sets RAY_AUTH_MODE=token in this process when it is unset;
+# drivers started afterwards inherit it, and the ray_cluster started before it (no token) then
+# has its RPCs to them refused: the GCS takes the refusal for "the owner dropped the actor" and
+# cancels every trial actor they create. Set before any cluster starts, so all agree.
+os.environ["RAY_AUTH_MODE"] = "disabled"
+
 RAY_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                      "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0}
 

@@ -590,7 +590,7 @@ def test_attach_by_name_and_by_path(finished, cell, tmp_path):
     assert handle.path == finished.path and handle.status() == "FINISHED"
     assert "Experiment quick: FINISHED" in cell.out  # the text view, outside a kernel
     # One thing shown: the view; the handle went to -o, not to the cell's result too.
-    assert "ExperimentHandle" not in cell.out and cell.shell.user_ns["_"] is not handle
+    assert "ExperimentHandle" not in cell.out and cell.shell.user_ns.get("_") is not handle
     cell("%ftattach quick --no-widget -o again")
     assert cell.out == "" and cell.ns["again"].path == finished.path
     # ...and it is the magic's value all the same, in the middle of a cell too.

@@ -145,6 +145,25 @@ def test_a_local_path_is_refused_on_a_cluster_of_several_nodes(tmp_path, ray_clu
     assert not (run.storage / "run").exists()
 
 
+def test_a_trial_whose_actor_ray_cannot_start_fails_with_rays_reason(tmp_path, ray_cluster):
+    """A driver in token-authentication mode (what Ray >= 2.60's ray.init() of a local instance
+    leaves in a notebook's environment) against this cluster without it: the cluster's GCS is
+    refused when it asks the driver about the actor, and cancels every trial actor the driver
+    creates. Each attempt must end (not wait forever for a rank that never ran) and the trial
+    must be ERRORED with what Ray said."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    run = Run(tmp_path, ray_cluster, steps=2, max_failures=1)
+    run.process = run_script(tmp_path, DRIVER, json.dumps(run.args),
+                             env={"RAY_AUTH_MODE": "token", "HOME": str(home)})
+    out, _ = run.process.communicate(timeout=120)
+    trial = run.trial()
+    assert trial["status"] == "ERRORED", out
+    assert len(trial["attempts"]) == 2 and run.progress() is None  # nothing of it ever ran
+    assert "Ray could not start this attempt's actor" in json.dumps(trial["failures"]), trial
+
+
 def test_a_partitioned_nodes_ghost_attempt_writes_nothing_after_its_replacement(tmp_path,
                                                                                 ray_cluster):
     import os

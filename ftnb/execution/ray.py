@@ -90,6 +90,7 @@ class _AttemptActor:
         self._events: list = []
         self._cond = threading.Condition()
         self._stop = False
+        self._decisions: dict[int, str] = {}
         self._rendezvous: Optional[tuple[str, int]] = None
         self._session: Any = None
         self._preempt_asked = False
@@ -162,6 +163,12 @@ class _AttemptActor:
     def request_stop(self) -> None:
         self._stop = True
 
+    def decide(self, iteration: int, decision: str) -> None:
+        """The controller's answer to the report of ``iteration`` (see :meth:`decision`)."""
+        with self._cond:
+            self._decisions[iteration] = decision
+            self._cond.notify_all()
+
     def preempt(self) -> None:
         """The node is going away (drained): checkpoint at the next report and leave."""
         with self._cond:  # (an RLock: send takes it too)
@@ -186,6 +193,12 @@ class _AttemptActor:
 
     def stop_requested(self) -> bool:
         return self._stop
+
+    def decision(self, iteration: int) -> str:
+        with self._cond:
+            while iteration not in self._decisions:
+                self._cond.wait(1.0)
+            return self._decisions.pop(iteration)
 
     def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
         if port is not None:
@@ -462,6 +475,14 @@ class RayExecutor:
                 self._supervise(ray, attempt, now)
             if attempt.running and all(rank.exited for rank in attempt.ranks):
                 events.extend(self._finish(ray, attempt))
+            elif not attempt.running and any(rank.exited for rank in attempt.ranks):
+                # A rank's actor died before the attempt body started (its node was lost, or
+                # Ray cancelled or refused its creation): the attempt ends now, as one.
+                for rank in attempt.ranks:
+                    if not rank.exited:
+                        rank.exited = rank.killed_by_us = True
+                        rank.exit_code = -9
+                events.extend(self._finish(ray, attempt))
         return events
 
     def _watch_drains(self, ray: Any) -> None:
@@ -507,8 +528,8 @@ class RayExecutor:
             rank.where_ref = None
             try:
                 rank.node_id, rank.ip, rank.pid = ray.get(ref)
-            except Exception:
-                return self._rank_gone(ray, attempt, rank)
+            except Exception as exc:
+                return self._rank_gone(ray, attempt, rank, exc)
             return self._maybe_run(attempt)
         if kind == "events":
             rank.events_ref = None
@@ -561,6 +582,15 @@ class RayExecutor:
             rank.exit_code = None
         else:
             rank.exit_code = -9
+            if not attempt.running and exc is not None and rank.error is None:
+                # It never ran a line: say what Ray said (an actor whose creation Ray cancelled,
+                # a runtime environment it could not set up), not just "killed".
+                spec = attempt.spec
+                rank.error = ErrorEvent(
+                    spec.trial_id, spec.attempt, type=type(exc).__name__,
+                    message=f"Ray could not start this attempt's actor: {exc}",
+                    rank=rank.index)
+                events.append(rank.error)
         if attempt.group and not rank.killed_by_us:
             self._note_failure(attempt, rank.index, peer=False)
         return events
@@ -670,6 +700,12 @@ class RayExecutor:
         for rank in attempt.ranks:
             if not rank.exited:
                 rank.actor.request_stop.remote()
+
+    def decide(self, trial_id: str, iteration: int, decision: str) -> None:
+        attempt = self._running.get(trial_id)
+        if attempt is None or not attempt.ranks or attempt.ranks[0].exited:
+            return
+        attempt.ranks[0].actor.decide.remote(iteration, decision)
 
     def kill(self, trial_id: str) -> None:
         attempt = self._running.get(trial_id)
