@@ -49,7 +49,7 @@ def test_the_quick_start_runs_as_written(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("{'lr': ") and "Checkpoint(" in last, proc.stdout
-    experiments = list((tmp_path / "results").iterdir())
+    experiments = [p for p in (tmp_path / "results").iterdir() if not p.name.startswith(".")]
     assert len(experiments) == 1
     trials = [p for p in experiments[0].iterdir() if (p / "result.json").exists()]
     assert len(trials) == 4

@@ -20,7 +20,7 @@ from .exits import EXIT_OK, CliError, describe, one_line
 from .output import columns, local_time, print_json
 
 if TYPE_CHECKING:
-    from ..ui.read_model import ExperimentSnapshot, Location
+    from ..ui.read_model import ExperimentSnapshot, ListedExperiment, Location
 
 __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_experiments",
            "open_storage"]
@@ -62,28 +62,34 @@ def _storage_shown(given: Optional[str]) -> tuple[str, str]:
 
 def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
     """Print the experiments under the storage path ``given`` (default: the default storage)
-    as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path."""
-    from ..ui.read_model import Found
+    as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path. A storage
+    folder is listed through its index (:func:`ftnb.ui.read_model.list_folder`): a few
+    requests for a folder of ended experiments, wherever it is."""
+    from ..ui import read_model
 
     where, shown = _storage_shown(given)
-    location = _locate(open_storage(where))
-    if location.found is Found.MISSING:
+    storage = open_storage(where)
+    found = _ls_target(storage)
+    if found == "missing":
         raise CliError(f"storage path {shown} does not exist")
-    if location.found in (Found.FILE, Found.STATE_FILE):
+    if found == "file":
         raise CliError(f"storage path {where} is a file, not a folder")
 
     listed: list[_Listed] = []
-    if location.experiment is not None:
+    if found == "experiment":
         # The path is itself an experiment: show it rather than "nothing here".
         print(
             f"note: {where} is itself an experiment folder; `ftnb status {where}` shows its "
             "trials",
             file=sys.stderr,
         )
-        listed.append(_list_one(location.experiment))
-    elif location.found is Found.STORAGE:
-        for name in location.names:
-            listed.append(_list_one(ExperimentPaths.of(location.storage, name, location.path)))
+        one = read_model.read_experiment(ExperimentPaths(storage, storage.root))
+        listed = [_listed(one)] if one is not None else []
+    else:
+        try:
+            listed = [_listed(e) for e in read_model.list_folder(storage, storage.root)]
+        except Exception as exc:
+            raise CliError(f"cannot read {storage.uri(storage.root)}: {describe(exc)}") from None
 
     readable = sorted((e for e in listed if e.error is None), key=lambda e: (e.updated, e.name))
     broken = sorted((e for e in listed if e.error is not None), key=lambda e: e.name)
@@ -109,17 +115,32 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
     return EXIT_OK
 
 
-def _list_one(paths: ExperimentPaths) -> _Listed:
+def _ls_target(storage: Storage) -> str:
+    """What ``ftnb ls`` was given: "missing", "file", "experiment" or "folder" (three requests
+    at most, never one per experiment). Any backend failure (no credentials, no network,
+    permission denied) is about the user's path or environment, not a bug: a CliError."""
     from ..ui import read_model
 
-    name = paths.name
+    root = storage.root
     try:
-        summary = read_model.summarize(paths)
-    except StateFormatError as exc:
-        return _Listed(name, paths.uri, "UNREADABLE", error=_short_reason(str(exc), paths))
-    except Exception as exc:  # permission denied, a backend error: still list the others
-        return _Listed(name, paths.uri, "UNREADABLE", error=describe(exc))
-    return _Listed(**dataclasses.asdict(summary))
+        if not storage.exists(root):
+            return "missing"
+        if not storage.isdir(root):
+            return "file"
+        return "experiment" if read_model.is_experiment(storage, root) else "folder"
+    except Exception as exc:
+        raise CliError(f"cannot read {storage.uri(root)}: {describe(exc)}") from None
+
+
+def _listed(listed: "ListedExperiment") -> _Listed:
+    """One row of ``ftnb ls``."""
+    paths, summary = listed.paths, listed.summary
+    if summary is not None:
+        return _Listed(**dataclasses.asdict(summary))
+    exc = listed.error
+    if isinstance(exc, StateFormatError):
+        return _Listed(paths.name, paths.uri, "UNREADABLE", error=_short_reason(str(exc), paths))
+    return _Listed(paths.name, paths.uri, "UNREADABLE", error=describe(exc))
 
 
 def _short_reason(message: str, paths: ExperimentPaths) -> str:

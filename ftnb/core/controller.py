@@ -37,6 +37,7 @@ from ..execution.contract import (
 from ..execution.resources import TrialResources
 from ..storage import ExperimentPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
+from ..storage.experiment_index import IndexEntryWriter
 from ..storage.lease import Lease, LeaseLostError
 from . import policy
 from .records import (
@@ -182,6 +183,8 @@ class Controller:
         #: The trials' files kept in line with their records (result rows a restarted attempt
         #: redoes, checkpoint debris, retention); restore uses it before the loop runs.
         self.trial_files = TrialFiles(paths, run_config.checkpoint_config, lease)
+        #: The experiment's entry in its storage folder's index (what listings read).
+        self.index_entry = IndexEntryWriter(paths, lease)
         self.live: dict[str, _Live] = {}
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
@@ -638,6 +641,7 @@ class Controller:
             self.state.save(self.paths, final=True)
         else:
             self.state.save_changes(self.paths, self._changed)
+        self.index_entry.update(self.state, changed=bool(self._changed), final=final)
         self._changed = set()
         self._dirty = False
         self._last_save = time.time()

@@ -3,6 +3,9 @@
 * **What is at this path?** :func:`locate` says what a folder is (an experiment, a storage folder
   of experiments, a trial's folder, ...); :func:`experiment_paths` resolves a name or a folder as
   :func:`ftnb.attach` takes it; :func:`experiment_names` lists a storage folder.
+* **What is in this storage folder?** :func:`list_folder`: each experiment's summary, status as
+  read, through the folder's index where it can (:mod:`ftnb.ui.listing`); one experiment read
+  in full: :func:`read_experiment`.
 * **What is its status?** :func:`read_status`. A state that says RUNNING while no live driver
   owns the experiment (its driver was killed, its machine lost) reads as ``INTERRUPTED``, and so
   do the trials that driver ran (:func:`as_read`); the stored state is never changed, so a
@@ -31,6 +34,7 @@ resume line) differently.
 
 from __future__ import annotations
 
+from .listing import ListedExperiment, ListingMemory, list_folder, read_experiment
 from .location import (
     Found,
     Location,
@@ -75,6 +79,8 @@ __all__ = [
     "ExperimentSnapshot",
     "ExperimentSummary",
     "Found",
+    "ListedExperiment",
+    "ListingMemory",
     "Location",
     "Restart",
     "ResultColumns",
@@ -85,12 +91,14 @@ __all__ = [
     "finite",
     "ftnb_magics_loaded",
     "is_experiment",
+    "list_folder",
     "locate",
     "merge_trial_records",
     "names_a_folder",
     "newer_record",
     "parse_trial_record",
     "read_driver",
+    "read_experiment",
     "read_snapshot",
     "read_state",
     "read_status",

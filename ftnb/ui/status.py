@@ -172,17 +172,21 @@ class ExperimentSummary:
     driver_dead_in_s: Optional[float] = None
 
 
-def summarize(paths: ExperimentPaths) -> ExperimentSummary:
+def summarize(paths: ExperimentPaths, state: Optional[ExperimentState] = None,
+              driver: Optional[DriverStatus] = None) -> ExperimentSummary:
     """The experiment's summary, from its state file (one read) and, when the state says
     RUNNING, its owner lease. When that driver is gone the state stopped at its last save, so
     the trials' own records are read too, as :func:`ftnb.ui.snapshot.read_snapshot` reads
-    them. Raises :class:`ftnb.core.records.StateFormatError` where there is no readable state."""
-    state = ExperimentState.load(paths)
-    driver = None
-    if state.status == _RUNNING:
+    them. Raises :class:`ftnb.core.records.StateFormatError` where there is no readable state.
+    ``state`` and ``driver``: as the caller just read them (not read again); ``state`` is then
+    changed in place (its trials' newer records merged in)."""
+    state = ExperimentState.load(paths) if state is None else state
+    if state.status != _RUNNING:
+        driver = None
+    elif driver is None:
         driver = read_driver(paths)
-        if driver.gone(state.status):
-            state = as_read(merge_trial_records(state, paths), driver)
+    if driver is not None and driver.gone(state.status):
+        state = as_read(merge_trial_records(state, paths), driver)
     silent = driver is not None and driver.offers_takeover(state.status)
     return ExperimentSummary(
         name=paths.name, path=paths.uri, status=state.status, trials=len(state.trials),
