@@ -724,6 +724,25 @@ workload(
 )(lab_workloads.lab_listing)
 
 
+# ---- asha (bench/scheduler_workloads.py) --------------------------------------------------------
+# ASHA over 200 short trials, ftnb's scheduler against Ray Tune's, end to end (issue 18).
+from . import scheduler_workloads  # noqa: E402
+
+workload(
+    "asha",
+    full={"trials": 200, "max_t": 9, "grace_period": 1, "reduction_factor": 3,
+          "concurrent": 2, "step_s": 0.01},
+    quick={"trials": 12, "max_t": 3, "grace_period": 1, "reduction_factor": 3,
+           "concurrent": 2, "step_s": 0.0},
+    variants=(FTNB, RAY, Variant("ray", "reuse_actors", {"reuse_actors": True})),
+    targets=(
+        Target("wall_s", "ratio<=", 0.2),
+        Target("wall_s", "ratio<=", 0.2, ray_label="reuse_actors"),
+    ),
+    timeout_s=1800,
+)(scheduler_workloads.asha_sweep)
+
+
 # ---- optuna_overhead (bench/search_workloads.py) -------------------------------------------------
 # OptunaSearch per suggestion, its study durable in the experiment folder, against Optuna's own
 # ask/tell with the study in memory (issue 18: at most Optuna's + 5 ms).

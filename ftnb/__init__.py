@@ -44,6 +44,12 @@ _LAZY = {
     "SubEnvironments": "elastic",
     "Stopper": "stopper",
     "Callback": "callback",
+    "ASHAScheduler": "schedulers",
+    "AsyncHyperBandScheduler": "schedulers",
+    "FIFOScheduler": "schedulers",
+    "HyperBandScheduler": "schedulers",
+    "MedianStoppingRule": "schedulers",
+    "TrialScheduler": "schedulers",
     "LoggerCallback": "logger",
     "MLflowLoggerCallback": "air.integrations.mlflow",
     "TBXLoggerCallback": "logger",
@@ -70,7 +76,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("torch", "stopper", "logger"):  # modules: ftnb.torch imports torch; ftnb.stopper as
+    if name in ("torch", "stopper", "logger", "schedulers"):  # modules: ftnb.torch imports torch; ftnb.stopper as
         # Ray's tune.stopper
         import importlib
 
@@ -88,7 +94,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper", "logger"})
+    return sorted(set(globals()) | set(_LAZY) | {"torch", "stopper", "logger", "schedulers"})
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -98,6 +104,8 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 __all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
@@ -105,9 +113,12 @@ __all__ = [
     "ExperimentLockedError",
     "ExperimentNotFoundError",
     "FailureConfig",
+    "FIFOScheduler",
+    "HyperBandScheduler",
     "LeaseLostError",
     "LoggerCallback",
     "MLflowLoggerCallback",
+    "MedianStoppingRule",
     "NoBestResultError",
     "ObjectRef",
     "RestoreError",
@@ -125,6 +136,7 @@ __all__ = [
     "SubEnvironments",
     "TBXLoggerCallback",
     "TorchConfig",
+    "TrialScheduler",
     "Trainable",
     "TorchTrainer",
     "TrainingFailedError",

@@ -221,6 +221,12 @@ class TuneConfig:
             :class:`~ftnb.search.BasicVariantGenerator`, your own) that suggests each trial's
             config when the trial can start, knowing the results before. Its state is kept as
             JSON in the experiment's folder, in step with the trials (docs/search.md).
+        scheduler: a trial scheduler (:mod:`ftnb.schedulers`: ``ASHAScheduler``,
+            ``HyperBandScheduler``, ``MedianStoppingRule``, ``FIFOScheduler``, your own
+            ``TrialScheduler``) that stops or pauses trials from their results; None runs every
+            trial to its end, in order. It takes ``metric`` and ``mode`` from here when it was
+            given none. Its state is JSON in the experiment state; a restore rebuilds ftnb's
+            schedulers from it (docs/schedulers.md).
     """
 
     num_samples: int = 1
@@ -232,6 +238,7 @@ class TuneConfig:
     trial_name_creator: Optional[Callable[[Any], str]] = None
     trial_dirname_creator: Optional[Callable[[Any], str]] = None
     search_alg: Any = None
+    scheduler: Any = None
 
     def __post_init__(self) -> None:
         if (
@@ -254,6 +261,10 @@ class TuneConfig:
                     "your own). Fix: e.g. from ftnb.search.optuna import OptunaSearch; "
                     "TuneConfig(search_alg=OptunaSearch())."
                 )
+        if self.scheduler is not None:
+            from .schedulers import check_scheduler
+
+            check_scheduler(self.scheduler, self.metric, self.mode)
         if self.max_concurrent_trials is not None and (
             isinstance(self.max_concurrent_trials, bool)
             or not isinstance(self.max_concurrent_trials, int)

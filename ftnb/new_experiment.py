@@ -123,6 +123,10 @@ def initial_state(tuner: "Tuner", plan: NewExperimentPlan) -> ExperimentState:
     )
     if tuner.origin:
         state.settings["origin"] = tuner.origin
+    if tc.scheduler is not None:
+        from .schedulers import initial_record
+
+        state.scheduler = initial_record(tc.scheduler)
     for index, config in enumerate(plan.variants):
         trial_id = f"{prefix}_{index:05d}"
         state.trials.append(

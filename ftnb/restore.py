@@ -667,3 +667,51 @@ def with_originals(configs: dict, original: Any, bound: Any) -> dict:
         return value
 
     return {trial_id: swap(config) for trial_id, config in configs.items()}
+
+
+def restored_scheduler(paths: ExperimentPaths, state: ExperimentState, given: Any) -> Any:
+    """The trial scheduler a restore goes on with: ``given`` (``Tuner.restore(scheduler=...)``,
+    ``ftnb.run``'s ``TuneConfig(scheduler=...)``) when it is the one the experiment ran with,
+    else the stored one rebuilt (ftnb's schedulers); None for an experiment run without one.
+    Raises :class:`RestoreError` for a different scheduler, one added to an experiment run
+    without, and a class of the user's not given again."""
+    from .schedulers import (
+        FIFOScheduler,
+        TrialScheduler,
+        same_scheduler,
+        scheduler_from_description,
+    )
+
+    stored = state.scheduler
+    if given is not None and not isinstance(given, TrialScheduler):
+        raise RestoreError(f"Tuner.restore(scheduler={given!r}) must be an "
+                           "ftnb.schedulers.TrialScheduler.")
+    if not stored:
+        if given is not None and type(given) is not FIFOScheduler:
+            raise RestoreError(
+                f"The experiment at {paths.uri} was run without a trial scheduler (every trial "
+                f"to its end); {type(given).__name__} cannot take over its results halfway: its "
+                "decisions would not hold for what was reported without it. Fix: leave the "
+                "scheduler out to resume it, or run a new experiment (another name) with it.")
+        return None
+    name = stored.get("class")
+    settings = stored.get("settings")
+    if given is not None:
+        given.set_search_properties(state.settings.get("metric"), state.settings.get("mode"))
+        if not same_scheduler(stored, given):
+            shown = ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items())
+            raise RestoreError(
+                f"The experiment at {paths.uri} was run with {name}({shown}); resuming it with "
+                f"another scheduler ({type(given).__name__}, or other arguments) would not agree "
+                "with the decisions already made (rungs, brackets, trials stopped). Fix: leave "
+                "the scheduler out (ftnb rebuilds it from the state) or pass the same one; "
+                "or run a new experiment (another name) with the new scheduler.")
+        return given
+    rebuilt = scheduler_from_description(stored)
+    if rebuilt is None:
+        raise RestoreError(
+            f"The experiment at {paths.uri} was run with the trial scheduler {name}, a class of "
+            "your own, which is not saved with it (its state is). Fix: pass it again, "
+            f"configured as it was: Tuner.restore(path, trainable, scheduler={name}(...)) (or "
+            f"ftnb.run(..., tune_config=TuneConfig(scheduler={name}(...))).")
+    return rebuilt

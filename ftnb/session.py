@@ -169,6 +169,8 @@ class TrialSession:
         metric: Optional[str] = None,
         fence: Any = None,
         group: Any = None,
+        decision_points: Any = None,
+        wait_decision: Optional[Callable[[int], str]] = None,
     ) -> None:
         self.context = context
         self.context._session = self
@@ -196,6 +198,13 @@ class TrialSession:
         self.preempted = False
         self.stop_requested = False
         self._stop_keys_checked = False
+        #: The scheduler's decision points (:class:`~ftnb.execution.contract.DecisionPoints`):
+        #: the reports that wait for the controller's answer (``wait_decision``).
+        self.decision_points = decision_points
+        self.wait_decision = wait_decision
+        self._decision_value: Optional[float] = None
+        if decision_points is not None and log.rows:
+            self._decision_value = decision_points.value(log.rows[-1])
         replay = getattr(stop, "_ftnb_replay", None)
         if replay is not None:  # a stopper (ftnb.stopper) learns the trial's earlier results
             replay(context.trial_id, list(log.rows))
@@ -257,8 +266,21 @@ class TrialSession:
         self.log.append(row)
         if checkpoint is not None:
             self.log.sync()
-        self.send("result", row)
+        decision = None
+        points = self.decision_points
+        if points is not None and self.wait_decision is not None:
+            previous, self._decision_value = self._decision_value, points.value(row)
+            if points.reached(previous, row):
+                # A scheduler's decision point: the trial ends exactly here if it says so.
+                self.send("decision_point", row)
+                decision = self.wait_decision(self.iteration)
+            else:
+                self.send("result", row)
+        else:
+            self.send("result", row)
         end = self._decide_end(row, checkpoint is not None)
+        if end is None and decision in ("stop", "pause"):
+            end = _StopRequested()
         if self.group is not None:
             self.group.publish(self.iteration, _end_name(end) if end is not None else None)
         if end is not None:

@@ -69,6 +69,9 @@ def start_or_resume(
                 allow_different_trainable=allow_different_trainable,
                 # A searcher given again (one holding code) goes on with the stored search.
                 search_alg=tune_config.search_alg if tune_config is not None else None,
+                # A scheduler given again must be the one it ran with (one of the user's class
+                # is not stored); none given: the stored one, rebuilt.
+                scheduler=tune_config.scheduler if tune_config is not None else None,
                 **stop,
             )
             if rc.executor is not None:  # the executor asked for now wins over the stored one

@@ -277,6 +277,7 @@ class Tuner:
             num_workers=self.num_workers,
             collective_timeout_s=self.collective_timeout_s,
             search=search,
+            scheduler=tc.scheduler,
         )
         if search is not None:
             controller.trial_setup = _TrialSetup(state, tc, self.trainable)
@@ -319,6 +320,7 @@ class Tuner:
         verbose: int = 1,
         allow_different_trainable: bool = False,
         search_alg: Any = None,
+        scheduler: Any = None,
     ) -> "Tuner":
         """Resume the experiment in folder ``path`` (local or an fsspec URL); call ``.fit()``.
 
@@ -346,9 +348,14 @@ class Tuner:
         experiment's folder); ``search_alg`` must be given again when the searcher holds code or
         objects (a define-by-run function, a sampler, your own Searcher class), configured as
         it was.
+
+        An experiment run with a ``TuneConfig(scheduler=...)`` goes on with it as it was (its
+        rungs, brackets and decisions from the state): ftnb's schedulers are built again from
+        the state; ``scheduler`` must be given again for a scheduler class of your own, and a
+        different scheduler than the one it ran with is refused (docs/schedulers.md).
         """
         from .execution.resources import TrialResources
-        from .restore import plan_restore
+        from .restore import plan_restore, restored_scheduler
 
         group = _GroupSettings.of(trainable, None, "Tuner.restore")
         if group.trainer is None and param_space is not None:
@@ -366,6 +373,7 @@ class Tuner:
             storage_filesystem=storage_filesystem, takeover=takeover, verbose=verbose,
             allow_different_trainable=allow_different_trainable, search_alg=search_alg,
             **given_stop)
+        plan.tune_config.scheduler = restored_scheduler(plan.paths, plan.state, scheduler)
         stored_trainer = plan.state.settings.get("trainer")
         keep_file = group.pickle  # trainer.pkl is rewritten only from a trainer the user gave
         if group.trainer is None and stored_trainer:

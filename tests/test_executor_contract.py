@@ -235,6 +235,44 @@ def test_request_stop_ends_it_at_its_next_report(executor, experiment, tmp_path)
     executor.request_stop("t0")  # not running any more: nothing happens
 
 
+def reports_four_noting_returns(config):
+    """Reports 4 times; after each report returns, notes its iteration in config["returned"]."""
+    for i in range(1, 5):
+        ftnb.report({"score": i})
+        with open(config["returned"], "w") as f:
+            f.write(str(i))
+
+
+@pytest.mark.parametrize("answer", ["continue", "stop"])
+def test_a_report_at_a_decision_point_waits_for_the_answer(executor, experiment, tmp_path,
+                                                            answer):
+    from ftnb.schedulers.decision_points import DecisionPoints
+
+    returned = tmp_path / "returned"
+    executor.start(make_spec(experiment, reports_four_noting_returns,
+                             {"returned": str(returned)},
+                             decision_points=DecisionPoints("training_iteration",
+                                                            milestones=(2,))))
+    events = until(executor, lambda evs: any(isinstance(e, ResultEvent) and e.awaits_decision
+                                             for e in evs), what="the decision point")
+    results = [e for e in events if isinstance(e, ResultEvent)]
+    assert [(e.row["training_iteration"], e.awaits_decision) for e in results] == [
+        (1, False), (2, True)]
+    # It waits: report 2 does not return, nothing more is reported, until the answer.
+    assert not [e for e in executor.poll(0.5) if isinstance(e, ResultEvent)]
+    assert returned.read_text() == "1" and len(rows_of(experiment)) == 2
+    executor.decide("t0", 2, answer)
+    events = [e for e in until_exit(executor) if not isinstance(e, OutputEvent)]
+    done = next(e for e in events if isinstance(e, DoneEvent))
+    rows = [r["training_iteration"] for r in rows_of(experiment)]
+    if answer == "stop":  # it ends exactly there
+        assert (done.outcome, rows, returned.read_text()) == ("stopped", [1, 2], "1")
+    else:
+        assert (done.outcome, rows, returned.read_text()) == ("finished", [1, 2, 3, 4], "4")
+    assert events[-1].exit_code == 0
+    executor.decide("t0", 3, "stop")  # not running any more: dropped
+
+
 def test_kill_ends_it_with_a_sigkill_and_nothing_after(executor, experiment, tmp_path):
     loops = str(tmp_path / "loops")
     executor.start(make_spec(experiment, reports_until_stopped, {"loops": loops}))
@@ -457,6 +495,36 @@ def test_a_group_is_one_attempt_with_one_started_done_and_exit_event(executor, e
     assert [s[:2] for s in seen] == [["2", "0"], ["2", "1"]]
     assert seen[0][2] == seen[1][2]  # one rendezvous port for the group
     assert executor.has_room(TrialResources(cpu=1), 2)  # every rank's allocation released
+
+
+def group_reports_noting_returns(config):
+    """Every rank reports 4 times, noting after each report returns its iteration in
+    ``<dir>/returned-<rank>``."""
+    rank = ftnb.get_context().get_world_rank()
+    for i in range(1, 5):
+        ftnb.report({"score": i})
+        with open(os.path.join(config["dir"], f"returned-{rank}"), "w") as f:
+            f.write(str(i))
+
+
+def test_a_groups_decision_ends_every_rank_at_that_report(executor, experiment, tmp_path):
+    from ftnb.schedulers.decision_points import DecisionPoints
+
+    _group_executor(executor)
+    executor.start(make_spec(experiment, group_reports_noting_returns, {"dir": str(tmp_path)},
+                             num_workers=2, resources=TrialResources(cpu=0.5),
+                             decision_points=DecisionPoints("training_iteration",
+                                                            milestones=(2,))))
+    until(executor, lambda evs: any(isinstance(e, ResultEvent) and e.awaits_decision
+                                    for e in evs), what="rank 0's decision point")
+    executor.decide("t0", 2, "stop")
+    events = [e for e in until_exit(executor) if not isinstance(e, OutputEvent)]
+    assert [e.kind.value for e in events][-2:] == ["done", "exit"]
+    assert events[-2].outcome == "stopped"
+    assert all(r.exit_code == 0 for r in events[-1].ranks)
+    assert [r["training_iteration"] for r in rows_of(experiment)] == [1, 2]
+    # Every rank's report of iteration 2 ended its attempt: none returned from it.
+    assert [(tmp_path / f"returned-{r}").read_text() for r in (0, 1)] == ["1", "1"]
 
 
 def test_a_rank_that_raises_ends_the_group_and_is_its_first_failing_rank(executor, experiment,

@@ -26,6 +26,8 @@ LAYERS = [
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),
     ("ftnb.search", "base"),
+    # Trial schedulers: policy over results, with no machine in it (docs/schedulers.md).
+    ("ftnb.schedulers", "base"),
     ("ftnb.objects", "base"),
     # How a dataset is split between ranks: plain data handling that a trainable calls.
     ("ftnb.train.shards", "base"),

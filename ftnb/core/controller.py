@@ -48,6 +48,7 @@ from .records import (
     TrialRecord,
     TrialStatus,
     encode_value,
+    parse_trial_record,
 )
 from .searching import FINISHED, PersistedSearcher
 from .trial_files import TrialFiles
@@ -124,6 +125,8 @@ class _Live:
     preempted: bool = False
     stop_requested_at: Optional[float] = None
     reported: bool = False  # a result of this attempt arrived
+    #: The scheduler paused the trial: its attempt ends at a report, the trial waits PAUSED.
+    pausing: bool = False
 
 
 class Controller:
@@ -147,6 +150,7 @@ class Controller:
         num_workers: int = 1,
         collective_timeout_s: float = 30.0,
         search: Optional[PersistedSearcher] = None,
+        scheduler: Any = None,
     ) -> None:
         self.paths = paths
         self.storage = paths.storage
@@ -177,6 +181,9 @@ class Controller:
         self.trial_setup: Optional[Callable[[TrialRecord, Any], Optional[TrialResources]]] = None
         #: Why no more trials are asked for (a time budget, a searcher that cannot go on).
         self.search_ended: Optional[str] = None
+        #: Trials the searcher made that the state on disk does not list yet: its file keeps
+        #: their suggestions until a save lists them (a restore records them from there).
+        self._unlisted: list[str] = []
         self.lease = lease
         self.resume_hint = resume_hint
         self.control = control
@@ -185,6 +192,22 @@ class Controller:
         self.trial_files = TrialFiles(paths, run_config.checkpoint_config, lease)
         #: The experiment's entry in its storage folder's index (what listings read).
         self.index_entry = IndexEntryWriter(paths, lease)
+        #: The trial scheduler (TuneConfig(scheduler=...), :mod:`ftnb.schedulers`): None for
+        #: the default, every trial to its end in order (no decision points, nothing saved).
+        self.scheduler = scheduler
+        self._scheduler_view = _SchedulerView(self)
+        #: What the state records besides the scheduler's own state: per trial, the last
+        #: training_iteration it was fed (every trial it knows); the STOP and PAUSE decisions
+        #: made and not yet shown by the trial's status; the trials it was told ended.
+        self._fed: dict[str, int] = {}
+        self._decided: dict[str, dict] = {}
+        self._told_ended: set[str] = set()
+        #: Answers owed to reports that wait for a decision: (trial id, iteration, answer),
+        #: given once the state that holds the decisions is saved.
+        self._answers: list[tuple[str, int, str]] = []
+        #: Whether the scheduler was brought up to date with the stored experiment (until then
+        #: a save keeps the stored record: a restore saves before the loop runs).
+        self._scheduler_ready = False
         self.live: dict[str, _Live] = {}
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
@@ -206,16 +229,21 @@ class Controller:
 
     def _run(self) -> ExperimentState:
         self.state.begin_driver_session()
+        if self.scheduler is not None:
+            self._restore_scheduler()
         self._queue = []
         for position, trial in enumerate(self.state.trials):
             if trial.status == TrialStatus.PENDING:
                 self._enqueue(trial, position)
         if self.search is not None:
-            # A restore: the suggestions made before the driver died whose trials were not
-            # recorded yet are recorded first; the searcher hears what it missed.
+            # A restore: the trials of the suggestions that the state does not list are
+            # recorded first (from their own record when they got that far); then the searcher
+            # hears what it missed.
             self.search.guard = self._guard
-            for trial_id, config in self.search.recover(self.state.trials, self._rows_of):
-                self._add_trial(trial_id, config)
+            listed = {t.trial_id for t in self.state.trials}
+            for trial_id, config, dir_name in self.search.unlisted(listed):
+                self._adopt(trial_id, config, dir_name)
+            self.search.recover(self.state.trials, self._rows_of)
         self._emit("on_experiment_start", self.state)
         try:
             while True:
@@ -226,6 +254,7 @@ class Controller:
                     break
                 for event in self.executor.poll(0.1):
                     self._handle(event)
+                self._answer_decisions()
                 self._enforce_stop_deadlines()
                 self._take_control_requests()
                 if self.lease is not None and self.lease.lost:
@@ -259,6 +288,7 @@ class Controller:
             return
         trial.note = reason
         if trial_id in self.live:
+            self.live[trial_id].pausing = False  # a stop wins over a scheduler's pause
             self._request_stop(trial_id)
             return
         self._complete(trial, TrialStatus.TERMINATED)
@@ -295,6 +325,8 @@ class Controller:
         return None
 
     def _schedule(self) -> None:
+        if self.scheduler is not None:
+            self._start_chosen()
         while True:
             trial = self._next_pending()
             if trial is None:
@@ -340,19 +372,21 @@ class Controller:
             return None
         if answer == FINISHED:
             return None
-        return self._add_trial(trial_id, answer)
-
-    def _add_trial(self, trial_id: str, config: Any) -> TrialRecord:
-        """Record the new trial ``trial_id`` (its folder, ``params.json``, its record and the
-        state that lists it, all before it starts) and queue it."""
-        assert self.search is not None
-        trial = TrialRecord(trial_id=trial_id, dir_name=trial_id, config=encode_value(config))
+        trial = TrialRecord(trial_id=trial_id, dir_name=trial_id, config=encode_value(answer))
         if self.trial_setup is not None:
-            request = self.trial_setup(trial, config)
+            request = self.trial_setup(trial, answer)
             if request is not None:
                 self.trial_resources[trial_id] = request
+        # Durable before anything of the trial is written: a restore records it from there.
+        self.search.hold(trial_id, trial.dir_name)
+        return self._record_trial(trial, answer)
+
+    def _record_trial(self, trial: TrialRecord, config: Any) -> TrialRecord:
+        """Lay out the folder and record of a trial the searcher made, and queue it. The state
+        lists it at the next save (the searcher's file holds its suggestion until then: saving
+        the whole state per trial would cost more than the trial, on a local disk's fsyncs)."""
         self.state.trials.append(trial)
-        self.configs[trial_id] = config
+        self.configs[trial.trial_id] = config
         trial_paths = self.paths.trial(trial.dir_name)
         self._guard()
         self.storage.makedirs(trial_paths.dir)
@@ -360,10 +394,31 @@ class Controller:
             trial_paths.params, json.dumps(trial.config, indent=1, default=str) + "\n",
             durable=False)
         self._persist_trial(trial)
-        self.save()  # the state lists it now: a restore finds it
-        self.search.recorded(trial_id)
-        self._enqueue(trial)
+        self._unlisted.append(trial.trial_id)
+        self._dirty = True
+        if trial.status == TrialStatus.PENDING:
+            self._enqueue(trial)
         return trial
+
+    def _adopt(self, trial_id: str, config: Any, dir_name: str) -> None:
+        """After a restore: record the trial of a suggestion that the state did not list. Its
+        own record, when it was written, says how far it got (it may have run: its files are
+        reconciled as a listed trial's are); a finished one stays finished."""
+        trial_paths = self.paths.trial(dir_name)
+        record = None
+        try:
+            record = parse_trial_record(self.storage.read_bytes(trial_paths.record), trial_id)
+        except FileNotFoundError:
+            pass
+        if record is None:
+            record = TrialRecord(trial_id=trial_id, dir_name=dir_name,
+                                 config=encode_value(config))
+        else:
+            trial_paths.remove_leftover_temps()
+            self.trial_files.reconcile(record, self.state.updated)
+            if record.status not in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+                record.status = TrialStatus.PENDING.value
+        self._record_trial(record, config)
 
     def _rows_of(self, trial: TrialRecord) -> list:
         return self.paths.trial(trial.dir_name).read_results()
@@ -415,6 +470,7 @@ class Controller:
             preemption_grace_period_s=self.failure_config.preemption_grace_period_s,
             fence=fence,
             collective_timeout_s=self.collective_timeout_s,
+            decision_points=self._decision_points(trial),
         )
         self.live[trial.trial_id] = _Live(attempt.number)
         try:
@@ -443,7 +499,7 @@ class Controller:
             if not live.reported:
                 live.reported = True
                 self._note_recovery(trial)
-            self._on_result(trial, event.row)
+            self._on_result(trial, event.row, event.awaits_decision)
         elif kind is EventKind.STARTED:
             assert isinstance(event, StartedEvent)
             trial.attempts[-1].pid = event.pids[0] if event.pids else None
@@ -470,7 +526,7 @@ class Controller:
         if failure.attempt == trial.attempts[-1].number - 1 and failure.recovered_s is None:
             failure.recovered_s = round(max(0.0, time.time() - failure.time), 3)
 
-    def _on_result(self, trial: TrialRecord, row: dict) -> None:
+    def _on_result(self, trial: TrialRecord, row: dict, awaits_decision: bool = False) -> None:
         trial.iteration = row.get("training_iteration", trial.iteration)
         trial.last_result = row
         name = row.get("checkpoint_dir_name")
@@ -491,6 +547,10 @@ class Controller:
             self.trial_files.apply_retention(trial)
         self._dirty = True
         self._emit("on_result", self.state, trial, row)
+        if self.scheduler is not None:
+            self._decide(trial, row, awaits_decision)
+        elif awaits_decision:  # (only a scheduler publishes decision points)
+            self._answers.append((trial.trial_id, int(trial.iteration), "continue"))
 
     def _on_exit(self, trial: TrialRecord, live: _Live, exit_event: ExitEvent) -> None:
         self.live.pop(trial.trial_id, None)
@@ -526,6 +586,8 @@ class Controller:
             decision = policy.decide_after_failure(trial, ending.failure, self.failure_config,
                                                    stopping=bool(self.stopping))
             self._carry_out(trial, ending.failure, decision)
+        elif ending.stopped_by_controller and live.pausing and not self.stopping:
+            trial.status = TrialStatus.PAUSED.value  # the scheduler resumes it when it chooses
         elif ending.stopped_by_controller:
             self._complete(trial, TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED)
         else:
@@ -556,6 +618,187 @@ class Controller:
     def _complete(self, trial: TrialRecord, status: TrialStatus) -> None:
         trial.status = status.value
         self._emit("on_trial_complete", self.state, trial)
+        if self.scheduler is not None and status in (TrialStatus.TERMINATED,
+                                                     TrialStatus.ERRORED):
+            self._tell_ended(trial)
+
+    # -- the trial scheduler -------------------------------------------------------------------
+    def _scheduler_add(self, trial: TrialRecord) -> None:
+        """Tell the scheduler of ``trial`` (once; before it first starts)."""
+        if trial.trial_id not in self._fed:
+            self._fed[trial.trial_id] = 0
+            self.scheduler.on_trial_add(self._scheduler_view, trial)
+
+    def _decision_points(self, trial: TrialRecord) -> Any:
+        if self.scheduler is None:
+            return None
+        self._scheduler_add(trial)
+        self._decided.pop(trial.trial_id, None)  # (a pause it resumes from)
+        self._told_ended.discard(trial.trial_id)  # (an errored trial a restore runs again)
+        if trial.note and trial.note.startswith("paused by "):
+            trial.note = None
+        return self.scheduler.decision_points(trial)
+
+    def _start_chosen(self) -> None:
+        """Start (or resume) the trials the scheduler chooses, while there is room; the
+        PENDING trials it leaves go in the experiment's order (:meth:`_schedule`)."""
+        view = self._scheduler_view
+        while len(self.live) < self.max_concurrent:
+            trial = self.scheduler.choose_trial_to_run(view)
+            if trial is None and not self.live and self._next_pending() is None and (
+                    not self._may_search()):
+                # Nothing runs (or will) that could make it resume a trial it paused: one goes
+                # on rather than the experiment ending with trials left waiting.
+                trial = next((t for t in self.state.trials if t.trial_id in self._decided
+                              and t.status == TrialStatus.PAUSED), None)
+            if trial is None or trial.trial_id in self.live or trial.status not in (
+                    TrialStatus.PENDING, TrialStatus.PAUSED):
+                return
+            if not self.executor.has_room(self._resources_of(trial), self.num_workers):
+                return
+            if trial.status == TrialStatus.PAUSED:
+                trial.status = TrialStatus.PENDING.value
+            elif self._queue and self._queue[0][2] == trial.trial_id:
+                heapq.heappop(self._queue)  # (an entry left further back is skipped later)
+            self._start_attempt(trial)
+
+    def _decide(self, trial: TrialRecord, row: dict, awaits: bool) -> None:
+        """The scheduler's decision on ``row``: carried out at once when the trial waits for
+        it (answered once the state holding it is saved), else at the trial's next report."""
+        trial_id = trial.trial_id
+        iteration = int(row.get("training_iteration") or trial.iteration)
+        live = self.live.get(trial_id)
+        self._fed[trial_id] = max(self._fed.get(trial_id, 0), iteration)
+        decision = self.scheduler.on_trial_result(self._scheduler_view, trial, row)
+        self._dirty = True
+        if live is not None and (live.stop_requested_at is not None or self.stopping):
+            answer = "stop"  # it is being stopped anyway (a user, a stopper, the experiment)
+        elif decision == "STOP":
+            note = self.scheduler.stop_note(trial)
+            self._decided[trial_id] = {"decision": "STOP", "iteration": iteration, "note": note}
+            trial.note = note
+            self._persist_trial(trial)
+            answer = "stop"
+        elif decision == "PAUSE":
+            self._decided[trial_id] = {"decision": "PAUSE", "iteration": iteration}
+            trial.note = f"paused by {type(self.scheduler).__name__} at " \
+                         f"training_iteration={iteration}"
+            if live is not None:
+                live.pausing = True
+            answer = "pause"
+        else:
+            answer = "continue"
+        if awaits:
+            self._answers.append((trial_id, iteration, answer))
+        elif answer != "continue" and live is not None:
+            self._request_stop(trial_id)
+
+    def _answer_decisions(self) -> None:
+        """Answer the reports that wait: first the state that holds the decisions is saved,
+        so that a driver killed at any moment never leaves a decision carried out but lost."""
+        if not self._answers:
+            return
+        answers, self._answers = self._answers, []
+        if self.scheduler is not None:
+            # (Not fsynced: it must survive the driver's death, which it does once written; a
+            # machine crash takes the trials' unsynced rows with it, and a restore decides
+            # again from the rows that were persisted.)
+            self.save(durable=False)
+        for trial_id, iteration, answer in answers:
+            self.executor.decide(trial_id, iteration, answer)
+            if answer != "continue":
+                self._request_stop(trial_id)  # (and killed if it does not end in time)
+
+    def _tell_ended(self, trial: TrialRecord) -> None:
+        if trial.trial_id in self._told_ended:
+            return
+        self._told_ended.add(trial.trial_id)
+        self._decided.pop(trial.trial_id, None)  # its status shows it now
+        self._scheduler_add(trial)
+        if trial.status == TrialStatus.ERRORED:
+            self.scheduler.on_trial_error(self._scheduler_view, trial)
+        else:
+            self.scheduler.on_trial_complete(self._scheduler_view, trial, trial.last_result)
+        self._dirty = True
+
+    def _scheduler_record(self) -> dict:
+        """The scheduler as the experiment state records it (see ``ExperimentState.scheduler``)."""
+        from ..schedulers import describe_scheduler
+
+        return {**describe_scheduler(self.scheduler),
+                "state": self.scheduler.get_state(),
+                "fed": dict(self._fed),
+                "decided": {k: dict(v) for k, v in self._decided.items()},
+                "ended": sorted(self._told_ended)}
+
+    def _restore_scheduler(self) -> None:
+        """Bring the scheduler up to date with the experiment as stored (a restore; nothing
+        for a new experiment): its saved state, the decisions the previous driver carried out
+        (a trial it stopped stays stopped, one it paused waits), the results it had not seen
+        (up to where each trial resumes: the rest are redone and seen then), and the trials
+        that ended without it being told."""
+        view = self._scheduler_view
+        stored = self.state.scheduler
+        if stored:
+            self.scheduler.set_state(stored.get("state") or {})
+            self._fed = {k: int(v) for k, v in (stored.get("fed") or {}).items()}
+            self._decided = {k: dict(v) for k, v in (stored.get("decided") or {}).items()}
+            self._told_ended = set(stored.get("ended") or [])
+        for trial in self.state.trials:
+            self._scheduler_add(trial)
+        for trial_id, decided in list(self._decided.items()):
+            trial = self.state.trial(trial_id)
+            self._carry_out_at_rest(trial, decided)
+        replay = []
+        for trial in self.state.trials:
+            if not trial.attempts:
+                continue
+            done = trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+            upto = float("inf") if done else (trial.latest_checkpoint or {}).get("iteration", 0)
+            seen = self._fed.get(trial.trial_id, 0)
+            if trial.iteration <= seen:
+                continue  # (no file to read: it reported nothing the scheduler missed)
+            for row in self.paths.trial(trial.dir_name).read_results():
+                iteration = row.get("training_iteration") or 0
+                if seen < iteration <= upto:
+                    replay.append((row.get("timestamp") or 0.0, iteration, trial, row))
+        replay.sort(key=lambda entry: (entry[0], entry[1]))
+        for _, iteration, trial, row in replay:
+            self._fed[trial.trial_id] = max(self._fed.get(trial.trial_id, 0), iteration)
+            decision = self.scheduler.on_trial_result(view, trial, row)
+            if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+                continue
+            if decision == "STOP":
+                decided = {"decision": "STOP", "iteration": iteration,
+                           "note": self.scheduler.stop_note(trial)}
+            elif decision == "PAUSE":
+                decided = {"decision": "PAUSE", "iteration": iteration}
+            else:
+                continue
+            self._decided[trial.trial_id] = decided
+            self._carry_out_at_rest(trial, decided)
+        for trial in self.state.trials:
+            if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+                self._tell_ended(trial)
+        self._scheduler_ready = True
+        if stored or replay:
+            self.save()
+
+    def _carry_out_at_rest(self, trial: TrialRecord, decided: dict) -> None:
+        """A decision on a trial that runs no attempt (a restore): a STOP ends it TERMINATED
+        with the scheduler's note, a PAUSE leaves it PAUSED for the scheduler to resume."""
+        if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+            return
+        if decided["decision"] == "STOP":
+            trial.note = decided.get("note")
+            # (Not told to the listeners: the experiment has not started for them yet.)
+            trial.status = TrialStatus.TERMINATED.value
+            self._tell_ended(trial)
+        else:
+            trial.status = TrialStatus.PAUSED.value
+            trial.note = (f"paused by {type(self.scheduler).__name__} at "
+                          f"training_iteration={decided.get('iteration')}")
+        self._persist_trial(trial)
 
     # -- stopping ------------------------------------------------------------------------------
     def _request_stop(self, trial_id: str) -> None:
@@ -588,6 +831,7 @@ class Controller:
             while self.live and time.time() < deadline:
                 for event in self.executor.poll(0.1):
                     self._handle(event)
+                self._answer_decisions()
             for trial_id in list(self.live):
                 self.executor.kill(trial_id)
             deadline = time.time() + 5
@@ -633,18 +877,26 @@ class Controller:
             # After its final record: a restore tells the searcher what it did not hear.
             self.search.on_complete(trial)
 
-    def save(self, final: bool = False) -> None:
+    def save(self, final: bool = False, durable: bool = True) -> None:
         """Persist the experiment state now (the loop saves it at most once a second, what
         changed only; ``final``: the driver's last save, the whole state)."""
         self._guard()
+        if self.scheduler is not None and self._scheduler_ready:
+            self.state.scheduler = self._scheduler_record()
         if final:
             self.state.save(self.paths, final=True)
         else:
-            self.state.save_changes(self.paths, self._changed)
+            self.state.save_changes(self.paths, self._changed, durable=durable)
         self.index_entry.update(self.state, changed=bool(self._changed), final=final)
         self._changed = set()
         self._dirty = False
         self._last_save = time.time()
+        if self.search is not None and self._unlisted:
+            for trial_id in self._unlisted:  # listed now: their suggestions need no keeping
+                self.search.recorded(trial_id)
+            self._unlisted = []
+        if final and self.search is not None:
+            self.search.commit()  # (the suggestions it held are all listed now)
 
     def _emit(self, method: str, *args: Any) -> None:
         for listener in self.listeners:
@@ -662,6 +914,59 @@ class _SearchResults(NullListener):
 
     def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
         self.search.on_result(trial.trial_id, row)
+
+
+#: ``_SchedulerView.stop_trial``'s note not given: the scheduler's own (its ``stop_note``).
+_SCHEDULER_NOTE: Any = object()
+
+
+class _SchedulerView:
+    """What the trial scheduler sees of the controller and may ask of it
+    (:class:`ftnb.schedulers.SchedulerController`; Ray's ``tune_controller``)."""
+
+    def __init__(self, controller: "Controller") -> None:
+        self._controller = controller
+
+    def get_trials(self) -> list[TrialRecord]:
+        return self._controller.state.trials
+
+    def get_live_trials(self) -> list[TrialRecord]:
+        """The trials that are not TERMINATED or ERRORED (Ray's name)."""
+        return [t for t in self.get_trials()
+                if t.status not in (TrialStatus.TERMINATED, TrialStatus.ERRORED)]
+
+    def get_trial(self, trial_id: str) -> TrialRecord:
+        return self._controller.state.trial(trial_id)
+
+    def status_of(self, trial: TrialRecord) -> str:
+        live = self._controller.live.get(trial.trial_id)
+        if live is not None and live.pausing:
+            return TrialStatus.PAUSED.value
+        return str(trial.status)
+
+    def stop_trial(self, trial: TrialRecord, note: Any = _SCHEDULER_NOTE) -> None:
+        """End ``trial`` (see :class:`ftnb.schedulers.SchedulerController`); ``note`` None:
+        it ran its budget (shown as completed)."""
+        controller = self._controller
+        if note is _SCHEDULER_NOTE:
+            note = controller.scheduler.stop_note(trial)
+        if trial.trial_id in controller.live:
+            controller._decided[trial.trial_id] = {
+                "decision": "STOP", "iteration": int(trial.iteration), "note": note}
+        controller.stop_trial(trial.trial_id, note)  # type: ignore[arg-type]
+
+    def pause_trial(self, trial: TrialRecord) -> None:
+        controller = self._controller
+        live = controller.live.get(trial.trial_id)
+        if live is None:
+            return
+        live.pausing = True
+        controller._decided[trial.trial_id] = {"decision": "PAUSE",
+                                               "iteration": int(trial.iteration)}
+        controller._request_stop(trial.trial_id)
+
+    def next_pending_trial(self) -> Optional[TrialRecord]:
+        return self._controller._next_pending()
 
 
 def _rank_entries(exit_event: ExitEvent, errors: dict[int, ErrorEvent]) -> list[dict]:

@@ -343,6 +343,10 @@ class ExperimentState:
     #: ``[started, last_seen]`` of each driver that ran the experiment, oldest first (its run
     #: time leaves out the gaps between them). Absent from states written before ftnb recorded it.
     driver_sessions: list = field(default_factory=list)
+    #: The trial scheduler's description and JSON state (``TuneConfig(scheduler=...)``, see
+    #: :mod:`ftnb.schedulers`), saved with the state before each of its decisions is carried
+    #: out; None for the default (FIFO).
+    scheduler: Optional[dict] = None
     # Which file load() read: the state file, or the previous generation when it fell back.
     loaded_from: Optional[str] = field(default=None, repr=False, compare=False)
     _files: _StateFiles = field(default_factory=_StateFiles, init=False, repr=False,
@@ -403,6 +407,7 @@ class ExperimentState:
             "driver_sessions": self.driver_sessions,
             "settings": self.settings,
             "param_space": self.param_space,
+            **({"scheduler": self.scheduler} if self.scheduler is not None else {}),
         }
 
     def to_json(self) -> dict:
@@ -433,6 +438,7 @@ class ExperimentState:
             trials=[TrialRecord.from_json(t, tuples) for t in data.get("trials", [])],
             generation=data.get("generation", 0),
             driver_sessions=_sessions(data.get("driver_sessions")),
+            scheduler=data.get("scheduler") if isinstance(data.get("scheduler"), dict) else None,
         )
 
     # -- persistence ---------------------------------------------------------------------------
@@ -462,7 +468,8 @@ class ExperimentState:
         if journal is not None:
             journal.committed(final)
 
-    def save_changes(self, paths: ExperimentPaths, changed: Iterable[str]) -> None:
+    def save_changes(self, paths: ExperimentPaths, changed: Iterable[str],
+                     durable: bool = True) -> None:
         """Save the state as a running driver does, every second, at a cost that does not grow
         with the number of trials: the record of each trial that is not running goes to the
         journal once (``experiment_state.<generation>.jsonl``), and the state file holds the running trials' records.
@@ -471,6 +478,11 @@ class ExperimentState:
         running ones (a trial that started, ended, or was stopped); a trial whose record is in
         the journal is written again only when named here. The first call after the state was
         read or saved whole writes every trial that is not running to a new journal segment.
+
+        ``durable=False`` (a trial scheduler's decision, saved before it is carried out, maybe
+        many times a second): the state file is not fsynced. It survives the death of any
+        process; a machine crash may lose it, and leaves its fallback (the previous generation,
+        always written durably) to read.
         """
         self._stamp()
         files = self._files
@@ -494,7 +506,7 @@ class ExperimentState:
             "trials": [self._positioned(self.trial(trial_id)) for trial_id in inline],
         }
         self._write(paths, json.dumps(state, default=str, allow_nan=True).encode("utf-8"),
-                    final=False)
+                    final=False, durable=durable)
         files.segments = list(journal.segments)
         journal.committed()
 
@@ -512,7 +524,8 @@ class ExperimentState:
                                         allow_nan=True).encode("utf-8") + b"\n")
                 for t in trials]
 
-    def _write(self, paths: ExperimentPaths, data: bytes, final: bool) -> None:
+    def _write(self, paths: ExperimentPaths, data: bytes, final: bool,
+               durable: bool = True) -> None:
         storage = paths.storage
         if final:
             storage.write_atomic(paths.state, data)
@@ -520,7 +533,7 @@ class ExperimentState:
         else:
             if self._files.last_bytes is not None:
                 storage.write_atomic(paths.state_backup, self._files.last_bytes)
-            storage.write_atomic(paths.state, data)
+            storage.write_atomic(paths.state, data, durable=durable)
         self._files.last_bytes = data
 
     def merge_trial_records(self, paths: ExperimentPaths) -> "ExperimentState":

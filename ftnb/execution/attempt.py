@@ -50,6 +50,11 @@ class AttemptChannel(Protocol):
     def stop_requested(self) -> bool:
         """Whether the executor asked the attempt to stop; called at every report, so cheap."""
 
+    def decision(self, iteration: int) -> str:
+        """Wait for the controller's answer to the report of ``iteration`` (sent with
+        ``awaits_decision``): ``continue``, ``stop`` or ``pause``; ``stop`` when the executor
+        went away meanwhile."""
+
     def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
         """A group's rank 0: hand the executor its store's ``port``; any other rank (``None``):
         wait for rank 0's ``(address, port)``. Only channels of group ranks need it."""
@@ -85,8 +90,10 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     from ..storage.result_log import ResultLog
 
     def send_result(kind: str, row: Any) -> None:
-        # The session's one message: a persisted report.
-        channel.send(ResultEvent(spec.trial_id, spec.attempt, row, rank))
+        # The session's one message: a persisted report ("decision_point": it waits for the
+        # controller's answer, see ftnb.execution.contract's Decisions).
+        channel.send(ResultEvent(spec.trial_id, spec.attempt, row, rank,
+                                 awaits_decision=kind == "decision_point"))
 
     storage = spec.storage
     experiment = ExperimentPaths(storage, spec.experiment_dir)
@@ -141,6 +148,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         metric=spec.metric,
         fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
         group=group,
+        decision_points=spec.decision_points,
+        wait_decision=channel.decision,
     )
     session_mod._set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:

@@ -38,6 +38,18 @@ Groups
     makes no progress for ``AttemptSpec.collective_timeout_s`` is ``hung``. An error that is only
     a peer's reaction (:func:`is_peer_error`) is never preferred as the cause over a rank's own.
 
+Decisions
+    A report may wait for the controller's decision (a scheduler's decision point:
+    :attr:`AttemptSpec.decision_points`): its :class:`ResultEvent` says so
+    (``awaits_decision``), and the attempt blocks in ``report()`` until the controller answers
+    through :meth:`Executor.decide` with ``continue``, ``stop`` or ``pause`` (the last two end
+    the attempt at that report, with a ``stopped`` :class:`DoneEvent`). Only such reports wait:
+    every other report returns once it is persisted. The executor hands the answer to the
+    running attempt (rank 0 of a group, which publishes the end to the other ranks, so every
+    rank ends at that report); an answer for an attempt that is gone, or for a report that
+    awaits none, is dropped. An attempt whose executor went away while it waited ends as if
+    stopped, writing nothing more.
+
 Ownership
     The spec belongs to the caller and is not changed by the executor; how it travels (pickled
     to a process, copied into a thread) is the executor's business, but the trainable always
@@ -70,6 +82,7 @@ from typing import (
     runtime_checkable,
 )
 
+from ..schedulers.decision_points import DecisionPoints
 from .resources import TrialResources
 
 if TYPE_CHECKING:
@@ -81,6 +94,8 @@ __all__ = [
     "AttemptFence",
     "AttemptSpec",
     "Capacity",
+    "DECISIONS",
+    "DecisionPoints",
     "DoneEvent",
     "ErrorEvent",
     "EventKind",
@@ -120,6 +135,10 @@ class AttemptFence:
     def as_lease_spec(self) -> dict:
         """The dict :class:`ftnb.storage.lease.Fence` reads."""
         return {"token": self.token, "host_id": self.host_id, "ttl_s": self.ttl_s}
+
+
+#: What the controller answers a report that waits for its decision (:meth:`Executor.decide`).
+DECISIONS = ("continue", "stop", "pause")
 
 
 def _one_cpu() -> TrialResources:
@@ -172,6 +191,8 @@ class AttemptSpec:
     collective_timeout_s: float = 30.0
     #: The trial's name (TuneConfig(trial_name_creator=...)); None: its id.
     trial_name: Optional[str] = None
+    #: The reports that wait for the controller's decision (its scheduler's), None: none.
+    decision_points: Optional[DecisionPoints] = None
 
 
 @dataclass(frozen=True)
@@ -249,11 +270,13 @@ class StartedEvent(AttemptEvent):
 @dataclass(frozen=True)
 class ResultEvent(AttemptEvent):
     """One acknowledged report: ``row`` (with ftnb's keys: training_iteration, attempt, ...) is
-    already persisted, by ``rank``."""
+    already persisted, by ``rank``. ``awaits_decision``: the attempt waits in ``report()`` for
+    the controller's answer (:meth:`Executor.decide`), a decision point."""
 
     kind: ClassVar[EventKind] = EventKind.RESULT
     row: dict = field(default_factory=dict)
     rank: int = 0
+    awaits_decision: bool = False
 
 
 @dataclass(frozen=True)
@@ -544,6 +567,12 @@ class Executor(Protocol):
     def request_stop(self, trial_id: str) -> None:
         """Ask the trial's attempt to end at its next report (it keeps its checkpoints and ends
         with a ``stopped`` :class:`DoneEvent`). Nothing happens if it is not running."""
+        ...
+
+    def decide(self, trial_id: str, iteration: int, decision: str) -> None:
+        """Answer the running attempt's report of ``iteration`` that waits for a decision (its
+        :class:`ResultEvent` had ``awaits_decision``): ``decision`` is one of
+        :data:`DECISIONS`. Dropped when the trial runs no attempt here."""
         ...
 
     def kill(self, trial_id: str) -> None:

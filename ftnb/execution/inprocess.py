@@ -61,6 +61,9 @@ class _Attempt:
     ended: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     killed: threading.Event = field(default_factory=threading.Event)
+    #: The controller's answers to reports that wait for one, by iteration.
+    decisions: dict = field(default_factory=dict)
+    decided: threading.Condition = field(default_factory=threading.Condition)
     partial: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
 
     @property
@@ -90,6 +93,16 @@ class _ThreadChannel:
 
     def stop_requested(self) -> bool:
         return self.attempt.stop.is_set()
+
+    def decision(self, iteration: int) -> str:
+        attempt = self.attempt
+        with attempt.decided:
+            # (A timed wait: a kill's exception lands in Python code between two waits.)
+            while iteration not in attempt.decisions:
+                if attempt.ended:
+                    return "stop"
+                attempt.decided.wait(0.1)
+            return attempt.decisions.pop(iteration)
 
     def output(self, stream: str, text: str) -> None:
         """``text`` printed by the attempt's thread: hand over its whole lines."""
@@ -210,6 +223,14 @@ class InProcessExecutor(OneMachineExecutor):
         attempt = self._attempts.get(trial_id)
         if attempt is not None:
             attempt.stop.set()
+
+    def decide(self, trial_id: str, iteration: int, decision: str) -> None:
+        attempt = self._attempts.get(trial_id)
+        if attempt is None:
+            return
+        with attempt.decided:
+            attempt.decisions[iteration] = decision
+            attempt.decided.notify_all()
 
     def kill(self, trial_id: str) -> None:
         attempt = self._attempts.get(trial_id)

@@ -494,6 +494,17 @@ class LocalProcessExecutor(OneMachineExecutor):
         if run is not None:
             self._send_all(run, ("stop", None))
 
+    def decide(self, trial_id: str, iteration: int, decision: str) -> None:
+        run = self._running.get(trial_id)
+        if run is None:
+            return
+        rank = run.ranks[0]  # it alone reports; it tells the others how the group ends
+        if rank.conn_open and not rank.exited:
+            try:
+                rank.conn.send(("decision", (iteration, decision)))
+            except (OSError, BrokenPipeError):
+                pass
+
     def kill(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
         if run is None:

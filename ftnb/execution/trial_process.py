@@ -112,13 +112,15 @@ class PipeChannel:
     """The trial process's end of the pipe to its executor (see
     ftnb.execution.attempt.AttemptChannel). The executor sends ``(kind, value)`` messages:
     ``stop`` (end at the next report), ``preempt`` (a rank of the group got SIGTERM:
-    ``on_preempt`` is called) and ``rendezvous`` (rank 0's store address, for the other ranks)."""
+    ``on_preempt`` is called), ``rendezvous`` (rank 0's store address, for the other ranks) and
+    ``decision`` (``(iteration, answer)``: the controller's answer to a report that waits)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self._last_poll = 0.0
         self._stop = False
         self._rendezvous: Optional[tuple[str, int]] = None
+        self._decisions: dict[int, str] = {}
         self._closed = False
         self.on_preempt: Optional[Any] = None
 
@@ -137,6 +139,8 @@ class PipeChannel:
                     self.on_preempt()
                 elif kind == "rendezvous":
                     self._rendezvous = (value[0], int(value[1]))
+                elif kind == "decision":
+                    self._decisions[int(value[0])] = str(value[1])
                 if not self.conn.poll(0):
                     return
         except (EOFError, OSError):
@@ -150,6 +154,13 @@ class PipeChannel:
             self._last_poll = now
             self._take()
         return self._stop
+
+    def decision(self, iteration: int) -> str:
+        while iteration not in self._decisions:
+            if self._closed:
+                return "stop"  # the controller is gone: end here, writing nothing more
+            self._take(1.0)
+        return self._decisions.pop(iteration)
 
     def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
         if port is not None:  # rank 0: the executor hands it to the others

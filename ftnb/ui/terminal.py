@@ -62,7 +62,10 @@ class TerminalReporter(NullListener):
         if self.verbose and len(trial.attempts) > 1:
             latest = trial.latest_checkpoint
             where = f"from {latest['dir_name']} (iter {latest['iteration']})" if latest else "from scratch"
-            self._print(f"ftnb: restarting trial {trial.trial_id} (attempt {len(trial.attempts)}) {where}")
+            # After a pause (a scheduler's, or a stopped experiment's) it resumes; else it is
+            # a restart after a failure.
+            verb = "resuming" if trial.attempts[-2].outcome == "stopped" else "restarting"
+            self._print(f"ftnb: {verb} trial {trial.trial_id} (attempt {len(trial.attempts)}) {where}")
 
     def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
         self._changed = True
