@@ -11,8 +11,9 @@ its traceback) and the experiment goes on. ``trial`` is the trial's record (``tr
 ``config``, ``status``, ``last_result``, ``name``, ``dir_name``); ``trials`` all of them.
 
 After a restore the hooks see what happens from then on, as in Ray Tune; the history before it
-is not delivered again (a callback that keeps files, like :class:`ftnb.logger.TBXLoggerCallback`,
-rebuilds them from the persisted results, so each iteration is in them exactly once).
+is not delivered again (the built-in loggers of :mod:`ftnb.logger`, TensorBoard, MLflow and
+W&B, bring their files and runs up to date from the persisted results, so each iteration is in
+them exactly once: docs/loggers.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ a checkpoint, and after a SIGKILLed driver and a restore (the same run continued
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ import pytest
 from killed_driver import kill_when, run_to_end, trial_with_reports
 from procs import STARTED, wait_for
 from scripted import result_rows
+from test_tune_api_callbacks import _counting
 
 import ftnb
 
@@ -23,7 +23,11 @@ mlflow = pytest.importorskip("mlflow", reason="needs ftnb[mlflow]")
 wandb = pytest.importorskip("wandb", reason="needs ftnb[wandb]")
 
 from ftnb.air.integrations.mlflow import MLflowLoggerCallback  # noqa: E402
-from ftnb.air.integrations.wandb import WandbLoggerCallback, read_history  # noqa: E402
+from ftnb.air.integrations.wandb import (  # noqa: E402
+    WandbLoggerCallback,
+    read_history,
+    run_pieces,
+)
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 #: What both loggers need in any process that runs them in these tests: MLflow 3's file store
@@ -62,32 +66,6 @@ def _wandb_services(parent_pid: int) -> list[int]:
     return found
 
 
-def _counting(config):
-    """Reports ``score`` = iteration and ``nested/half`` for config["n"] iterations, a
-    checkpoint every 3; raises once at config["fail_at"] on the first attempt."""
-    import tempfile
-    import time
-
-    start = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "it")) as f:
-                start = int(f.read())
-    for it in range(start + 1, config["n"] + 1):
-        if it == config.get("fail_at") and ftnb.get_context().attempt == 1:
-            raise RuntimeError("fail once")
-        metrics = {"score": it, "nested": {"half": it / 2}}
-        if it % 3 == 0:
-            with tempfile.TemporaryDirectory() as d:
-                with open(os.path.join(d, "it"), "w") as f:
-                    f.write(str(it))
-                ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d))
-        else:
-            ftnb.report(metrics)
-        time.sleep(config.get("sleep", 0.0))
-
-
 # -- readers -----------------------------------------------------------------------------------
 def _mlflow_runs(store: str, experiment: str) -> list:
     client = MlflowClient(tracking_uri=f"file://{store}")
@@ -102,13 +80,25 @@ def _points(store: str, run_id: str, key: str) -> list[tuple[int, float]]:
 
 def _wandb_pieces(wandb_dir: str, run_id: str) -> list[str]:
     """The run's files, one per driver that logged to it, oldest first."""
-    return sorted(glob.glob(os.path.join(wandb_dir, "wandb", f"*-{run_id}",
-                                         f"run-{run_id}.wandb")))
+    return run_pieces(os.path.join(wandb_dir, "wandb"), run_id)
 
 
 def _wandb_points(wandb_dir: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(step, values[key]) for piece in _wandb_pieces(wandb_dir, run_id)
             for step, values in read_history(piece) if key in values]
+
+
+def _record_kinds(piece: str) -> list[str]:
+    from ftnb.air.integrations.wandb import _records
+    from wandb.proto import wandb_internal_pb2
+
+    kinds = []
+    with open(piece, "rb") as f:
+        for raw in _records(f.read()):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            kinds.append(record.WhichOneof("record_type"))
+    return kinds
 
 
 def _trial_dirs(exp) -> list:
@@ -127,8 +117,9 @@ def test_one_run_per_trial_with_its_config_and_each_iteration_once(
             storage_path=str(tmp_path), name="track", verbose=0, executor="inprocess",
             failure_config=ftnb.FailureConfig(max_failures=1),
             callbacks=[MLflowLoggerCallback(tracking_uri=f"file://{store}",
-                                            experiment_name="sweep", tags={"team": "tune"}),
-                       WandbLoggerCallback(project="sweep")]),
+                                            experiment_name="sweep", tags={"team": "tune"},
+                                            save_artifact=True),
+                       WandbLoggerCallback(project="sweep", upload_checkpoints=True)]),
     ).fit()
     assert not results.errors and len(results) == 2
     exp = tmp_path / "track"
@@ -149,17 +140,54 @@ def test_one_run_per_trial_with_its_config_and_each_iteration_once(
         assert _points(store, run.info.run_id, "score") == expected_score
         assert _points(store, run.info.run_id, "nested/half") == [
             (i, i / 2) for i in range(1, 7)]
+        artifacts = MlflowClient(tracking_uri=f"file://{store}").list_artifacts(run.info.run_id)
+        assert "result.json" in {a.path for a in artifacts}  # save_artifact: the trial's folder
 
         record = json.loads((trial_dir / "wandb_run.json").read_text())
         assert record["ended"] is True
         (piece,) = _wandb_pieces(str(trial_dir), record["run_id"])
         assert _wandb_points(str(trial_dir), record["run_id"], "score") == expected_score
         assert [step for step, _ in read_history(piece)] == list(range(1, 7))
+        assert _record_kinds(piece).count("artifact") == 2  # the checkpoints at 3 and 6
 
     # One trial did iteration 4 twice (its retry went back to the checkpoint at 3), and each
     # logger above holds it once.
     attempts = [{r["attempt"] for r in result_rows(str(d))} for d in _trial_dirs(exp)]
     assert sorted(map(len, attempts)) == [1, 2]
+
+
+def test_an_errored_trial_resumed_continues_its_runs_without_an_iteration_twice(
+        tmp_path, tracking_env):
+    # It fails at 5 (max_failures=0: ERRORED, its runs end FAILED); ftnb.run again resumes it
+    # from its checkpoint at 3: iteration 4 is done again, and its runs go on from 5.
+    store = str(tmp_path / "mlruns")
+
+    def run():
+        return ftnb.run(_counting, name="again", storage_path=str(tmp_path),
+                        param_space={"n": 6, "fail_at": 5},
+                        run_config=ftnb.RunConfig(verbose=0, executor="inprocess", callbacks=[
+                            MLflowLoggerCallback(tracking_uri=f"file://{store}",
+                                                 experiment_name="again"),
+                            WandbLoggerCallback(project="again")]))
+
+    assert len(run().errors) == 1
+    (trial_dir,) = _trial_dirs(tmp_path / "again")
+    (failed,) = _mlflow_runs(store, "again")
+    assert failed.info.status == "FAILED"
+    wandb_id = json.loads((trial_dir / "wandb_run.json").read_text())["run_id"]
+    assert _wandb_points(str(tmp_path), wandb_id, "score") == [(i, float(i)) for i in (1, 2, 3, 4)]
+
+    assert not run().errors
+    rows = result_rows(str(trial_dir))
+    assert [(r["training_iteration"], r["attempt"]) for r in rows] == [
+        (1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (6, 2)]
+    (run_,) = _mlflow_runs(store, "again")  # the same run, FINISHED now
+    assert run_.info.run_id == failed.info.run_id and run_.info.status == "FINISHED"
+    expected = [(i, float(i)) for i in range(1, 7)]
+    assert _points(store, run_.info.run_id, "score") == expected
+    first, second = _wandb_pieces(str(tmp_path), wandb_id)  # one run id, a piece per driver
+    assert [step for step, _ in read_history(second)] == [5, 6]
+    assert _wandb_points(str(tmp_path), wandb_id, "score") == expected
 
 
 def test_a_run_whose_id_was_not_recorded_is_found_again_by_its_tags(tmp_path, tracking_env):
@@ -228,7 +256,7 @@ def test_the_trackers_are_imported_only_when_used():
 # -- a SIGKILLed driver ------------------------------------------------------------------------
 DRIVER = """
 import os, sys, ftnb
-from test_mlflow_wandb import _counting
+from test_tune_api_callbacks import _counting
 
 store, which = sys.argv[2], sys.argv[3]
 if which == "mlflow":
@@ -239,10 +267,21 @@ else:
     callback = WandbLoggerCallback(project="killed")
 print("PID", os.getpid(), flush=True)
 ftnb.run(_counting, name="killed", storage_path=sys.argv[1],
-         param_space={"n": 16, "sleep": 0.05},
+         param_space={"n": 16, "sleep": 0.2},
          run_config=ftnb.RunConfig(verbose=0, executor="inprocess", callbacks=[callback]))
 print("DONE")
 """
+
+
+def _logged(trial_dir, store: str, which: str) -> list[tuple[int, float]]:
+    """The (iteration, score) points the trial's run holds so far."""
+    try:
+        record = json.loads((trial_dir / f"{which}_run.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    if which == "mlflow":
+        return _points(store, record["run_id"], "score")
+    return _wandb_points(os.environ["WANDB_DIR"], record["run_id"], "score")
 
 
 @pytest.mark.parametrize("which", ["mlflow", "wandb"])
@@ -250,15 +289,30 @@ def test_a_sigkilled_driver_continues_the_same_run_with_each_iteration_once(
         tmp_path, tracking_env, which):
     exp, store = tmp_path / "killed", str(tmp_path / "mlruns")
     args = [str(tmp_path), store, which]
-    # Killed between checkpoints (at 3, 6, ...): the iterations after the last one are done
-    # again, and the rows the dead driver had not logged yet are logged by the next one.
-    kill_when(tmp_path, DRIVER, args, lambda: trial_with_reports(exp, (7, 8)), "seven reports")
+
+    def logging_between_checkpoints():
+        # Killed between checkpoints (at 3, 6, ...), once the run is logged to: the iterations
+        # after the last checkpoint are done again, and the rows the dead driver had not logged
+        # are logged by the next one. MLflow's store has 7 points or more by then; W&B's
+        # offline file holds what its service wrote before it went with the driver (it
+        # buffers: often nothing), and its folder says the run started.
+        trial_dir = trial_with_reports(exp, (7, 8, 10, 11, 13, 14))
+        if trial_dir is None or not (trial_dir / f"{which}_run.json").exists():
+            return False
+        if which == "mlflow":
+            return len(_logged(trial_dir, store, which)) >= 7
+        record = json.loads((trial_dir / "wandb_run.json").read_text())
+        return bool(_wandb_pieces(os.environ["WANDB_DIR"], record["run_id"]))
+
+    kill_when(tmp_path, DRIVER, args, logging_between_checkpoints, "the run logged to")
     killed = STARTED[-1].pid
+    (trial_dir,) = _trial_dirs(exp)
+    before = _logged(trial_dir, store, which)
+    assert before == [(i, float(i)) for i in range(1, len(before) + 1)] and len(before) < 16
     if which == "wandb":  # the killed driver's wandb-core service goes with it
         wait_for(lambda: not _wandb_services(killed), timeout=30,
                  what="the killed driver's wandb-core service to exit")
     assert "DONE" in run_to_end(tmp_path, DRIVER, args)
-    (trial_dir,) = _trial_dirs(exp)
     rows = result_rows(str(trial_dir))
     assert len({r["attempt"] for r in rows}) == 2  # it did go back to its checkpoint
     expected = [(i, float(i)) for i in range(1, 17)]

@@ -18,7 +18,6 @@ run), and, online, what W&B says the resumed run holds.
 from __future__ import annotations
 
 import concurrent.futures
-import glob
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ from typing import Any, Iterator, Optional
 
 from ...logger import IterationLogger, numeric_metrics, require, step_of, trial_name
 
-__all__ = ["WandbLoggerCallback", "read_history"]
+__all__ = ["WandbLoggerCallback", "read_history", "run_pieces"]
 
 _log = logging.getLogger("ftnb")
 
@@ -275,13 +274,27 @@ def _config(trial: Any) -> dict:
 def _held_before(run: Any, run_id: str) -> int:
     """The last iteration the run's earlier pieces in its local ``wandb/`` folder hold (0:
     none), each piece written by one driver."""
-    own = os.path.dirname(run.dir)  # <wandb folder>/<offline-run|run>-<time>-<id>/files
-    pattern = os.path.join(glob.escape(os.path.dirname(own)), f"*-{run_id}", f"run-{run_id}.wandb")
+    own = os.path.dirname(run.dir)  # <wandb folder>/<offline-run|run>-<time>-<id>[-<n>]/files
     held = 0
-    for path in glob.glob(pattern):
-        if os.path.dirname(path) != own and not os.path.islink(os.path.dirname(path)):
+    for path in run_pieces(os.path.dirname(own), run_id):
+        if os.path.dirname(path) != own:
             held = max([held] + [step for step, _ in read_history(path)])
     return held
+
+
+def run_pieces(wandb_folder: str, run_id: str) -> list[str]:
+    """The transaction logs (``run-<id>.wandb``) of the run ``run_id`` in ``wandb_folder``
+    (a ``wandb/`` folder), one per process that logged to it, oldest first. Their folders are
+    ``<offline-run|run>-<YYYYmmdd_HHMMSS>-<id>``, with ``-<n>`` added by wandb when one of the
+    same second exists."""
+    found = []
+    for folder in os.listdir(wandb_folder) if os.path.isdir(wandb_folder) else []:
+        match = re.fullmatch(r"(?:offline-run|run)-(\d{8}_\d{6})-" + re.escape(run_id)
+                             + r"(?:-(\d+))?", folder)
+        path = os.path.join(wandb_folder, folder, f"run-{run_id}.wandb")
+        if match and os.path.isfile(path):
+            found.append(((match.group(1), int(match.group(2) or 0)), path))
+    return [path for _, path in sorted(found)]
 
 
 # -- W&B's transaction log ---------------------------------------------------------------------
