@@ -114,9 +114,11 @@ def _make_templates(folder: str) -> dict[str, str]:
     handle = ftnb.launch(listed_trainable, name=_INTERRUPTED, storage_path=folder,
                          param_space={**space, "gate": gate}, quiet=True)
     deadline = time.monotonic() + 120
-    while not any(t.status == "RUNNING" for t in handle.state().trials):
+    # Killed once its driver saved a running trial (its index entry says so), as a driver that
+    # dies mid-run leaves it.
+    while not _entry_says_running(folder, _INTERRUPTED):
         if time.monotonic() > deadline:
-            raise RuntimeError("the interrupted template never ran a trial")
+            raise RuntimeError("the interrupted template never saved a running trial")
         time.sleep(0.05)
     os.kill(read_model.supervisor_record(handle.paths)["pid"], signal.SIGKILL)
     open(gate, "w").close()  # (its trials die with it; none may linger)
@@ -125,6 +127,15 @@ def _make_templates(folder: str) -> dict[str, str]:
             raise RuntimeError("the killed supervisor's experiment never read INTERRUPTED")
         time.sleep(0.05)
     return {kind: os.path.join(folder, kind) for kind in (_FINISHED, _INTERRUPTED)}
+
+
+def _entry_says_running(folder: str, name: str) -> bool:
+    try:
+        with open(os.path.join(folder, INDEX_DIR, entry_file_name(name)), "rb") as f:
+            entry = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return entry.get("status") == "RUNNING" and entry.get("counts", {}).get("RUNNING", 0) > 0
 
 
 def _kinds(experiments: int) -> list[tuple[str, str]]:
