@@ -5,8 +5,10 @@ what the extension costs while no panel asks.
 whose supervisor was SIGKILLed: INTERRUPTED), copies them to ``experiments`` folders under a
 local root and under a root on an S3 server (moto, loopback; 90 % finished, 10 % interrupted),
 each copy with the index entry its driver would have left in the root's ``.ftnb-index/`` (the
-template's entry under the copy's name), and the index's snapshot as the last driver to end
-leaves it (:func:`ftnb.storage.experiment_index.compact_index`). It starts a real Jupyter
+template's entry under the copy's name), and the index's snapshot as the next driver to end
+leaves it (:func:`ftnb.storage.experiment_index.compact_index` with
+:func:`ftnb.core.index_upkeep.gone_summaries`: the interrupted copies read once, as readers
+read them). It starts a real Jupyter
 server (``python -m jupyter_server``) serving both roots, and times
 ``GET ftnb/api/experiments`` through it, side by side with ``ftnb ls --json`` on the same
 roots (a new process each time). Then it leaves the server idle and counts its CPU time, and
@@ -62,10 +64,10 @@ def lab_listing(framework: str, storage_dir: str, experiments: int, repeats: int
     list_local_s / list_s3_s: ``GET ftnb/api/experiments`` through a real Jupyter server, what
     a user who opens the panel waits for. On the local disk the median of the ``repeats``
     listings after the first (list_local_first_s: the first). On S3 list_s3_s is the first
-    listing of a new server (nothing remembered: the root, its index and snapshot, each
-    interrupted experiment's lease and a full read of it, since its driver is gone), and
-    list_s3_again_s the median of ``s3_repeats`` later ones (a panel's refresh: the root,
-    the index, and each RUNNING-claiming entry's lease). ls_*_s: ``ftnb ls --json`` on the
+    listing of a new server (nothing remembered: the root, its index and snapshot, and each
+    interrupted experiment's lease, checked against the one the snapshot read it under), and
+    list_s3_again_s the median of ``s3_repeats`` later ones (a panel's refresh: the same
+    requests, the entries and their reads remembered). ls_*_s: ``ftnb ls --json`` on the
     same root (a new process each time: what a terminal user waits for). idle_cpu_ms /
     idle_cpu_noext_ms: the server's CPU time over ``idle_s`` seconds with no request, with the
     extension and without it.
@@ -145,6 +147,7 @@ def _kinds(experiments: int) -> list[tuple[str, str]]:
 
 
 def _copy_local(templates: dict[str, str], root: str, experiments: int) -> None:
+    from ftnb.core.index_upkeep import gone_summaries
     from ftnb.storage import Storage
     from ftnb.storage.experiment_index import compact_index
 
@@ -154,7 +157,8 @@ def _copy_local(templates: dict[str, str], root: str, experiments: int) -> None:
         os.makedirs(os.path.join(root, INDEX_DIR), exist_ok=True)
         with open(os.path.join(root, INDEX_DIR, entry_file_name(name)), "wb") as f:
             f.write(_entry_as(entries[kind], name))
-    if not compact_index(Storage(root), root, most=experiments):
+    if not compact_index(Storage(root), root, most=experiments, derive=gone_summaries,
+                         most_derived=experiments):
         raise RuntimeError(f"could not write the index snapshot of {root}")
 
 
@@ -195,11 +199,12 @@ def _copy_s3(templates: dict[str, str], endpoint: str, experiments: int) -> str:
     batch.update({f"lab-listing/runs/{INDEX_DIR}/{entry_file_name(name)}":
                   _entry_as(entries[kind], name) for name, kind in _kinds(experiments)})
     fs.pipe(batch)
+    from ftnb.core.index_upkeep import gone_summaries
     from ftnb.storage import Storage
     from ftnb.storage.experiment_index import compact_index
 
     if not compact_index(Storage("s3://lab-listing/runs", fs), "lab-listing/runs",
-                         most=experiments):
+                         most=experiments, derive=gone_summaries, most_derived=experiments):
         raise RuntimeError("could not write the index snapshot of s3://lab-listing/runs")
     return "s3://lab-listing/runs"
 

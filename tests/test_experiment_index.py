@@ -22,6 +22,7 @@ import pytest
 
 import ftnb
 from ftnb.cli import main
+from ftnb.core.index_upkeep import gone_summaries
 from ftnb.lab.listing import EndedExperiments, experiment_entry, list_experiments
 from ftnb.storage import ExperimentPaths, Storage
 from ftnb.storage.experiment_index import (
@@ -208,6 +209,33 @@ def test_a_deleted_experiment_disappears(root, tmp_path):
     _run_ended(copy, "next")
     snapshot = json.loads((copy / INDEX_DIR / SNAPSHOT_FILE).read_text())
     assert sorted(snapshot["entries"]) == ["ended", "next"]
+
+
+def test_a_dead_drivers_experiment_is_read_by_the_next_driver_to_end(root, tmp_path):
+    """The killed driver's entry still says RUNNING; the driver that ended after it (stopped)
+    read the experiment as readers do and left that in the snapshot, under the lease it found
+    dead. A listing takes it from there (no read of its state); once the lease is another,
+    it reads the experiment again."""
+    snapshot = json.loads((root / INDEX_DIR / SNAPSHOT_FILE).read_text())
+    assert "killed" in snapshot["gone"] and "live" not in snapshot["gone"]
+    storage = Storage(str(root))
+    for lines in (False, True):
+        listed = {e.paths.name: e for e in read_model.list_folder(storage, storage.root,
+                                                                  lines=lines)}
+        assert listed["killed"].indexed
+        _same(listed["killed"], read_model.read_experiment(listed["killed"].paths, lines=lines))
+
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("live", "stopped"))
+    storage = Storage(str(copy))
+    compact_index(storage, storage.root, derive=gone_summaries)
+    listed = {e.paths.name: e for e in read_model.list_folder(storage, storage.root)}
+    assert listed["killed"].indexed
+    lease = json.loads((copy / "killed" / "owner.json").read_text())
+    (copy / "killed" / "owner.json").write_text(json.dumps(dict(lease, heartbeat=1.0)))
+    listed = {e.paths.name: e for e in read_model.list_folder(storage, storage.root)}
+    assert not listed["killed"].indexed and listed["killed"].summary.status == "INTERRUPTED"
+    _same(listed["killed"], read_model.read_experiment(listed["killed"].paths))
 
 
 # -- concurrent drivers --------------------------------------------------------------------------

@@ -37,9 +37,9 @@ from ..execution.contract import (
 from ..execution.resources import TrialResources
 from ..storage import ExperimentPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
-from ..storage.experiment_index import IndexEntryWriter
 from ..storage.lease import Lease, LeaseLostError
 from . import policy
+from .index_upkeep import index_entry_writer
 from .records import (
     AttemptRecord,
     ExperimentState,
@@ -191,7 +191,7 @@ class Controller:
         #: redoes, checkpoint debris, retention); restore uses it before the loop runs.
         self.trial_files = TrialFiles(paths, run_config.checkpoint_config, lease)
         #: The experiment's entry in its storage folder's index (what listings read).
-        self.index_entry = IndexEntryWriter(paths, lease)
+        self.index_entry = index_entry_writer(paths, lease)
         #: The trial scheduler (TuneConfig(scheduler=...), :mod:`ftnb.schedulers`): None for
         #: the default, every trial to its end in order (no decision points, nothing saved).
         self.scheduler = scheduler

@@ -46,7 +46,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .backend import Storage
 from .file_versions import _listed_versions
@@ -193,8 +193,10 @@ class IndexEntryWriter:
     then reads the experiment in full (said once on stderr).
     """
 
-    def __init__(self, paths: ExperimentPaths, lease: Any = None) -> None:
+    def __init__(self, paths: ExperimentPaths, lease: Any = None,
+                 derive: Optional[Derive] = None) -> None:
         self.paths = paths
+        self.derive = derive
         self.storage = paths.storage
         self.lease = lease
         folder = self.storage.parent(paths.dir)
@@ -232,7 +234,8 @@ class IndexEntryWriter:
             self._stop_thread()
             written = self._write(entry)
             if final and written:
-                compact_index(self.storage, self.storage.parent(self.paths.dir))
+                compact_index(self.storage, self.storage.parent(self.paths.dir),
+                              derive=self.derive)
         else:
             self._hand_to_thread(entry)
 
@@ -323,6 +326,9 @@ class FolderIndex:
     entries: dict[str, IndexEntry] = field(default_factory=dict)
     read: int = 0
     snapshot_found: bool = False
+    #: The snapshot's items on experiments whose driver is gone (see :func:`compact_index`),
+    #: by name: only those written under their entry's current version.
+    gone: dict[str, dict] = field(default_factory=dict)
 
 
 def read_index(storage: Storage, folder: str, memory: Optional[dict] = None,
@@ -341,11 +347,13 @@ def read_index(storage: Storage, folder: str, memory: Optional[dict] = None,
         return out
     snap_path = storage.join(where, SNAPSHOT_FILE)
     copied: dict = {}
+    gone: dict = {}
     if snap_path in versions:
         raw = read_files(storage, [snap_path]).get(snap_path)
         if isinstance(raw, bytes):
-            copied = _parse_snapshot(raw)
-            out.snapshot_found = bool(copied)
+            snapshot = _parse_snapshot(raw)
+            copied, gone = snapshot.get("entries", {}), snapshot.get("gone", {})
+            out.snapshot_found = bool(snapshot)
     memory = {} if memory is None else memory
     wanted: dict[str, str] = {}
     for path, version in versions.items():
@@ -379,25 +387,54 @@ def read_index(storage: Storage, folder: str, memory: Optional[dict] = None,
             out.entries[name] = memory[path] = entry
     for path in [p for p in memory if p not in versions]:
         del memory[path]
+    for name, entry in out.entries.items():
+        item = gone.get(name)
+        if isinstance(item, dict) and item.get("version") == entry.version:
+            out.gone[name] = item
     return out
 
 
-def compact_index(storage: Storage, folder: str, most: int = 1000) -> bool:
+#: What a driver gives :func:`compact_index` to read the experiments whose entry says RUNNING
+#: (``derive(storage, folder, entries)``): for each whose driver is gone, by name, what every
+#: reader would read (a JSON object; the storage layer does not know the read model).
+Derive = Callable[[Storage, str, dict], dict]
+
+
+def compact_index(storage: Storage, folder: str, most: int = 1000,
+                  derive: Optional[Derive] = None, most_derived: int = 200) -> bool:
     """Write the snapshot of ``folder``'s index: every entry of an experiment whose folder is
     there (a deleted one's is left out), each with the version of its file, so that a reader
     gets them all in one read. Reads the entries that changed since the last snapshot, at most
-    ``most`` of them (the rest: at a later compaction). A driver does this at its end; True if
-    a snapshot was written. Never raises: the snapshot is a cache."""
+    ``most`` of them (the rest: at a later compaction).
+
+    ``derive``: also keep, under ``gone``, what ``derive`` says of the experiments whose entry
+    says RUNNING though their driver is gone (a SIGKILLed driver never rewrites its entry),
+    each with its entry's version: read once, at most ``most_derived`` at a time, and carried
+    over while the entry stays the same (a reader still checks the lease it was read under).
+
+    A driver does this at its end; True if a snapshot was written. Never raises: the snapshot
+    is a cache."""
     try:
         names = set(storage.listdir(folder))
         index = read_index(storage, folder, most=most)
-        if not index.read and index.snapshot_found:
+        live = {n: e for n, e in index.entries.items() if n in names and e.version is not None}
+        gone = {n: item for n, item in index.gone.items() if n in live}
+        derived: dict = {}
+        if derive is not None:
+            todo = {n: e for n, e in sorted(live.items())
+                    if e.status == _RUNNING and n not in gone}
+            if todo:
+                derived = derive(storage, folder, dict(list(todo.items())[:most_derived]))
+        if not index.read and not derived and index.snapshot_found:
             return False  # nothing new
-        entries = {name: {"version": e.version, "entry": e.to_json()}
-                   for name, e in sorted(index.entries.items())
-                   if name in names and e.version is not None}
+        for name, item in derived.items():
+            if name in todo and isinstance(item, dict):
+                gone[name] = {**item, "version": todo[name].version}
         data = {"format": SNAPSHOT_FORMAT, "format_version": INDEX_FORMAT_VERSION,
-                "written": time.time(), "entries": entries}
+                "written": time.time(),
+                "entries": {name: {"version": e.version, "entry": e.to_json()}
+                            for name, e in sorted(live.items())},
+                "gone": dict(sorted(gone.items()))}
         storage.write_atomic(storage.join(index_dir(storage, folder), SNAPSHOT_FILE),
                              json.dumps(data, allow_nan=True).encode("utf-8"), durable=False)
     except Exception:
@@ -414,8 +451,9 @@ def _parse_snapshot(raw: bytes) -> dict:
             or not isinstance(data.get("format_version"), int)
             or data["format_version"] > INDEX_FORMAT_VERSION):
         return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    entries, gone = data.get("entries"), data.get("gone")
+    return {"entries": entries if isinstance(entries, dict) else {},
+            "gone": gone if isinstance(gone, dict) else {}}
 
 
 def _entry_versions(storage: Storage, where: str) -> dict[str, list]:

@@ -27,17 +27,16 @@ state says RUNNING; the answer is the one :func:`read_experiment` would give eac
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..core.index_upkeep import lease_digest, parse_lease
 from ..core.records import ExperimentState, ExperimentStatus, StateFormatError
 from ..storage import ExperimentPaths, Storage, default_storage_path
-from ..storage.experiment_index import IndexEntry, read_files, read_index
-from ..storage.lease import LeaseInfo
+from ..storage.experiment_index import FolderIndex, IndexEntry, read_files, read_index
 from .location import visible_names
 from .resume_lines import ResumeContext, resume_line
 from .status import DriverStatus, ExperimentSummary, read_driver, summarize
@@ -115,6 +114,7 @@ def list_folder(storage: Storage, folder: str, *, holds: Optional[Callable[[str]
 def _list_folder(storage: Storage, folder: str, holds: Optional[Callable[[str], bool]],
                  lines: bool, memory: _FolderMemory) -> list[ListedExperiment]:
     names, index = _list_with_index(storage, folder, memory)
+    entries = index.entries
     children = {n: ExperimentPaths.of(storage, n, folder) for n in visible_names(names)}
     if holds is not None and storage.is_local:
         children = {n: p for n, p in children.items() if holds(os.path.realpath(p.dir))}
@@ -122,7 +122,7 @@ def _list_folder(storage: Storage, folder: str, holds: Optional[Callable[[str], 
     unread: list[tuple[ExperimentPaths, Optional[DriverStatus], Optional[tuple]]] = []
     checked: dict[str, tuple[ExperimentPaths, IndexEntry]] = {}
     for name, paths in children.items():
-        entry = index.get(name)
+        entry = entries.get(name)
         if entry is None:
             unread.append((paths, None, None))
         elif entry.status in _ENDED:
@@ -139,7 +139,7 @@ def _list_folder(storage: Storage, folder: str, holds: Optional[Callable[[str], 
             unread.append((paths, None, None))  # the storage did not answer: read it all
             continue
         raw = raw if isinstance(raw, bytes) else None
-        driver = DriverStatus.of(_parse_lease(raw))
+        driver = DriverStatus.of(parse_lease(raw))
         if driver.alive:
             lease = driver.lease
             ours = lease is not None and entry.token in (None, lease.token)
@@ -153,6 +153,10 @@ def _list_folder(storage: Storage, folder: str, holds: Optional[Callable[[str], 
         # stays the same while neither the entry nor the lease changes.
         key = (tuple(entry.version or ()), raw, context)
         known = memory.gone.get(name)
+        if (known is None or known[0] != key) and entry.status == _RUNNING:
+            read = _from_snapshot(paths, index.gone.get(name), raw, key, lines)
+            if read is not None:
+                known = memory.gone[name] = read
         if known is not None and known[0] == key:
             summary, line = known[1], known[2]
             found[name] = ListedExperiment(paths, summary, driver, resume_line=line,
@@ -209,15 +213,15 @@ def read_experiment(paths: ExperimentPaths, lines: bool = False,
 
 # -- helpers -------------------------------------------------------------------------------------
 def _list_with_index(storage: Storage, folder: str, memory: _FolderMemory
-                     ) -> tuple[list[str], dict[str, IndexEntry]]:
-    """The folder's names and its index's entries: two listings, at once on remote storage.
-    An index that cannot be read is as good as none (everything is read in full)."""
+                     ) -> tuple[list[str], FolderIndex]:
+    """The folder's names and its index: two listings, at once on remote storage. An index
+    that cannot be read is as good as none (everything is read in full)."""
 
-    def entries() -> dict[str, IndexEntry]:
+    def entries() -> FolderIndex:
         try:
-            return read_index(storage, folder, memory.entries).entries
+            return read_index(storage, folder, memory.entries)
         except Exception:
-            return {}
+            return FolderIndex()
 
     if storage.is_local:
         return storage.listdir(folder), entries()
@@ -266,15 +270,34 @@ def _summary(paths: ExperimentPaths, entry: IndexEntry) -> ExperimentSummary:
                              updated=entry.updated)
 
 
-def _parse_lease(raw: Optional[bytes]) -> Optional[LeaseInfo]:
-    """``owner.json``'s lease as :func:`ftnb.storage.lease.read_lease` reads it (None: none,
-    or unreadable)."""
-    if raw is None:
+def _from_snapshot(paths: ExperimentPaths, item: Optional[dict], raw: Optional[bytes],
+                   key: tuple, lines: bool) -> Optional[tuple]:
+    """What the snapshot says of an experiment whose driver is gone (a driver that ended read
+    it: :func:`ftnb.core.index_upkeep.gone_summaries`), as :attr:`_FolderMemory.gone` keeps
+    it; None unless it was read under this very lease (and, for ``lines``, it has what the
+    resume line is made of)."""
+    if not isinstance(item, dict) or item.get("lease") != lease_digest(raw):
         return None
     try:
-        return LeaseInfo.from_json(json.loads(raw))
-    except (ValueError, TypeError, AttributeError):
-        return None
+        fields = item["summary"]
+        counts = fields["counts"]
+        summary = ExperimentSummary(
+            name=paths.name, path=paths.uri, status=str(fields["status"]),
+            trials=int(fields["trials"]),
+            counts={str(k): int(v) for k, v in counts.items()},
+            failures=int(fields["failures"]), preemptions=int(fields["preemptions"]),
+            updated=float(fields["updated"]))
+        line = None
+        if lines:
+            header = item["resume"]
+            state = ExperimentState(name=str(header["name"]),
+                                    trainable=str(header["trainable"]),
+                                    settings=dict(header["settings"]),
+                                    param_space=header["param_space"])
+            line = resume_line(paths, state, ResumeContext.MAGICS)
+    except Exception:
+        return None  # written by another ftnb, or damaged: read the experiment
+    return key, summary, line
 
 
 def _has_state(paths: ExperimentPaths) -> bool:
