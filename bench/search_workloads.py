@@ -10,8 +10,9 @@ categorical), TPE seeded the same way:
   ``trial.report`` per result, ``study.tell``, the study in memory (its default storage: nothing
   written, the lower bound).
 * ``ftnb``: what the controller does per trial with ``TuneConfig(search_alg=OptunaSearch())``:
-  ``PersistedSearcher.suggest`` (Optuna's ask, its journal flushed to the experiment's folder,
-  ``searcher_state.json`` written: durable before the trial is recorded), ``recorded``,
+  ``PersistedSearcher.suggest`` and ``hold`` (Optuna's ask, its journal flushed to the
+  experiment's folder, ``searcher_state.json`` written: durable before the trial is recorded),
+  ``recorded``,
   ``on_result`` per result, ``on_complete`` (tell, flushed, the state written again), in an
   experiment folder under the bench's storage.
 
@@ -88,6 +89,7 @@ def _ftnb_loop(storage_dir: str, trials: int, results: int) -> tuple[float, floa
         trial_id = keeper.trial_id(index)
         t0 = time.perf_counter()
         config = keeper.suggest(trial_id)
+        keeper.hold(trial_id, trial_id)
         asked += time.perf_counter() - t0
         keeper.recorded(trial_id)
         loss = _loss(config)

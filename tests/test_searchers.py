@@ -414,24 +414,28 @@ def test_a_suggestion_made_durable_by_optuna_only_is_suggested_again_alike(tmp_p
     config = keeper.searcher.suggest("t_00000")  # Optuna asked...
     keeper.searcher.flush()  # ...and its journal written; then the driver died
     keeper = _keeper(tmp_path, True)
-    assert keeper.recover([], lambda t: []) == []
+    assert keeper.unlisted([]) == []
+    keeper.recover([], lambda t: [])
     assert keeper.suggest(keeper.trial_id(0)) == config  # the same trial id: the same config
     assert len(_study(tmp_path / "e").trials) == 1
 
 
 def test_a_suggestion_without_its_trial_is_adopted(tmp_path):
     keeper = _keeper(tmp_path, False)
-    config = keeper.suggest("t_00000")  # durable; the driver died before the trial's record
+    config = keeper.suggest("t_00000")
+    keeper.hold("t_00000", "dir_0")  # durable; the driver died before the state listed it
     keeper = _keeper(tmp_path, True)
-    assert keeper.recover([], lambda t: []) == [("t_00000", config)]
-    keeper.recorded("t_00000")
+    assert keeper.unlisted(["t_other"]) == [("t_00000", config, "dir_0")]
+    keeper.recover([], lambda t: [])
     assert keeper.suggest("t_00001") != config
+    keeper.hold("t_00001", "t_00001")
     assert len(_study(tmp_path / "e").trials) == 2
 
 
 def test_an_ended_trial_is_told_once_whatever_the_moment_of_the_crash(tmp_path):
     keeper = _keeper(tmp_path, False)
     config = keeper.suggest("t_00000")
+    keeper.hold("t_00000", "t_00000")
     keeper.recorded("t_00000")
     rows = [{"training_iteration": i, "loss": 1.0 / i} for i in (1, 2, 3)]
     keeper.on_result("t_00000", rows[0])  # told in memory, lost with the driver
@@ -460,6 +464,7 @@ def test_a_generic_searcher_is_told_once_and_replayed_from_the_rows(tmp_path):
 
     keeper = _keeper(tmp_path, False, Recording())
     config = keeper.suggest("t_00000")
+    keeper.hold("t_00000", "t_00000")
     keeper.recorded("t_00000")
     rows = [{"training_iteration": i, "loss": 1.0} for i in (1, 2, 3)]
     keeper.on_result("t_00000", rows[0])
@@ -536,3 +541,38 @@ def test_a_limited_variant_generator_makes_the_whole_grid_each_sample(tmp_path):
     results = _run(tmp_path, "grid", ConcurrencyLimiter(BasicVariantGenerator(), 1),
                    num_samples=2, space={"x": grid_search([0.1, 0.2, 0.3])})
     assert sorted(r.config["x"] for r in results) == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
+
+
+def test_a_trial_the_state_did_not_list_yet_is_restored_from_its_own_record(tmp_path):
+    """The driver died after a trial the searcher made had run (its record and results
+    written), before a save of the state listed it: a restore records it as it got, and it is
+    neither run again nor told twice."""
+    _run(tmp_path, "e", OptunaSearch(seed=0), num_samples=3, max_concurrent_trials=1)
+    paths = _paths(tmp_path)
+    state = ExperimentState.load(paths)
+    last = state.trials[-1]
+    rows_before = (tmp_path / "e" / last.dir_name / "result.json").read_bytes()
+    # The state as it was before a save listed the last trial, the searcher's file as it was
+    # when the trial's suggestion was held.
+    state.trials = state.trials[:-1]
+    state.status = "RUNNING"
+    state.save(paths)
+    saved = json.loads((tmp_path / "e" / "searcher_state.json").read_text())
+    saved["pending"] = {last.trial_id: {"config": last.config, "dir_name": last.dir_name}}
+    saved["live"] = {last.trial_id: 0}
+    (tmp_path / "e" / "searcher_state.json").write_text(json.dumps(saved))
+    # ...and Optuna's study as it was before the trial was told (its last commit dropped).
+    journal = tmp_path / "e" / "optuna_journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    commits = [i for i, line in enumerate(lines) if b'"ftnb_commit"' in line]
+    journal.write_bytes(b"".join(lines[: commits[-2] + 1]))
+
+    results = ftnb.Tuner.restore(str(tmp_path / "e"), quadratic, verbose=0).fit()
+    assert len(results) == 3 and results.status == "FINISHED"
+    assert (tmp_path / "e" / last.dir_name / "result.json").read_bytes() == rows_before
+    restored = ExperimentState.load(paths).trials[-1]
+    assert restored.trial_id == last.trial_id and len(restored.attempts) == 1
+    frozen = {t.user_attrs["ftnb_trial_id"]: t for t in _study(tmp_path / "e").trials}
+    assert frozen[last.trial_id].state == optuna.trial.TrialState.COMPLETE
+    assert sorted(frozen[last.trial_id].intermediate_values) == [1, 2, 3]
+    assert len(frozen) == 3

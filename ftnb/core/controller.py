@@ -184,6 +184,7 @@ class Controller:
         #: Trials the searcher made that the state on disk does not list yet: its file keeps
         #: their suggestions until a save lists them (a restore records them from there).
         self._unlisted: list[str] = []
+        self._adopting = False
         self.lease = lease
         self.resume_hint = resume_hint
         self.control = control
@@ -241,8 +242,10 @@ class Controller:
             # hears what it missed.
             self.search.guard = self._guard
             listed = {t.trial_id for t in self.state.trials}
+            self._adopting = True  # (recover tells their results before their outcomes)
             for trial_id, config, dir_name in self.search.unlisted(listed):
                 self._adopt(trial_id, config, dir_name)
+            self._adopting = False
             self.search.recover(self.state.trials, self._rows_of)
         self._emit("on_experiment_start", self.state)
         try:
@@ -872,8 +875,8 @@ class Controller:
         data = json.dumps(trial.to_json(), default=str, allow_nan=True)
         self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
         self._changed.add(trial.trial_id)
-        if self.search is not None and trial.status in (TrialStatus.TERMINATED,
-                                                        TrialStatus.ERRORED):
+        if self.search is not None and not self._adopting and trial.status in (
+                TrialStatus.TERMINATED, TrialStatus.ERRORED):
             # After its final record: a restore tells the searcher what it did not hear.
             self.search.on_complete(trial)
 

@@ -4,14 +4,17 @@ folder: :class:`PersistedSearcher`, what the controller asks for new trials.
 The rules that make a driver killed at any instant lose nothing and repeat nothing:
 
 1. *A suggestion is written before its trial is.* ``searcher_state.json`` (the searcher's JSON
-   state, the suggestions not yet known to be recorded as trials, the trials not yet told
-   complete) is written when a config is suggested, before the trial's record exists; the
-   searcher's own storage (Optuna's journal) is made durable before that file
-   (:meth:`~ftnb.search.Searcher.flush`). A restore creates the trials of the suggestions that
-   have none (:meth:`PersistedSearcher.recover`), with their ids; a suggestion the searcher made
-   durable in its own storage but that the file does not list yet is asked for again with the
-   same trial id, and the searcher answers with the same config (``suggest`` is idempotent by
-   trial id: OptunaSearch finds the Optuna trial that carries that id).
+   state, the suggestions whose trials the state on disk may not list yet, with their folders,
+   the trials not yet told complete) is written when a config is suggested, before anything of
+   its trial is (:meth:`PersistedSearcher.hold`); the searcher's own storage (Optuna's journal)
+   is made durable before that file (:meth:`~ftnb.search.Searcher.flush`). The suggestion is
+   kept there until a save of the state lists the trial (:meth:`PersistedSearcher.recorded`),
+   so the state is not saved once per trial. A restore records the trials of the suggestions
+   the state does not list (:meth:`PersistedSearcher.unlisted`), with their ids and folders,
+   from the trial's own record when it got that far (it may have run). A suggestion the
+   searcher made durable in its own storage but that the file does not list yet is asked for
+   again with the same trial id, and the searcher answers with the same config (``suggest`` is
+   idempotent by trial id: OptunaSearch finds the Optuna trial that carries that id).
 2. *An outcome is told after the trial's record says it.* A trial's final record (TERMINATED,
    ERRORED) is written first, then the searcher is told and the file written; a restore tells
    the searcher of every trial that ended without being told (the file still lists it as live).
@@ -22,7 +25,8 @@ The rules that make a driver killed at any instant lose nothing and repeat nothi
    replays) are not told again. A restore replays the rows of ``result.json`` past it.
 
 The controller calls it: :meth:`~PersistedSearcher.suggest` when a trial can start,
-:meth:`~PersistedSearcher.recorded` once the trial's record is written,
+:meth:`~PersistedSearcher.hold` before it writes the trial's folder and record,
+:meth:`~PersistedSearcher.recorded` once a saved state lists the trial,
 :meth:`~PersistedSearcher.on_result`, :meth:`~PersistedSearcher.on_complete`.
 """
 
@@ -98,6 +102,7 @@ class PersistedSearcher:
         self.live: dict[str, int] = {}  # trial id -> the last training_iteration told
         self.finished = False
         self._seed = seed
+        self._asked: Optional[tuple[str, Any]] = None  # suggested, not held yet
 
     # -- building it -------------------------------------------------------------------------
     @staticmethod
@@ -167,8 +172,9 @@ class PersistedSearcher:
         return not self.finished and (self.num_samples < 0 or self.made < self.num_samples)
 
     def suggest(self, trial_id: str) -> Any:
-        """The config of the new trial ``trial_id`` (its record not written yet), None for
-        "not now", or :data:`FINISHED`. A config is durable here, before it is returned."""
+        """The config of the new trial ``trial_id``, None for "not now", or :data:`FINISHED`.
+        A config is made durable by :meth:`hold`, which the caller calls before it writes
+        anything of the trial."""
         if not self.may_suggest:
             if not self.finished:
                 self.finished = True
@@ -185,15 +191,35 @@ class PersistedSearcher:
             raise TypeError(f"{self.searcher!r}.suggest({trial_id!r}) returned {answer!r}: a "
                             "searcher returns a config (dict), None or Searcher.FINISHED.")
         config = self._config(answer, trial_id)
-        self.made += 1
-        self.pending[trial_id] = encode_value(config)
-        self.live[trial_id] = 0
-        self.commit()
+        self._asked = (trial_id, config)
         return config
 
+    def hold(self, trial_id: str, dir_name: str) -> None:
+        """Make the suggestion for ``trial_id`` durable (the searcher's own storage, then the
+        file), with the folder its trial gets: kept until the state lists the trial
+        (:meth:`recorded`), so that a restore records it from here."""
+        asked_id, config = self._asked or (None, None)
+        if asked_id != trial_id:
+            raise RuntimeError(f"hold({trial_id!r}) without suggest({trial_id!r}) before it")
+        self._asked = None
+        self.made += 1
+        self.pending[trial_id] = {"config": encode_value(config), "dir_name": dir_name}
+        self.live[trial_id] = 0
+        self.commit()
+
     def recorded(self, trial_id: str) -> None:
-        """The trial ``trial_id``'s record is written (its suggestion needs no keeping)."""
+        """The state on disk lists the trial ``trial_id`` (its suggestion needs no keeping)."""
         self.pending.pop(trial_id, None)
+
+    def unlisted(self, listed: Iterable[str]) -> list[tuple[str, Any, str]]:
+        """``(trial id, config, folder name)`` of the suggestions whose trials the state does
+        not list (``listed``: the ids it lists), in the order they were made: a restore records
+        them first. The others need no keeping."""
+        listed = set(listed)
+        out = [(trial_id, entry["config"], entry["dir_name"])
+               for trial_id, entry in sorted(self.pending.items()) if trial_id not in listed]
+        self.pending = {k: v for k, v in self.pending.items() if k not in listed}
+        return out
 
     def on_result(self, trial_id: str, row: dict) -> None:
         """Tell the searcher a result, once per ``training_iteration`` (kept in memory: the
@@ -219,14 +245,10 @@ class PersistedSearcher:
         return True
 
     def recover(self, trials: Iterable[TrialRecord],
-                rows_of: Callable[[TrialRecord], list]) -> list[tuple[str, Any]]:
-        """After a restore: tell the searcher the results and outcomes it missed, and return
-        ``(trial id, config)`` of the suggestions whose trials were never recorded (the
-        controller records them first, in order)."""
+                rows_of: Callable[[TrialRecord], list]) -> None:
+        """After a restore (the trials of :meth:`unlisted` recorded): tell the searcher the
+        results and outcomes it missed."""
         known = {t.trial_id: t for t in trials}
-        adopt = [(trial_id, config) for trial_id, config in self.pending.items()
-                 if trial_id not in known]
-        self.pending = {k: v for k, v in self.pending.items() if k not in known}
         for trial_id in list(self.live):
             trial = known.get(trial_id)
             if trial is None:
@@ -235,7 +257,6 @@ class PersistedSearcher:
                 self.on_result(trial_id, row)
             self._tell_complete(trial)
         self.commit()
-        return adopt
 
     def commit(self) -> None:
         """Make the searcher's state durable: its own storage first, then the file."""
