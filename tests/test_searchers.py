@@ -576,3 +576,32 @@ def test_a_trial_the_state_did_not_list_yet_is_restored_from_its_own_record(tmp_
     assert frozen[last.trial_id].state == optuna.trial.TrialState.COMPLETE
     assert sorted(frozen[last.trial_id].intermediate_values) == [1, 2, 3]
     assert len(frozen) == 3
+
+
+def test_optuna_search_with_asha_tells_stopped_trials_at_their_rung(tmp_path):
+    from ftnb.schedulers import ASHAScheduler
+
+    def curve(config):
+        for i in range(1, 10):
+            ftnb.report({"loss": (config["x"] - 0.3) ** 2 + 1.0 / i})
+
+    results = ftnb.Tuner(
+        curve, param_space={"x": uniform(0, 1)},
+        tune_config=ftnb.TuneConfig(
+            metric="loss", mode="min", num_samples=9,
+            search_alg=ConcurrencyLimiter(OptunaSearch(seed=0), 2),
+            scheduler=ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="asha", verbose=0,
+                                  executor="inprocess"),
+    ).fit()
+    by_id = {t.user_attrs["ftnb_trial_id"]: t for t in _study(tmp_path / "asha").trials}
+    assert len(by_id) == 9
+    iterations = []
+    for r in results:
+        frozen = by_id[r.metrics["trial_id"]]
+        iterations.append(r.metrics["training_iteration"])
+        assert frozen.state == optuna.trial.TrialState.COMPLETE
+        assert frozen.value == r.metrics["loss"]  # its last result, as Ray tells it
+        assert sorted(frozen.intermediate_values) == list(
+            range(1, r.metrics["training_iteration"] + 1))
+    assert min(iterations) < 9 and max(iterations) == 9  # ASHA stopped some at a rung
