@@ -605,3 +605,14 @@ def test_optuna_search_with_asha_tells_stopped_trials_at_their_rung(tmp_path):
         assert sorted(frozen.intermediate_values) == list(
             range(1, r.metrics["training_iteration"] + 1))
     assert min(iterations) < 9 and max(iterations) == 9  # ASHA stopped some at a rung
+
+
+def test_optuna_evaluated_rewards_are_in_the_study_not_run(tmp_path):
+    results = _run(tmp_path, "warm", OptunaSearch(points_to_evaluate=[{"x": 0.31}],
+                                                  evaluated_rewards=[0.0001], seed=0),
+                   num_samples=2)
+    assert len(results) == 2 and all(r.config["x"] != 0.31 for r in results)
+    trials = _study(tmp_path / "warm").trials
+    warm = [t for t in trials if "ftnb_trial_id" not in t.user_attrs]
+    assert [(t.params, t.value) for t in warm] == [({"x": 0.31}, 0.0001)]
+    assert len(trials) == 3
