@@ -336,3 +336,65 @@ def test_the_asha_benchmark_workload_runs_at_its_quick_size(tmp_path):
     trials, max_t = workload.quick["trials"], workload.quick["max_t"]
     assert 1 <= figures["stopped"] < trials
     assert trials <= figures["iterations"] < trials * max_t
+
+
+def _hyperband_stopping_trainable(config):
+    """_hyperband_trainable; the trial q=2 first waits until q=1 and q=3 wait PAUSED at their
+    milestone, and asks the experiment to stop (as `ftnb stop` does) before its first report."""
+    import glob
+    import json as json_
+    import os
+    import time
+
+    import ftnb
+    from ftnb.storage import ExperimentPaths
+    from ftnb.storage.control import send_request
+
+    if config["q"] == 2 and ftnb.get_checkpoint() is None:
+        exp = os.path.dirname(ftnb.get_context().get_trial_dir())
+
+        def paused() -> int:
+            count = 0
+            for path in glob.glob(os.path.join(exp, "*", "trial.json")):
+                try:
+                    with open(path) as f:
+                        record = json_.load(f)
+                except (OSError, ValueError):
+                    continue
+                count += record["status"] == "PAUSED" and record["config"]["q"] in (1, 3)
+            return count
+
+        deadline = time.time() + 60
+        while paused() < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        paths = ExperimentPaths.at(exp)
+        request = send_request(paths, "stop")
+        while os.path.exists(paths.control_request(request.id)) and time.time() < deadline:
+            time.sleep(0.02)  # until the driver took it: the report below is made while stopping
+    _hyperband_trainable(config)
+
+
+def test_hyperband_paused_trials_wait_through_a_stop_and_a_restore(tmp_path):
+    """The experiment is stopped while two trials of a bracket wait PAUSED at their milestone
+    and the third reports it: the bracket's decision stands (q=2, the worst, stops; q=3 stops;
+    q=1 goes on), the restore resumes q=1 from its checkpoint and nothing else of the bracket."""
+    run = dict(param_space={"q": ftnb.grid_search([5, 6, 3, 1, 2])},
+               tune_config=ftnb.TuneConfig(metric="loss", mode="min", scheduler=HyperBandScheduler(
+                   max_t=3, reduction_factor=3)),
+               run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="hb", verbose=0,
+                                         executor="inprocess"),
+               resources_per_trial={"cpu": 0.1})
+    ftnb.Tuner(_hyperband_stopping_trainable, **run).fit()
+    exp = tmp_path / "hb"
+    first = _state(exp)
+    assert first.status == "INTERRUPTED"
+    ftnb.Tuner.restore(str(exp), _hyperband_stopping_trainable).fit()
+    trials = _by_q(_state(exp))
+    assert _iterations(exp, trials[1]) == [1, 2, 3] and trials[1].note is None
+    assert trials[1].attempts[-1].restored_from == "checkpoint_000000"
+    for q in (3, 2):
+        assert _iterations(exp, trials[q]) == [1], q
+        assert shown_status(trials[q]) == "STOPPED", (q, trials[q].note)
+    for q in (5, 6):
+        assert _iterations(exp, trials[q]) == [1, 2, 3], q
+    assert not any(t.failures for t in trials.values())

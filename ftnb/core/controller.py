@@ -589,6 +589,9 @@ class Controller:
             decision = policy.decide_after_failure(trial, ending.failure, self.failure_config,
                                                    stopping=bool(self.stopping))
             self._carry_out(trial, ending.failure, decision)
+        elif ending.stopped_by_controller and self._decided.get(
+                trial.trial_id, {}).get("decision") == "STOP":
+            self._complete(trial, TrialStatus.TERMINATED)  # its scheduler's stop stands
         elif ending.stopped_by_controller and live.pausing and not self.stopping:
             trial.status = TrialStatus.PAUSED.value  # the scheduler resumes it when it chooses
         elif ending.stopped_by_controller:
@@ -674,9 +677,7 @@ class Controller:
         self._fed[trial_id] = max(self._fed.get(trial_id, 0), iteration)
         decision = self.scheduler.on_trial_result(self._scheduler_view, trial, row)
         self._dirty = True
-        if live is not None and (live.stop_requested_at is not None or self.stopping):
-            answer = "stop"  # it is being stopped anyway (a user, a stopper, the experiment)
-        elif decision == "STOP":
+        if decision == "STOP":
             note = self.scheduler.stop_note(trial)
             self._decided[trial_id] = {"decision": "STOP", "iteration": iteration, "note": note}
             trial.note = note
@@ -691,6 +692,9 @@ class Controller:
             answer = "pause"
         else:
             answer = "continue"
+        if answer == "continue" and live is not None and (
+                live.stop_requested_at is not None or self.stopping):
+            answer = "stop"  # it is being stopped anyway (a user, a stopper, the experiment)
         if awaits:
             self._answers.append((trial_id, iteration, answer))
         elif answer != "continue" and live is not None:
