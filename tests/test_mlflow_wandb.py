@@ -190,6 +190,27 @@ def test_an_errored_trial_resumed_continues_its_runs_without_an_iteration_twice(
     assert _wandb_points(str(tmp_path), wandb_id, "score") == expected
 
 
+def test_an_experiment_on_any_fsspec_filesystem_keeps_its_run_ids_there(tmp_path, tracking_env):
+    import uuid
+
+    import fsspec
+
+    store, base = str(tmp_path / "mlruns"), f"memory://ftnb-{uuid.uuid4().hex}"
+    results = ftnb.Tuner(_counting, param_space={"n": 4}, run_config=ftnb.RunConfig(
+        storage_path=base, name="mem", verbose=0, executor="inprocess",
+        callbacks=[MLflowLoggerCallback(tracking_uri=f"file://{store}", experiment_name="mem"),
+                   WandbLoggerCallback(project="mem")])).fit()
+    assert not results.errors
+    fs = fsspec.filesystem("memory")
+    trial_id = results[0].trial_id
+    record = json.loads(fs.cat(f"{base}/mem/{trial_id}/mlflow_run.json"))
+    assert _points(store, record["run_id"], "score") == [(i, float(i)) for i in range(1, 5)]
+    record = json.loads(fs.cat(f"{base}/mem/{trial_id}/wandb_run.json"))
+    assert _wandb_points(str(tmp_path), record["run_id"], "score") == [
+        (i, float(i)) for i in range(1, 5)]
+    fs.rm(base, recursive=True)
+
+
 def test_a_run_whose_id_was_not_recorded_is_found_again_by_its_tags(tmp_path, tracking_env):
     # A driver that died between MLflow making the run and the run's id reaching the trial's
     # folder: the next driver finds the run by its tags instead of making a second one.

@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import struct
+import time
 import zlib
 from typing import Any, Iterator, Optional
 
@@ -38,6 +39,8 @@ _RECORD = "wandb_run.json"
 #: Settings for runs hosted by the driver: the driver's console and system metrics are not the
 #: trial's (override with settings=wandb.Settings(...)).
 _SETTINGS = {"console": "off", "x_disable_stats": True}
+#: How long a finished run's local file may take to hold what was logged (s).
+_WRITTEN_TIMEOUT_S = 30.0
 #: ``wandb.init`` arguments that ftnb sets itself, per trial.
 _OWN_INIT_ARGS = ("id", "resume", "reinit", "resume_from", "fork_from")
 
@@ -228,7 +231,8 @@ class WandbLoggerCallback(IterationLogger):
             if record and not record.get("ended"):
                 self.write_record(trial, _RECORD, {**record, "ended": True})
             return
-        self._finish(run, trial, exit_code=1 if failed else 0, ended=True)
+        self._finish(run, trial, exit_code=1 if failed else 0, ended=True,
+                     held=self._held.get(trial.trial_id, 0))
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         # Runs of trials that did not end (the experiment was stopped) are finished too, and
@@ -237,7 +241,8 @@ class WandbLoggerCallback(IterationLogger):
             return
         for trial_id in list(self._runs):
             trial = next((t for t in trials if t.trial_id == trial_id), None)
-            self._finish(self._runs.pop(trial_id), trial, exit_code=0, ended=False)
+            self._finish(self._runs.pop(trial_id), trial, exit_code=0, ended=False,
+                         held=self._held.get(trial_id, 0))
         done, pending = concurrent.futures.wait(self._finishing, timeout=self.upload_timeout)
         if pending:
             _log.warning("ftnb: %d W&B runs were still uploading after upload_timeout=%ss; "
@@ -250,15 +255,22 @@ class WandbLoggerCallback(IterationLogger):
             self._finisher.shutdown(wait=False)
             self._finisher = None
 
-    def _finish(self, run: Any, trial: Any, exit_code: int, ended: bool) -> None:
-        """Finish ``run`` in the background (it may upload for a while), then mark the trial's
-        record ended."""
+    def _finish(self, run: Any, trial: Any, exit_code: int, ended: bool, held: int) -> None:
+        """Finish ``run`` in the background (it may upload for a while), wait until its local
+        file holds iteration ``held`` (wandb's service writes it after ``finish`` returns: a
+        reader, ``wandb sync`` or the next driver's catching up, must find it complete), then
+        mark the trial's record ended."""
         if self._finisher is None:
             self._finisher = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="ftnb-wandb-finish")
 
         def finish() -> None:
             run.finish(exit_code=exit_code)
+            piece = os.path.join(os.path.dirname(run.dir), f"run-{run.id}.wandb")
+            deadline = time.monotonic() + _WRITTEN_TIMEOUT_S
+            while held and os.path.isfile(piece) and time.monotonic() < deadline and max(
+                    (step for step, _ in read_history(piece)), default=0) < held:
+                time.sleep(0.05)
             if ended and trial is not None:
                 record = self.read_record(trial, _RECORD) or {"run_id": run.id}
                 self.write_record(trial, _RECORD, {**record, "ended": True})
