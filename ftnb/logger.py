@@ -141,6 +141,18 @@ def numeric_metrics(row: dict, exclude: tuple = ()) -> dict:
     return out
 
 
+def shown_config(config: Any) -> Any:
+    """A trial's recorded config as a tracker shows it: an object that is not JSON (recorded as
+    a placeholder: a model, an ``ftnb.put`` ref) as its ``repr``."""
+    if isinstance(config, dict):
+        if "repr" in config and ("__ftnb_object__" in config or "__ftnb_ref__" in config):
+            return config["repr"]
+        return {key: shown_config(value) for key, value in config.items()}
+    if isinstance(config, (list, tuple)):
+        return [shown_config(value) for value in config]
+    return config
+
+
 def step_of(row: dict) -> int:
     """A row's iteration: the step every built-in logger logs it at."""
     return int(row.get("training_iteration") or 0)

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 from killed_driver import kill_when, run_to_end, trial_with_reports
@@ -112,7 +113,9 @@ def test_one_run_per_trial_with_its_config_and_each_iteration_once(
     store = str(tmp_path / "mlruns")
     results = ftnb.Tuner(
         _counting,
-        param_space={"n": 6, "fail_at": ftnb.grid_search([0, 5]), "opt": {"lr": 0.1}},
+        # An object in the config (not JSON): shown by its repr.
+        param_space={"n": 6, "fail_at": ftnb.grid_search([0, 5]), "opt": {"lr": 0.1},
+                     "model": Fraction(1, 3)},
         run_config=ftnb.RunConfig(
             storage_path=str(tmp_path), name="track", verbose=0, executor="inprocess",
             failure_config=ftnb.FailureConfig(max_failures=1),
@@ -136,7 +139,8 @@ def test_one_run_per_trial_with_its_config_and_each_iteration_once(
         assert run.info.status == "FINISHED"
         assert run.data.tags["team"] == "tune" and run.data.tags["trial_name"] == trial_id
         fail_at = json.loads((trial_dir / "params.json").read_text())["fail_at"]
-        assert run.data.params == {"n": "6", "fail_at": str(fail_at), "opt/lr": "0.1"}
+        assert run.data.params == {"n": "6", "fail_at": str(fail_at), "opt/lr": "0.1",
+                                   "model": "Fraction(1, 3)"}
         assert _points(store, run.info.run_id, "score") == expected_score
         assert _points(store, run.info.run_id, "nested/half") == [
             (i, i / 2) for i in range(1, 7)]

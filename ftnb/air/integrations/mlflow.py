@@ -21,7 +21,14 @@ import os
 import time
 from typing import Any, Optional
 
-from ...logger import IterationLogger, numeric_metrics, require, step_of, trial_name
+from ...logger import (
+    IterationLogger,
+    numeric_metrics,
+    require,
+    shown_config,
+    step_of,
+    trial_name,
+)
 
 __all__ = ["MLflowLoggerCallback"]
 
@@ -186,6 +193,7 @@ class MLflowLoggerCallback(IterationLogger):
 
         from ...storage.result_log import flatten_row
 
+        config = shown_config(config)
         flat = flatten_row(config) if isinstance(config, dict) else {"config": config}
         params = [Param(key, str(value)[:_MAX_PARAM_CHARS]) for key, value in flat.items()
                   if key not in logged]

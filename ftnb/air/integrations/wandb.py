@@ -28,7 +28,14 @@ import time
 import zlib
 from typing import Any, Iterator, Optional
 
-from ...logger import IterationLogger, numeric_metrics, require, step_of, trial_name
+from ...logger import (
+    IterationLogger,
+    numeric_metrics,
+    require,
+    shown_config,
+    step_of,
+    trial_name,
+)
 
 __all__ = ["WandbLoggerCallback", "read_history", "run_pieces"]
 
@@ -279,7 +286,8 @@ class WandbLoggerCallback(IterationLogger):
 
 
 def _config(trial: Any) -> dict:
-    config = trial.config if isinstance(trial.config, dict) else {"config": trial.config}
+    config = shown_config(trial.config)
+    config = config if isinstance(config, dict) else {"config": config}
     return {**config, "trial_id": trial.trial_id}
 
 
