@@ -315,7 +315,7 @@ def _restored_searcher(paths: ExperimentPaths, state: ExperimentState, tune_conf
     """The searcher that goes on making the experiment's trials, set up with its space: the one
     ``given`` (``Tuner.restore(search_alg=...)``), or built again from its description in the
     state; ``(None, None)`` for an experiment whose trials were all made when it started."""
-    from .core.searching import PersistedSearcher, rebuild_searcher
+    from .core.searching import PersistedSearcher, rebuild_searcher, searcher_settings
     from .search.searcher import Searcher
     from .search.space_json import SpaceNotStoredError, decode_space
 
@@ -329,6 +329,15 @@ def _restored_searcher(paths: ExperimentPaths, state: ExperimentState, tune_conf
         return None, None
     if given is not None and not isinstance(given, Searcher):
         raise RestoreError(f"Tuner.restore(search_alg={given!r}) must be an ftnb.search.Searcher.")
+    stored_class = stored.get("class") if isinstance(stored, dict) else None
+    given_class = searcher_settings(given)["class"] if given is not None else None
+    if given_class is not None and stored_class and given_class != stored_class:
+        raise RestoreError(
+            f"The experiment at {paths.uri} was run with the search algorithm "
+            f"{stored.get('name') or stored_class}; Tuner.restore(search_alg={given!r}) is "
+            "another one, whose state would not match the stored one. Fix: pass the same "
+            "search algorithm, configured as it was (or leave search_alg out when ftnb can "
+            "rebuild it), or run a new experiment (another name) to search differently.")
     searcher = given
     if searcher is None:
         description = stored.get("description") if isinstance(stored, dict) else None

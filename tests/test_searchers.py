@@ -616,3 +616,10 @@ def test_optuna_evaluated_rewards_are_in_the_study_not_run(tmp_path):
     warm = [t for t in trials if "ftnb_trial_id" not in t.user_attrs]
     assert [(t.params, t.value) for t in warm] == [({"x": 0.31}, 0.0001)]
     assert len(trials) == 3
+
+
+def test_restore_refuses_another_search_algorithm(tmp_path):
+    _run(tmp_path, "one", OptunaSearch(seed=0), num_samples=1)
+    with pytest.raises(ftnb.RestoreError, match="another one"):
+        ftnb.Tuner.restore(str(tmp_path / "one"), quadratic, search_alg=BasicVariantGenerator())
+    ftnb.Tuner.restore(str(tmp_path / "one"), quadratic, search_alg=OptunaSearch(seed=0))
