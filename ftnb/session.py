@@ -267,10 +267,18 @@ class TrialSession:
         if checkpoint is not None:
             self.log.sync()
         decision = None
+        # Whether the trial ends here anyway (its stop criterion): then it does not wait for a
+        # decision (Ray asks no scheduler then), so a driver killed meanwhile never leaves it
+        # waiting at its last report, to be resumed past its stop criterion.
+        try:
+            end = self._decide_end(row, checkpoint is not None)
+        except BaseException:
+            self.send("result", row)  # (persisted: the controller hears of it before the error)
+            raise
         points = self.decision_points
         if points is not None and self.wait_decision is not None:
             previous, self._decision_value = self._decision_value, points.value(row)
-            if points.reached(previous, row):
+            if end is None and points.reached(previous, row):
                 # A scheduler's decision point: the trial ends exactly here if it says so.
                 self.send("decision_point", row)
                 decision = self.wait_decision(self.iteration)
@@ -278,7 +286,6 @@ class TrialSession:
                 self.send("result", row)
         else:
             self.send("result", row)
-        end = self._decide_end(row, checkpoint is not None)
         if end is None and decision in ("stop", "pause"):
             end = _StopRequested()
         if self.group is not None:

@@ -38,7 +38,7 @@ from ..execution.resources import TrialResources
 from ..storage import ExperimentPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
 from ..storage.lease import Lease, LeaseLostError
-from . import policy
+from . import exploits, policy
 from .index_upkeep import index_entry_writer
 from .records import (
     AttemptRecord,
@@ -431,6 +431,8 @@ class Controller:
 
     # -- starting an attempt -------------------------------------------------------------------
     def _start_attempt(self, trial: TrialRecord) -> None:
+        if exploits.is_exploit(self._decided.get(trial.trial_id)):
+            self._carry_out_exploit(trial)  # (a restore: decided by the driver before)
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
         rows = self.trial_files.rows_up_to(trial, start_iteration)
@@ -598,6 +600,9 @@ class Controller:
             self._complete(trial, TrialStatus.PAUSED if self.stopping else TrialStatus.TERMINATED)
         else:
             self._complete(trial, TrialStatus.TERMINATED)
+        if trial.status == TrialStatus.PAUSED and exploits.is_exploit(
+                self._decided.get(trial.trial_id)):
+            self._carry_out_exploit(trial)
         self._persist_trial(trial)
         self._dirty = True
 
@@ -684,9 +689,10 @@ class Controller:
             self._persist_trial(trial)
             answer = "stop"
         elif decision == "PAUSE":
-            self._decided[trial_id] = {"decision": "PAUSE", "iteration": iteration}
-            trial.note = f"paused by {type(self.scheduler).__name__} at " \
-                         f"training_iteration={iteration}"
+            if not exploits.is_exploit(self._decided.get(trial_id)):  # (an exploit pauses too)
+                self._decided[trial_id] = {"decision": "PAUSE", "iteration": iteration}
+                trial.note = f"paused by {type(self.scheduler).__name__} at " \
+                             f"training_iteration={iteration}"
             if live is not None:
                 live.pausing = True
             answer = "pause"
@@ -720,12 +726,30 @@ class Controller:
         if trial.trial_id in self._told_ended:
             return
         self._told_ended.add(trial.trial_id)
-        self._decided.pop(trial.trial_id, None)  # its status shows it now
+        if exploits.is_exploit(self._decided.pop(trial.trial_id, None)):  # its status shows it
+            exploits.remove_staged(self.paths, trial)  # (an exploit it will not carry out)
         self._scheduler_add(trial)
         if trial.status == TrialStatus.ERRORED:
             self.scheduler.on_trial_error(self._scheduler_view, trial)
         else:
             self.scheduler.on_trial_complete(self._scheduler_view, trial, trial.last_result)
+        self._dirty = True
+
+    def _carry_out_exploit(self, trial: TrialRecord) -> None:
+        """Carry out the exploit decided for ``trial`` (see :mod:`ftnb.core.exploits`): it
+        goes on from the donor's checkpoint with the new config, its record saying both at
+        once. The decision is on disk first, so a driver killed meanwhile leaves it to the
+        restore, which does it once."""
+        decided = self._decided[trial.trial_id]
+        if self._dirty:
+            self.save(durable=False)
+        if exploits.carry_out(self.paths, trial, decided, self._persist_trial, self._guard):
+            donor_id = decided["donor"]
+            donor = self.state.trial(donor_id)
+            self.configs[trial.trial_id] = exploits.live_config(
+                trial.config, self.configs.get(donor_id), donor.config)
+            self.trial_files.apply_retention(trial)
+        self._decided.pop(trial.trial_id, None)
         self._dirty = True
 
     def _scheduler_record(self) -> dict:
@@ -778,6 +802,8 @@ class Controller:
             if decision == "STOP":
                 decided = {"decision": "STOP", "iteration": iteration,
                            "note": self.scheduler.stop_note(trial)}
+            elif exploits.is_exploit(self._decided.get(trial.trial_id)):
+                decided = self._decided[trial.trial_id]  # (it pauses the trial too)
             elif decision == "PAUSE":
                 decided = {"decision": "PAUSE", "iteration": iteration}
             else:
@@ -974,6 +1000,30 @@ class _SchedulerView:
 
     def next_pending_trial(self) -> Optional[TrialRecord]:
         return self._controller._next_pending()
+
+    def exploit_trial(self, trial: TrialRecord, donor: TrialRecord,
+                      config: Any) -> Optional[dict]:
+        """Have ``trial`` continue from ``donor``'s latest checkpoint with ``config`` (PBT's
+        exploit): a new attempt, never a failure, started when the scheduler chooses it (a
+        running trial ends at the report being decided: answer PAUSE). The donor's checkpoint is
+        copied now. Returns the decision recorded, None when the donor has no checkpoint."""
+        controller = self._controller
+        if trial.trial_id == donor.trial_id:
+            raise ValueError(f"trial {trial.trial_id} cannot exploit itself")
+        decided = exploits.stage(controller.paths, trial, donor, config, controller._guard)
+        if decided is None:
+            return None
+        controller._decided[trial.trial_id] = decided
+        trial.note = (f"paused by {type(controller.scheduler).__name__} at training_iteration="
+                      f"{decided['iteration']}: continues from trial {donor.trial_id}'s "
+                      f"{decided['donor_checkpoint']}")
+        live = controller.live.get(trial.trial_id)
+        if live is not None:
+            live.pausing = True
+        else:
+            controller._persist_trial(trial)
+        controller._dirty = True
+        return decided
 
 
 def _rank_entries(exit_event: ExitEvent, errors: dict[int, ErrorEvent]) -> list[dict]:

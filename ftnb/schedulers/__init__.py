@@ -12,6 +12,8 @@ results, which trials go on, which pause and which stop early.
 * :class:`HyperBandScheduler`: synchronous HyperBand (pauses trials at their bracket's
   milestones and resumes the best from their checkpoints).
 * :class:`MedianStoppingRule`: stops a trial doing worse than the median of the others.
+* :class:`PopulationBasedTraining`: the worse trials continue from the better ones'
+  checkpoints with mutated configs.
 
 A trial a scheduler stops ends exactly at the report that decided it, and reads ``STOPPED``
 (with the reason as its note) in every view, never as completed. The scheduler's state is JSON
@@ -27,6 +29,7 @@ from typing import Any, Optional
 from .async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from .hyperband import HyperBandScheduler
 from .median_stopping_rule import MedianStoppingRule
+from .pbt import PopulationBasedTraining, pbt_history
 from .trial_scheduler import FIFOScheduler, SchedulerController, TrialScheduler
 
 __all__ = [
@@ -35,11 +38,13 @@ __all__ = [
     "FIFOScheduler",
     "HyperBandScheduler",
     "MedianStoppingRule",
+    "PopulationBasedTraining",
     "SchedulerController",
     "TrialScheduler",
     "check_scheduler",
     "describe_scheduler",
     "initial_record",
+    "pbt_history",
     "same_scheduler",
     "scheduler_from_description",
 ]
@@ -47,7 +52,7 @@ __all__ = [
 #: ftnb's schedulers, rebuilt by name from a stored description.
 _BUILT_IN = {cls.__name__: cls for cls in (FIFOScheduler, AsyncHyperBandScheduler,
                                            ASHAScheduler, HyperBandScheduler,
-                                           MedianStoppingRule)}
+                                           MedianStoppingRule, PopulationBasedTraining)}
 
 
 def describe_scheduler(scheduler: TrialScheduler) -> dict:
@@ -63,6 +68,8 @@ def scheduler_from_description(description: dict) -> Optional[TrialScheduler]:
     cls = _BUILT_IN.get(str(description.get("class")))
     if cls is None or settings is None:
         return None
+    if hasattr(cls, "_from_settings"):
+        return cls._from_settings(settings)
     return cls(**settings)
 
 
@@ -94,7 +101,7 @@ def check_scheduler(scheduler: Any, metric: Optional[str], mode: Optional[str]) 
             f"(metric={scheduler.metric!r}, mode={scheduler.mode!r}) differ. Fix: give them "
             "once, in TuneConfig or in the scheduler.")
     compares = isinstance(scheduler, (AsyncHyperBandScheduler, HyperBandScheduler,
-                                      MedianStoppingRule))
+                                      MedianStoppingRule, PopulationBasedTraining))
     if compares and (not scheduler.metric or not scheduler.mode):
         raise ValueError(
             f"{type(scheduler).__name__} compares trials by a metric, but has "

@@ -20,7 +20,8 @@ class DecisionPoints:
     trial's previous report had not reached (ASHA's rungs: the first report at or past each),
     or, with ``from_value`` set, reaches ``from_value`` (every report from there on: the median
     stopping rule's), or, with ``every`` set, reaches a multiple of ``every`` that the previous
-    report had not (a perturbation interval).
+    report had not (a perturbation interval); ``offset`` moves those multiples (the points are
+    ``offset + n * every``, n >= 1: PBT's grid from its burn-in period on).
 
     >>> points = DecisionPoints("training_iteration", milestones=(1, 3, 9))
     >>> [points.reached(prev, {"training_iteration": i}) for prev, i in ((0, 1), (1, 2), (2, 3))]
@@ -31,6 +32,7 @@ class DecisionPoints:
     milestones: tuple[float, ...] = ()
     from_value: Optional[float] = None
     every: Optional[float] = None
+    offset: float = 0.0
 
     def value(self, row: Mapping[str, Any]) -> Optional[float]:
         """``attr`` in ``row`` as a number (None when it is not one)."""
@@ -52,6 +54,7 @@ class DecisionPoints:
         if self.from_value is not None and value >= self.from_value:
             return True
         before = float("-inf") if previous is None else previous
-        if self.every and (previous is None or previous // self.every < value // self.every):
-            return value >= self.every
+        if self.every and (previous is None or (previous - self.offset) // self.every
+                           < (value - self.offset) // self.every):
+            return value - self.offset >= self.every
         return any(before < milestone <= value for milestone in self.milestones)
