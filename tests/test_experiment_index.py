@@ -358,6 +358,24 @@ def test_an_s3_folder_lists_from_its_index(root, s3_storage, monkeypatch):
     assert listed["killed"].summary.status == "INTERRUPTED"
 
 
+@pytest.mark.s3
+def test_a_driver_on_s3_keeps_its_entry(s3_storage):
+    """A real driver on S3 writes its entry from its thread while it runs and the final one
+    at its end, then the snapshot: a listing reads one object for it, and it says what a full
+    read says."""
+    url, fs = s3_storage
+    ftnb.run(flaky, name="on_s3", storage_path=url, param_space={"x": ftnb.grid_search([1, 2])},
+             run_config=ftnb.RunConfig(verbose=0, executor="inprocess", storage_filesystem=fs,
+                                       failure_config=ftnb.FailureConfig(max_failures=1)))
+    storage = Storage(url, fs)
+    index = read_index(storage, storage.root)
+    assert index.read == 0 and index.entries["on_s3"].status == "FINISHED"
+    assert index.entries["on_s3"].failures == 1
+    [listed] = read_model.list_folder(storage, storage.root)
+    assert listed.indexed
+    _same(listed, read_model.read_experiment(listed.paths))
+
+
 def test_a_bad_entry_is_no_entry(tmp_path):
     assert IndexEntry.from_json({"format": "ftnb.index-entry", "format_version": 1}, "x") is None
     assert IndexEntry.from_json([], "x") is None
