@@ -47,10 +47,11 @@ root names, gets **403** with a message that says which roots are served.
             "takeover": null,             # silent driver: the line that takes it over
             "error": null}]}
 
-    404 when ``root`` does not exist; a folder that holds no experiment gives ``[]``. Cost: on
-    a local disk a listing re-reads only the experiments whose state file changed (one ``stat``
-    for each of the others); on an object store it reads every experiment's state file (one
-    request each, concurrently): a panel should list an ``s3://`` root less often.
+    404 when ``root`` does not exist; a folder that holds no experiment gives ``[]``. Cost: a
+    listing reads the folder's index (``.ftnb-index/``, kept by the drivers: see
+    :mod:`ftnb.ui.listing`): the folder, the index and its snapshot, each entry that changed
+    since the last listing, one owner lease per experiment whose state says RUNNING, and in
+    full only the experiments the index does not know (made by an older ftnb, copied in).
 
 ``GET ftnb/api/experiment?path=<path>``
     The experiment's snapshot, exactly :meth:`ftnb.ui.read_model.ExperimentSnapshot.to_json`
