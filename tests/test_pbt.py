@@ -308,6 +308,11 @@ def _check_exploits(exp, *, at_least: int = 1) -> list:
         # A new attempt, never a failure; it restarted from the copy in its own folder.
         restored = [a.restored_from for a in trials[tid].attempts]
         assert entry["checkpoint"] in restored
+    # Each exploit carried out once: one checkpoint copied from its donor per history entry.
+    for tid, t in trials.items():
+        copies = [c for c in t.checkpoints if c.get("exploited_from")]
+        assert [c["iteration"] for c in copies] == [
+            e["iteration"] for e in by_trial.get(tid, [])], tid
     # The trials that never exploited ran with their own lr throughout.
     for tid, t in trials.items():
         if tid not in by_trial:
@@ -384,3 +389,91 @@ def test_pbt_exploits_survive_three_driver_sigkills(tmp_path):
     population = state.scheduler["state"]["trials"]
     assert sorted(population) == sorted(t.trial_id for t in state.trials)
     assert all(p["last_score"] is not None and p["finished"] for p in population.values())
+
+
+# The three moments a SIGKILL can hit an exploit, made to happen exactly: the driver kills
+# itself (a real SIGKILL) at its first exploit (1) once the donor's checkpoint is staged, before
+# the decision is saved, (2) once the decision is saved, before it is carried out, (3) once the
+# trial's record holds the new config and checkpoint, before the state says it was carried out.
+KILL_AT = """
+import os, signal
+import ftnb.core.exploits as exploits
+
+def _die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+point = sys.argv[2]
+_stage, _carry_out = exploits.stage, exploits.carry_out
+if point == "staged":
+    def stage(*args, **kwargs):
+        decided = _stage(*args, **kwargs)
+        _die()
+    exploits.stage = stage
+elif point == "decided":
+    def carry_out(*args, **kwargs):
+        _die()
+    exploits.carry_out = carry_out
+elif point == "committed":
+    def carry_out(paths, trial, decided, persist, guard):
+        def persist_then_die(record):
+            persist(record)
+            _die()
+        return _carry_out(paths, trial, decided, persist_then_die, guard)
+    exploits.carry_out = carry_out
+"""
+
+
+@pytest.mark.parametrize("point", ["staged", "decided", "committed"])
+def test_a_driver_killed_in_each_step_of_an_exploit(tmp_path, point):
+    exp = tmp_path / "pbt"
+    killing = DRIVER.replace("from ftnb.schedulers import PopulationBasedTraining\n",
+                             "from ftnb.schedulers import PopulationBasedTraining\n" + KILL_AT)
+    from procs import run_script
+
+    proc = run_script(tmp_path, killing, str(tmp_path), point)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == -9, out  # it did exploit, and died there
+    staged = [p.name for p in exp.glob("*/pbt_exploit_*")]
+    # The donor's checkpoint was staged (on a local disk, renamed into place when committed).
+    assert bool(staged) == (point != "committed"), staged
+    before = _state(exp)
+    history = (before.scheduler or {}).get("state", {}).get("history", [])
+    if point == "staged":
+        assert not history  # the decision was never saved: it did not happen
+    else:
+        assert len(history) == 1  # saved before the trial heard it
+    if point == "committed":
+        # The record holds the exploit already (its trial.json is the newer word).
+        trial_id = history[0]["trial_id"]
+        record = json.loads((exp / trial_id / "trial.json").read_text())
+        assert record["latest_checkpoint"]["exploited_from"]["trial_id"] == history[0][
+            "donor_id"]
+        assert record["config"]["lr"] == pytest.approx(history[0]["config"]["lr"])
+    assert "DONE" in run_to_end(tmp_path, DRIVER, [str(tmp_path)])
+    entries = _check_exploits(exp, at_least=0 if point == "staged" else 1)
+    if point != "staged":
+        first = entries[0]
+        assert (first["trial_id"], first["iteration"]) == (history[0]["trial_id"],
+                                                           history[0]["iteration"])
+
+
+def test_a_trial_that_met_its_stop_criterion_is_not_resumed_past_it(tmp_path):
+    """Its last report met RunConfig(stop=...) with a checkpoint, and its driver died before
+    seeing it end (the records say RUNNING): the restore ends it there, it runs no more (this
+    sweep's driver, killed while PBT's trials end, found trials resumed to a 9th iteration)."""
+    run_config = ftnb.RunConfig(storage_path=str(tmp_path), name="stop", verbose=0,
+                                stop={"training_iteration": 3}, executor="inprocess")
+    ftnb.Tuner(train, param_space={"lr": 1.0, "sleep": 0.0}, run_config=run_config).fit()
+    exp = tmp_path / "stop"
+    paths = ExperimentPaths.at(str(exp))
+    state = ExperimentState.load(paths)
+    trial = state.trials[0]
+    trial.status, trial.attempts[-1].outcome, trial.attempts[-1].ended = "RUNNING", "running", None
+    trial.seq += 10
+    (exp / trial.dir_name / "trial.json").write_text(json.dumps(trial.to_json()))
+    state.status = "RUNNING"
+    state.save(paths, final=True)
+    ftnb.Tuner.restore(str(exp), train).fit()
+    trial = _state(exp).trials[0]
+    assert [r["training_iteration"] for r in result_rows(str(exp / trial.dir_name))] == [1, 2, 3]
+    assert trial.status == "TERMINATED" and len(trial.attempts) == 1 and trial.note is None

@@ -436,6 +436,15 @@ class Controller:
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
         rows = self.trial_files.rows_up_to(trial, start_iteration)
+        if rows and self._meets_stop_criterion(rows[-1]):
+            # It met its stop criterion at the report it would resume from (its driver died
+            # before seeing it end): it is done, not run past its criterion.
+            trial.iteration = start_iteration
+            trial.last_result = rows[-1]
+            self._complete(trial, TrialStatus.TERMINATED)
+            self._persist_trial(trial)
+            self._dirty = True
+            return
         attempt = AttemptRecord(
             number=len(trial.attempts) + 1,
             started=time.time(),
@@ -552,7 +561,13 @@ class Controller:
             self.trial_files.apply_retention(trial)
         self._dirty = True
         self._emit("on_result", self.state, trial, row)
-        if self.scheduler is not None:
+        if self.scheduler is not None and not awaits_decision and self._meets_stop_criterion(
+                row):
+            # Ray asks no scheduler about a result that meets the stop criterion: the trial
+            # ends there (a PBT exploit decided at it would never run).
+            self._fed[trial.trial_id] = max(self._fed.get(trial.trial_id, 0),
+                                            int(row.get("training_iteration") or 0))
+        elif self.scheduler is not None:
             self._decide(trial, row, awaits_decision)
         elif awaits_decision:  # (only a scheduler publishes decision points)
             self._answers.append((trial.trial_id, int(trial.iteration), "continue"))
@@ -735,6 +750,19 @@ class Controller:
             self.scheduler.on_trial_complete(self._scheduler_view, trial, trial.last_result)
         self._dirty = True
 
+    def _meets_stop_criterion(self, row: Optional[dict]) -> bool:
+        """Whether ``row`` meets ``RunConfig(stop={...})``: the trial ends at it. Only a dict
+        is judged here (a function or a Stopper keeps its state in the trial's process)."""
+        stop = self.run_config.stop
+        if not row or not isinstance(stop, dict):
+            return False
+        for key, threshold in stop.items():
+            value = metric_value(row, key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(
+                    threshold, (int, float)) and value >= threshold:
+                return True
+        return False
+
     def _carry_out_exploit(self, trial: TrialRecord) -> None:
         """Carry out the exploit decided for ``trial`` (see :mod:`ftnb.core.exploits`): it
         goes on from the donor's checkpoint with the new config, its record saying both at
@@ -796,6 +824,8 @@ class Controller:
         replay.sort(key=lambda entry: (entry[0], entry[1]))
         for _, iteration, trial, row in replay:
             self._fed[trial.trial_id] = max(self._fed.get(trial.trial_id, 0), iteration)
+            if self._meets_stop_criterion(row):
+                continue  # (as when it came: see _on_result)
             decision = self.scheduler.on_trial_result(view, trial, row)
             if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
                 continue
