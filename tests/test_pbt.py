@@ -226,7 +226,7 @@ def test_synchronous_mode_waits_for_the_whole_population():
 # report holds w and the trial that wrote it, and the first row of an attempt says what it loaded.
 TRAIN = """
 def train(config):
-    import json, os, time
+    import json, os, shutil, tempfile, time
     import ftnb
 
     context = ftnb.get_context()
@@ -240,12 +240,15 @@ def train(config):
     while True:
         time.sleep(config.get("sleep", 0.02))
         w += config["lr"]
-        folder = os.path.join(context.get_trial_dir(), "tmp_%d" % time.time_ns())
-        os.makedirs(folder)
+        local = context.get_trial_dir()  # (on an object store: a temporary folder)
+        folder = tempfile.mkdtemp(prefix="tmp-", dir=local if os.path.isdir(local) else None)
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump({"w": w, "by": context.get_trial_id()}, f)
-        ftnb.report({"score": w, "lr": config["lr"], "loaded": loaded},
-                    checkpoint=ftnb.Checkpoint.from_directory(folder))
+        try:
+            ftnb.report({"score": w, "lr": config["lr"], "loaded": loaded},
+                        checkpoint=ftnb.Checkpoint.from_directory(folder))
+        finally:
+            shutil.rmtree(folder)  # (persisted by report; it raises where the trial ends)
         loaded = None
 """
 exec(TRAIN)
@@ -265,18 +268,23 @@ def _state(path) -> ExperimentState:
 
 
 def _check_exploits(exp, *, at_least: int = 1) -> list:
-    """Every exploit in the history carried out once and whole; every iteration once."""
+    """Every exploit in the history carried out once and whole; every iteration once. ``exp``:
+    the experiment's folder (a local path or an fsspec URL)."""
+    exp = str(exp)
+    paths = ExperimentPaths.at(exp)
+    storage = paths.storage
     state = _state(exp)
-    history = pbt_history(str(exp))
+    history = pbt_history(exp)
     entries = history["global"]
     assert len(entries) >= at_least, entries
     trials = {t.trial_id: t for t in state.trials}
-    rows = {tid: result_rows(str(exp / t.dir_name)) for tid, t in trials.items()}
+    rows = {tid: paths.trial(t.dir_name).read_results() for tid, t in trials.items()}
     for tid, t in trials.items():
         assert t.status == "TERMINATED" and not t.failures, (tid, t.status, t.failures)
         assert [r["training_iteration"] for r in rows[tid]] == list(
             range(1, ITERATIONS + 1)), tid
-        assert not [n for n in (exp / t.dir_name).iterdir() if "pbt_exploit" in n.name]
+        assert not [n for n in storage.listdir(paths.trial(t.dir_name).dir)
+                    if "pbt_exploit" in n]
     by_trial: dict = {}
     for entry in entries:
         by_trial.setdefault(entry["trial_id"], []).append(entry)
@@ -303,16 +311,20 @@ def _check_exploits(exp, *, at_least: int = 1) -> list:
         # Its record and params.json hold the last config it ran with.
         last = mine[-1]["config"]
         assert trials[tid].config["lr"] == pytest.approx(last["lr"])
-        params = json.loads((exp / trials[tid].dir_name / "params.json").read_text())
+        params = json.loads(storage.read_bytes(paths.trial(trials[tid].dir_name).params))
         assert params["lr"] == pytest.approx(last["lr"])
         # A new attempt, never a failure; it restarted from the copy in its own folder.
         restored = [a.restored_from for a in trials[tid].attempts]
         assert entry["checkpoint"] in restored
-    # Each exploit carried out once: one checkpoint copied from its donor per history entry.
+    # Each exploit carried out once: one attempt started from each copy of a donor's
+    # checkpoint, at the iteration it exploited (and without retention, each copy is kept).
     for tid, t in trials.items():
-        copies = [c for c in t.checkpoints if c.get("exploited_from")]
-        assert [c["iteration"] for c in copies] == [
-            e["iteration"] for e in by_trial.get(tid, [])], tid
+        starts = [(a.restored_from, a.start_iteration) for a in t.attempts]
+        for entry in by_trial.get(tid, []):
+            assert starts.count((entry["checkpoint"], entry["iteration"])) == 1, (tid, starts)
+        copies = [c["iteration"] for c in t.checkpoints if c.get("exploited_from")]
+        if state.settings["checkpoint_config"].get("num_to_keep") is None:
+            assert copies == [e["iteration"] for e in by_trial.get(tid, [])], tid
     # The trials that never exploited ran with their own lr throughout.
     for tid, t in trials.items():
         if tid not in by_trial:
@@ -337,6 +349,23 @@ def test_pbt_exploits_the_better_trials_checkpoint(tmp_path):
     state = _state(tmp_path / "pbt")
     worst = next(t for t in state.trials if t.trial_id in {e["trial_id"] for e in entries})
     assert worst
+
+
+def test_pbt_on_an_object_store_copies_the_donors_checkpoint(tmp_path):
+    """On fsspec's memory filesystem (an object store's rules: no rename), the staged copy is
+    copied into place, and the exploiting trial restores the donor's state from it."""
+    random.seed(2)
+    url = f"memory://pbt-{tmp_path.name}"
+    results = ftnb.Tuner(
+        train, param_space={"lr": ftnb.grid_search(LRS), "sleep": 0.0},
+        tune_config=ftnb.TuneConfig(metric="score", mode="max", scheduler=_pbt_for_sweep()),
+        run_config=ftnb.RunConfig(storage_path=url, name="pbt", verbose=0,
+                                  stop={"training_iteration": ITERATIONS},
+                                  checkpoint_config=ftnb.CheckpointConfig(num_to_keep=1),
+                                  executor="inprocess"),
+    ).fit()
+    assert not results.errors
+    _check_exploits(f"{url}/pbt")
 
 
 # The same sweep by a driver script that is SIGKILLed and run again: ftnb.run resumes it.
