@@ -26,6 +26,7 @@ from tornado.httpclient import HTTPClientError
 
 import ftnb
 from ftnb.storage import ExperimentPaths
+from ftnb.storage.lease import process_status
 from ftnb.ui import read_model
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")
@@ -429,6 +430,10 @@ class TestActions:
         stopped = read_model.read_driver(ExperimentPaths.at(path)).lease.pid
         os.kill(stopped, signal.SIGSTOP)
         try:
+            async def is_stopped():  # (a process in a system call stops once it returns)
+                return process_status(stopped) in ("T", "t")
+
+            await _until(is_stopped, "the new driver to be stopped")
             refused = await _post(jp_fetch, "resume", {"path": path})
             assert refused.code == 409 and "running" in _message(refused)
             response = await _post(jp_fetch, "resume", {"path": path, "takeover": True},

@@ -346,15 +346,21 @@ def read_index(storage: Storage, folder: str, memory: Optional[dict] = None,
     if not versions:
         return out
     snap_path = storage.join(where, SNAPSHOT_FILE)
-    copied: dict = {}
-    gone: dict = {}
-    if snap_path in versions:
-        raw = read_files(storage, [snap_path]).get(snap_path)
-        if isinstance(raw, bytes):
-            snapshot = _parse_snapshot(raw)
-            copied, gone = snapshot.get("entries", {}), snapshot.get("gone", {})
-            out.snapshot_found = bool(snapshot)
     memory = {} if memory is None else memory
+    snapshot: dict = {}
+    if snap_path in versions:
+        # (Kept in memory, as read, under its version: a refresh reads it only when a driver
+        # rewrote it.)
+        known = memory.get(snap_path)
+        if isinstance(known, tuple) and known[0] == versions[snap_path]:
+            snapshot = known[1]
+        else:
+            raw = read_files(storage, [snap_path]).get(snap_path)
+            if isinstance(raw, bytes):
+                snapshot = _parse_snapshot(raw)
+                memory[snap_path] = (versions[snap_path], snapshot)
+        out.snapshot_found = bool(snapshot)
+    copied, gone = snapshot.get("entries", {}), snapshot.get("gone", {})
     wanted: dict[str, str] = {}
     for path, version in versions.items():
         name = _entry_name(_base(path))

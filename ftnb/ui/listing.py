@@ -75,7 +75,7 @@ class ListedExperiment:
 
 @dataclass
 class _FolderMemory:
-    entries: dict = field(default_factory=dict)  # index file -> IndexEntry (with its version)
+    entries: dict = field(default_factory=dict)  # index file -> IndexEntry; the snapshot as read
     gone: dict = field(default_factory=dict)  # name -> ((entry version, lease, context), ...)
     ended: dict = field(default_factory=dict)  # experiment folder -> ((state version, lines), ...)
     lock: threading.Lock = field(default_factory=threading.Lock)
