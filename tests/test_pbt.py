@@ -368,6 +368,35 @@ def test_pbt_on_an_object_store_copies_the_donors_checkpoint(tmp_path):
     _check_exploits(f"{url}/pbt")
 
 
+def test_synchronous_pbt_with_fewer_slots_than_trials(tmp_path):
+    """synch=True with two trials at a time: each trial pauses at each perturbation point (its
+    attempt ends there, it resumes from its checkpoint) until all four got there; then the bottom
+    one exploits the top one, whose checkpoint is from that same point."""
+    random.seed(3)
+    results = ftnb.Tuner(
+        train, param_space={"lr": ftnb.grid_search(LRS), "sleep": 0.0},
+        tune_config=ftnb.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=2,
+            scheduler=PopulationBasedTraining(
+                time_attr="training_iteration", perturbation_interval=2, synch=True,
+                resample_probability=0.0, hyperparam_mutations={"lr": ftnb.uniform(0.01, 10.0)})),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="pbt", verbose=0,
+                                  stop={"training_iteration": ITERATIONS}, executor="inprocess"),
+    ).fit()
+    assert not results.errors
+    entries = _check_exploits(tmp_path / "pbt")
+    assert [e["iteration"] for e in entries] == [2, 4, 6]  # one per point (a quarter of 4)
+    assert all(e["donor_checkpoint_iteration"] == e["iteration"] for e in entries)
+    paused = 0
+    for trial in _state(tmp_path / "pbt").trials:
+        # Its attempts ended and resumed at perturbation points only (the last of the
+        # population to reach a point goes on without a pause).
+        starts = [a.start_iteration for a in trial.attempts]
+        assert all(i % 2 == 0 for i in starts), starts
+        paused += len(starts) - 1
+    assert paused >= 6, paused  # 3 points, at least 2 waiting trials each
+
+
 # The same sweep by a driver script that is SIGKILLed and run again: ftnb.run resumes it.
 DRIVER = """
 import sys, ftnb
