@@ -56,6 +56,9 @@ def plan_new_experiment(tuner: "Tuner", executor: "Executor") -> NewExperimentPl
     executor.check_fits(tuner.resources, tuner.num_workers)
     space, _ = bind_objects(tuner.param_space)
     searcher, variants, max_concurrent = plan_search(tc, space)
+    check_space = getattr(tc.scheduler, "_ftnb_check_space", None)
+    if check_space is not None:  # (PBT: the hyperparameters it mutates are in the space)
+        check_space(space)
     check_picklable(tuner.trainable, "trainable")
     if callable(rc.stop):
         check_picklable(rc.stop, "RunConfig(stop=...)")

@@ -94,7 +94,7 @@ def test_explore_perturbs_numbers_shifts_lists_and_resamples():
         explore({"n": 8}, {}, 0.0, custom_explore_fn=lambda c: None)
 
 
-def test_bad_arguments_are_refused_with_the_fix():
+def test_bad_arguments_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ValueError, match="hyperparam_mutations or custom_explore_fn"):
         PopulationBasedTraining()
     with pytest.raises(ValueError, match="quantile_fraction=0.7"):
@@ -111,6 +111,13 @@ def test_bad_arguments_are_refused_with_the_fix():
         PopulationBasedTraining(hyperparam_mutations={"a": ftnb.sample_from(lambda s: 1)})
     with pytest.raises(ValueError, match="mode='min'"):
         PopulationBasedTraining(hyperparam_mutations={"a": [1]}, mode="best")
+    # A mutated key the space does not have: refused before anything is written.
+    with pytest.raises(ValueError, match="mutates lr, which param_space does not have"):
+        ftnb.Tuner(lambda c: None, param_space={"a": 1}, tune_config=ftnb.TuneConfig(
+            metric="m", mode="max",
+            scheduler=PopulationBasedTraining(hyperparam_mutations={"lr": [1, 2]})),
+            run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="x")).fit()
+    assert not (tmp_path / "x").exists()
     # No metric anywhere: refused before the experiment starts.
     with pytest.raises(ValueError, match="compares trials by a metric"):
         ftnb.Tuner(lambda c: None, param_space={"a": 1}, tune_config=ftnb.TuneConfig(

@@ -333,6 +333,19 @@ class PopulationBasedTraining(FIFOScheduler):
                 "param_space too, e.g. param_space={'lr': ftnb.loguniform(1e-4, 1e-1)}.")
         self._trial_state.setdefault(trial.trial_id, _new_state())
 
+    def _ftnb_check_space(self, param_space: Any) -> None:
+        """Before a new experiment starts: every key of ``hyperparam_mutations`` is in
+        ``param_space`` (ValueError naming the missing ones and the fix)."""
+        if not isinstance(param_space, dict):
+            return
+        missing = _missing_keys(param_space, self._hyperparam_mutations)
+        if missing:
+            raise ValueError(
+                f"{_OWNER}(hyperparam_mutations=...) mutates {', '.join(missing)}, which "
+                "param_space does not have (Ray samples it into the config; ftnb keeps a "
+                "trial's config as its search space made it). Fix: put the key in param_space "
+                "too, e.g. param_space={'lr': ftnb.loguniform(1e-4, 1e-1)}.")
+
     def decision_points(self, trial: Trial) -> Optional[DecisionPoints]:
         return DecisionPoints(self._time_attr, every=float(self._perturbation_interval),
                               offset=self._start - float(self._perturbation_interval))
