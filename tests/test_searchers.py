@@ -623,3 +623,18 @@ def test_restore_refuses_another_search_algorithm(tmp_path):
     with pytest.raises(ftnb.RestoreError, match="another one"):
         ftnb.Tuner.restore(str(tmp_path / "one"), quadratic, search_alg=BasicVariantGenerator())
     ftnb.Tuner.restore(str(tmp_path / "one"), quadratic, search_alg=OptunaSearch(seed=0))
+
+
+def test_a_suggestion_that_never_became_a_trial_is_closed_when_the_search_ends(tmp_path):
+    keeper = _keeper(tmp_path, False)
+    config = keeper.suggest("t_00000")
+    keeper.hold("t_00000", "t_00000")
+    keeper.searcher.suggest("t_00001")  # Optuna asked and wrote it; the driver died there
+    keeper.searcher.flush()
+    keeper = _keeper(tmp_path, True)  # ...and the restored experiment ends (a time budget)
+    keeper.close({"t_00000"})
+    by_id = {t.user_attrs["ftnb_trial_id"]: t for t in _study(tmp_path / "e").trials}
+    assert by_id["t_00000"].state == optuna.trial.TrialState.RUNNING  # a trial: left alone
+    assert by_id["t_00001"].state == optuna.trial.TrialState.FAIL
+    assert "never run" in by_id["t_00001"].user_attrs["ftnb_note"]
+    assert config

@@ -269,6 +269,11 @@ class Controller:
             self._interrupt(exc)
             raise
         self.state.status = self._final_status()
+        if self.search is not None and not self._may_search() and (
+                self.state.status != ExperimentStatus.INTERRUPTED):
+            # The search is over for good: what the searcher asked for and no trial ever
+            # recorded (the driver died in between, and none was asked for again) is closed.
+            self.search.close({t.trial_id for t in self.state.trials})
         self.save(final=True)
         self._emit("on_experiment_end", self.state)
         return self.state

@@ -258,6 +258,12 @@ class PersistedSearcher:
             self._tell_complete(trial)
         self.commit()
 
+    def close(self, recorded: set) -> None:
+        """The experiment makes no more trials (``recorded``: the ids of its trials): the
+        searcher closes what it asked for and no trial recorded (:meth:`Searcher.end_search`)."""
+        self.searcher.end_search(recorded)
+        self.commit()
+
     def commit(self) -> None:
         """Make the searcher's state durable: its own storage first, then the file."""
         if self.guard is not None:

@@ -122,6 +122,9 @@ class ConcurrencyLimiter(Searcher):
     def flush(self) -> None:
         self.searcher.flush()
 
+    def end_search(self, recorded: set) -> None:
+        self.searcher.end_search(recorded)
+
     def describe(self) -> Optional[dict]:
         inner = self.searcher.describe()
         if inner is None:

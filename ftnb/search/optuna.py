@@ -536,6 +536,23 @@ class OptunaSearch(Searcher):
             value=value if state == TrialState.COMPLETE else None, state=state,
             intermediate_values=dict(enumerate(intermediate_values or [], start=1))))
 
+    def end_search(self, recorded: set) -> None:
+        """Fail the Optuna trials asked for trial ids that never became ftnb trials (the
+        driver died between Optuna's write and ftnb's, and the experiment ended before asking
+        for that trial id again), so the study's trials are the experiment's."""
+        if self._study is None:
+            return
+        for frozen in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            trial_id = frozen.user_attrs.get(TRIAL_ID_ATTR)
+            if trial_id is None or trial_id in recorded:
+                continue
+            self._study._storage.set_trial_user_attr(
+                frozen._trial_id, "ftnb_note", "suggested, never run: the driver died before "
+                "the trial was recorded, and the experiment ended before it was asked for again")
+            self._study.tell(frozen.number, state=TrialState.FAIL)
+            self._ot_trials.pop(trial_id, None)
+            self._completed.add(trial_id)
+
     # -- state ---------------------------------------------------------------------------------
     def flush(self) -> None:
         if self._backend is not None:

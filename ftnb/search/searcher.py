@@ -155,6 +155,12 @@ class Searcher:
         """Make durable what the searcher's own storage holds in memory: ftnb calls it before it
         saves :meth:`get_state` (which must then only refer to durable things)."""
 
+    def end_search(self, recorded: set) -> None:
+        """Called by ftnb once the experiment makes no more trials, with the ids of its trials
+        (``recorded``): a searcher with a storage of its own closes there what it suggested for
+        a trial id that never became a trial (asked for just before a driver died, and not
+        asked for again)."""
+
     def describe(self) -> Optional[dict]:
         """A JSON description from which ftnb can build this searcher again at a restore
         without the caller giving it (``{"class": dotted name, ...arguments}``), or None when
