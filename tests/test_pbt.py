@@ -323,12 +323,16 @@ def _check_exploits(exp, *, at_least: int = 1) -> list:
         # A new attempt, never a failure; it restarted from the copy in its own folder.
         restored = [a.restored_from for a in trials[tid].attempts]
         assert entry["checkpoint"] in restored
-    # Each exploit carried out once: one attempt started from each copy of a donor's
-    # checkpoint, at the iteration it exploited (and without retention, each copy is kept).
+    # Each exploit carried out once: once in the history, an attempt started from its copy of
+    # the donor's checkpoint at the iteration it exploited (another one too when a driver died
+    # before that attempt reported: a restart, not a second exploit), and without retention
+    # the copy is among the trial's checkpoints once.
     for tid, t in trials.items():
         starts = [(a.restored_from, a.start_iteration) for a in t.attempts]
+        iterations = [e["iteration"] for e in by_trial.get(tid, [])]
+        assert len(set(iterations)) == len(iterations), by_trial[tid]
         for entry in by_trial.get(tid, []):
-            assert starts.count((entry["checkpoint"], entry["iteration"])) == 1, (tid, starts)
+            assert (entry["checkpoint"], entry["iteration"]) in starts, (tid, starts)
         copies = [c["iteration"] for c in t.checkpoints if c.get("exploited_from")]
         if state.settings["checkpoint_config"].get("num_to_keep") is None:
             assert copies == [e["iteration"] for e in by_trial.get(tid, [])], tid

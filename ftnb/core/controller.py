@@ -1045,6 +1045,9 @@ class _SchedulerView:
         controller = self._controller
         if trial.trial_id == donor.trial_id:
             raise ValueError(f"trial {trial.trial_id} cannot exploit itself")
+        live = controller.live.get(trial.trial_id)
+        if live is not None and (live.stop_requested_at is not None or controller.stopping):
+            return None  # it is being stopped (a user, a stopper, the experiment): it ends
         decided = exploits.stage(controller.paths, trial, donor, config, controller._guard)
         if decided is None:
             return None
@@ -1052,7 +1055,6 @@ class _SchedulerView:
         trial.note = (f"paused by {type(controller.scheduler).__name__} at training_iteration="
                       f"{decided['iteration']}: continues from trial {donor.trial_id}'s "
                       f"{decided['donor_checkpoint']}")
-        live = controller.live.get(trial.trial_id)
         if live is not None:
             live.pausing = True
         else:
