@@ -47,9 +47,10 @@ def test_max_failures_wrong_type():
         ftnb.FailureConfig(max_failures=1.5)
 
 
-@pytest.mark.parametrize("value", [0, -1])
+@pytest.mark.parametrize("value", [0, -2])
 def test_num_samples_below_one(value):
-    with pytest.raises(ValueError, match=rf"num_samples={value}.*>= 1"):
+    # (-1 is Ray's "sample until time_budget_s or a stopper ends it": tests/test_searchers.py)
+    with pytest.raises(ValueError, match=rf"num_samples={value}.*>= 1.*or -1 to sample until"):
         ftnb.TuneConfig(num_samples=value)
 
 
