@@ -510,20 +510,23 @@ def test_a_driver_killed_in_each_step_of_an_exploit(tmp_path, point):
     if point == "staged":
         assert not history  # the decision was never saved: it did not happen
     else:
-        assert len(history) == 1  # saved before the trial heard it
+        # Saved before the trial heard it (two, when two trials reached a point together).
+        assert 1 <= len(history) <= 2, history
     if point == "committed":
         # The record holds the exploit already (its trial.json is the newer word).
-        trial_id = history[0]["trial_id"]
-        record = json.loads((exp / trial_id / "trial.json").read_text())
-        assert record["latest_checkpoint"]["exploited_from"]["trial_id"] == history[0][
-            "donor_id"]
-        assert record["config"]["lr"] == pytest.approx(history[0]["config"]["lr"])
+        committed = []
+        for entry in history:
+            record = json.loads((exp / entry["trial_id"] / "trial.json").read_text())
+            latest = record["latest_checkpoint"] or {}
+            if latest.get("exploited_from", {}).get("trial_id") == entry["donor_id"]:
+                assert record["config"]["lr"] == pytest.approx(entry["config"]["lr"])
+                committed.append(entry)
+        assert len(committed) == 1, history
     assert "DONE" in run_to_end(tmp_path, DRIVER, [str(tmp_path)])
     entries = _check_exploits(exp, at_least=0 if point == "staged" else 1)
-    if point != "staged":
-        first = entries[0]
-        assert (first["trial_id"], first["iteration"]) == (history[0]["trial_id"],
-                                                           history[0]["iteration"])
+    # The exploits decided before the kill are carried out, each once (_check_exploits).
+    done = {(e["trial_id"], e["iteration"]) for e in entries}
+    assert {(e["trial_id"], e["iteration"]) for e in history} <= done
 
 
 def test_a_trial_that_met_its_stop_criterion_is_not_resumed_past_it(tmp_path):

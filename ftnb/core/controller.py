@@ -746,8 +746,10 @@ class Controller:
         if trial.trial_id in self._told_ended:
             return
         self._told_ended.add(trial.trial_id)
-        if exploits.is_exploit(self._decided.pop(trial.trial_id, None)):  # its status shows it
-            exploits.remove_staged(self.paths, trial)  # (an exploit it will not carry out)
+        decided = self._decided.pop(trial.trial_id, None)  # its status shows it now
+        if exploits.is_exploit(decided) or getattr(self.scheduler, "_ftnb_exploits", False):
+            # (An exploit it will not carry out; or one a dead driver staged and never saved.)
+            exploits.remove_staged(self.paths, trial)
         self._scheduler_add(trial)
         if trial.status == TrialStatus.ERRORED:
             self.scheduler.on_trial_error(self._scheduler_view, trial)

@@ -199,6 +199,10 @@ class PopulationBasedTraining(FIFOScheduler):
     donor's latest checkpoint is what is copied.
     """
 
+    #: Its trials continue from others' checkpoints (the controller removes the staged copies
+    #: a dead driver left when such a trial ends).
+    _ftnb_exploits = True
+
     def __init__(
         self,
         time_attr: str = "time_total_s",
