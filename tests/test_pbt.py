@@ -427,6 +427,15 @@ print("DONE")
     "__ITERATIONS__", str(ITERATIONS))
 
 
+RESTORE = """
+import sys, ftnb
+__TRAIN__
+ftnb.Tuner.restore(sys.argv[1] + "/pbt", ftnb.with_resources(train, {"cpu": 0.25}),
+                   verbose=0).fit()
+print("DONE")
+""".replace("__TRAIN__", TRAIN)
+
+
 def _rows_so_far(exp) -> int:
     return sum(len(result_rows(str(p.parent))) for p in exp.glob("*/result.json"))
 
@@ -522,7 +531,10 @@ def test_a_driver_killed_in_each_step_of_an_exploit(tmp_path, point):
                 assert record["config"]["lr"] == pytest.approx(entry["config"]["lr"])
                 committed.append(entry)
         assert len(committed) == 1, history
-    assert "DONE" in run_to_end(tmp_path, DRIVER, [str(tmp_path)])
+    # (After the kill between the decision and its carrying out, Tuner.restore without the
+    # scheduler: the stored one is rebuilt, its population and the decision with it.)
+    finish = RESTORE if point == "decided" else DRIVER
+    assert "DONE" in run_to_end(tmp_path, finish, [str(tmp_path)])
     entries = _check_exploits(exp, at_least=0 if point == "staged" else 1)
     # The exploits decided before the kill are carried out, each once (_check_exploits).
     done = {(e["trial_id"], e["iteration"]) for e in entries}
