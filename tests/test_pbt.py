@@ -258,7 +258,9 @@ def train(config):
             shutil.rmtree(folder)  # (persisted by report; it raises where the trial ends)
         loaded = None
 """
-exec(TRAIN)
+_namespace: dict = {}
+exec(TRAIN, _namespace)  # (the same code the driver scripts run)
+train = _namespace["train"]
 
 ITERATIONS = 8
 LRS = [0.1, 0.2, 0.3, 1.0]

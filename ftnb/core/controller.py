@@ -1048,8 +1048,10 @@ class _SchedulerView:
         if trial.trial_id == donor.trial_id:
             raise ValueError(f"trial {trial.trial_id} cannot exploit itself")
         live = controller.live.get(trial.trial_id)
-        if live is not None and (live.stop_requested_at is not None or controller.stopping):
+        if live is not None and controller.stopping or live is not None and (
+                live.stop_requested_at is not None and not live.pausing):
             return None  # it is being stopped (a user, a stopper, the experiment): it ends
+        # (One the scheduler paused, whose attempt is still ending, may: synchronous PBT.)
         decided = exploits.stage(controller.paths, trial, donor, config, controller._guard)
         if decided is None:
             return None

@@ -169,7 +169,7 @@ def quantiles(scores: dict[str, float], quantile_fraction: float,
         return [], []
     if len(ranked) == 1 and population > 1:
         return [], ranked
-    count = int(math.ceil(len(ranked) * quantile_fraction))
+    count = math.ceil(len(ranked) * quantile_fraction)
     count = min(count, len(ranked) // 2)
     if count <= 0:
         return [], []
