@@ -357,11 +357,8 @@ def test_pbt_exploits_the_better_trials_checkpoint(tmp_path):
     ).fit()
     assert not results.errors
     entries = _check_exploits(tmp_path / "pbt")
-    # The worst trial (lr=0.1) was in the bottom quarter at some point and took a better
-    # trial's state.
-    state = _state(tmp_path / "pbt")
-    worst = next(t for t in state.trials if t.trial_id in {e["trial_id"] for e in entries})
-    assert worst
+    # Each exploiting trial took the state of a better one (a higher score at that point).
+    assert all(e["donor_score"] >= e["score"] for e in entries), entries  # (ties: twins)
 
 
 def test_pbt_on_an_object_store_copies_the_donors_checkpoint(tmp_path):
