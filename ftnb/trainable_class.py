@@ -175,7 +175,8 @@ class ClassTrainableRunner:
 
 def _ends_at_report(session: Any, row: dict) -> bool:
     """Whether the report of ``row`` will end the attempt: it was asked to stop (a stop request:
-    a driver-side stopper, a scheduler, the user; or preemption), or a ``stop={...}`` threshold
+    a driver-side stopper, a scheduler, the user; or preemption), it is a scheduler's decision
+    point (which may end it: a STOP or a PAUSE), or a ``stop={...}`` threshold
     or an in-trial stopper (``MaximumIterationStopper``, ``TrialPlateauStopper``) is met by it.
     Decided before the report, so that ``checkpoint_at_end``'s checkpoint goes with it, as Ray
     Tune saves one at every STOP decision."""
@@ -185,6 +186,12 @@ def _ends_at_report(session: Any, row: dict) -> bool:
         return True
     if session.poll_stop():
         session.stop_requested = True  # the report ends the attempt, as if it had polled
+        return True
+    points = getattr(session, "decision_points", None)
+    if (points is not None and getattr(session, "wait_decision", None) is not None
+            and points.reached(session._decision_value, row)):
+        # A scheduler decides at this report (an ASHA rung, a HyperBand milestone, a PBT
+        # interval) and may end the trial there: STOP or PAUSE must find its checkpoint on it.
         return True
     stop = session.stop
     if stop is None:

@@ -83,3 +83,29 @@ def test_no_final_checkpoint_unless_asked(tmp_path):
     iterations, checkpointed, _ = _rows(tmp_path, "not_asked", MaximumIterationStopper(3),
                                         at_end=False)
     assert iterations == [1, 2, 3] and checkpointed == []
+
+
+def test_a_class_trial_a_scheduler_stops_has_its_final_checkpoint_on_its_last_row(tmp_path):
+    """ASHA decides at its rungs (1, 3 with grace_period=1, reduction_factor=3, max_t=9): the
+    worse trials end at a rung, and with checkpoint_at_end their last row carries a checkpoint
+    (Ray saves one at every STOP); a trial that continues gets one at each rung it passed."""
+    grid = ftnb.Tuner(
+        Counter, param_space={"loss": ftnb.grid_search([1.0, 2.0, 3.0, 4.0])},
+        tune_config=ftnb.TuneConfig(
+            max_concurrent_trials=1,
+            scheduler=ftnb.ASHAScheduler(metric="loss", mode="min", max_t=9, grace_period=1,
+                                         reduction_factor=3)),
+        run_config=ftnb.RunConfig(
+            storage_path=str(tmp_path), name="asha", verbose=0, executor="inprocess",
+            checkpoint_config=ftnb.CheckpointConfig(checkpoint_at_end=True)),
+    ).fit()
+    stopped = 0
+    for result in grid:
+        rows = result.metrics_dataframe.to_dict("records")
+        last = int(rows[-1]["training_iteration"])
+        checkpointed = [int(r["training_iteration"]) for r in rows
+                        if isinstance(r.get("checkpoint_dir_name"), str)]
+        assert checkpointed and checkpointed[-1] == last, (result.config, checkpointed, last)
+        assert _saved(result.checkpoint.path) == {"count": last}
+        stopped += last < 9
+    assert stopped >= 2  # the scheduler ended some trials early, each with its checkpoint
