@@ -149,7 +149,9 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
         group=group,
         decision_points=spec.decision_points,
-        wait_decision=channel.decision,
+        # (asked only with a scheduler's decision points: a channel written before the
+        # decisions, an executor's own, need not have it)
+        wait_decision=channel.decision if spec.decision_points is not None else None,
     )
     session_mod._set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:

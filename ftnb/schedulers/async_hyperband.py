@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from typing import Any, Optional
+from typing import Optional
 
 from ..config import metric_value
 from .decision_points import DecisionPoints
@@ -29,8 +29,9 @@ from .trial_scheduler import (
     _checked_metric,
     _checked_mode,
     _checked_number,
+    _checked_time_attr,
+    _number,
 )
-
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
 
@@ -50,11 +51,6 @@ def nan_percentile(values: list, q: float) -> float:
     high = min(low + 1, len(data) - 1)
     return data[low] + (data[high] - data[low]) * (position - low)
 
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
 
 
 class _Bracket:
@@ -130,9 +126,7 @@ class AsyncHyperBandScheduler(FIFOScheduler):
                  reduction_factor: float = 4, brackets: int = 1,
                  stop_last_trials: bool = True) -> None:
         owner = type(self).__name__
-        if not isinstance(time_attr, str) or not time_attr:
-            raise TypeError(f"{owner}(time_attr={time_attr!r}) must be the name of a reported, "
-                            "increasing number, e.g. 'training_iteration' or 'time_total_s'.")
+        _checked_time_attr(owner, time_attr, "'training_iteration' or 'time_total_s'")
         self._metric = _checked_metric(owner, metric)
         self._mode = _checked_mode(owner, mode)
         _checked_number(owner, "max_t", max_t)

@@ -18,7 +18,7 @@ state.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 from ..config import metric_value
 from .decision_points import DecisionPoints
@@ -30,16 +30,12 @@ from .trial_scheduler import (
     _checked_metric,
     _checked_mode,
     _checked_number,
+    _checked_time_attr,
+    _number,
 )
-
 
 __all__ = ["HyperBandScheduler"]
 
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
 
 
 class _Bracket:
@@ -175,9 +171,7 @@ class HyperBandScheduler(FIFOScheduler):
                  mode: Optional[str] = None, max_t: float = 81, reduction_factor: float = 3,
                  stop_last_trials: bool = True) -> None:
         owner = type(self).__name__
-        if not isinstance(time_attr, str) or not time_attr:
-            raise TypeError(f"{owner}(time_attr={time_attr!r}) must be the name of a reported, "
-                            "increasing number, e.g. 'training_iteration'.")
+        _checked_time_attr(owner, time_attr, "'training_iteration'")
         self._metric = _checked_metric(owner, metric)
         self._mode = _checked_mode(owner, mode)
         _checked_number(owner, "max_t", max_t)

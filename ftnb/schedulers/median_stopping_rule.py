@@ -10,7 +10,7 @@ exactly at the report that decided it.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Optional
+from typing import Optional
 
 from ..config import metric_value
 from .decision_points import DecisionPoints
@@ -22,16 +22,12 @@ from .trial_scheduler import (
     _checked_metric,
     _checked_mode,
     _checked_number,
+    _checked_time_attr,
+    _number,
 )
-
 
 __all__ = ["MedianStoppingRule"]
 
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
 
 
 class MedianStoppingRule(FIFOScheduler):
@@ -57,9 +53,7 @@ class MedianStoppingRule(FIFOScheduler):
                  min_samples_required: int = 3, min_time_slice: float = 0,
                  hard_stop: bool = True) -> None:
         owner = type(self).__name__
-        if not isinstance(time_attr, str) or not time_attr:
-            raise TypeError(f"{owner}(time_attr={time_attr!r}) must be the name of a reported, "
-                            "increasing number, e.g. 'time_total_s' or 'training_iteration'.")
+        _checked_time_attr(owner, time_attr, "'time_total_s' or 'training_iteration'")
         self._metric = _checked_metric(owner, metric)
         self._mode = _checked_mode(owner, mode)
         _checked_number(owner, "grace_period", grace_period, above=False)

@@ -47,6 +47,7 @@ from .trial_scheduler import (
     _checked_metric,
     _checked_mode,
     _checked_number,
+    _checked_time_attr,
 )
 
 __all__ = ["PopulationBasedTraining", "explore", "pbt_history", "quantiles"]
@@ -219,9 +220,7 @@ class PopulationBasedTraining(FIFOScheduler):
         require_attrs: bool = True,
         synch: bool = False,
     ) -> None:
-        if not isinstance(time_attr, str) or not time_attr:
-            raise TypeError(f"{_OWNER}(time_attr={time_attr!r}) must be the name of a result "
-                            "key that grows, e.g. 'training_iteration' or 'time_total_s'.")
+        _checked_time_attr(_OWNER, time_attr, "'training_iteration' or 'time_total_s'")
         self._metric = _checked_metric(_OWNER, metric)
         self._mode = _checked_mode(_OWNER, mode)
         _checked_number(_OWNER, "perturbation_interval", perturbation_interval)

@@ -61,6 +61,20 @@ class SchedulerController(Protocol):
         ...
 
 
+def _number(value: Any) -> Optional[float]:
+    """``value`` when it is a number a scheduler can compare (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _checked_time_attr(owner: str, time_attr: Any, examples: str) -> str:
+    if not isinstance(time_attr, str) or not time_attr:
+        raise TypeError(f"{owner}(time_attr={time_attr!r}) must be the name of a reported, "
+                        f"increasing number, e.g. {examples}.")
+    return time_attr
+
+
 def _checked_mode(owner: str, mode: Any) -> Optional[str]:
     if mode not in (None, "min", "max"):
         raise ValueError(f"{owner}(mode={mode!r}) is invalid. Fix: mode='min' or mode='max' "
