@@ -511,10 +511,15 @@ def test_a_driver_killed_in_each_step_of_an_exploit(tmp_path, point):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == -9, out  # it did exploit, and died there
     staged = [p.name for p in exp.glob("*/pbt_exploit_*")]
-    # The donor's checkpoint was staged (on a local disk, renamed into place when committed).
-    assert bool(staged) == (point != "committed"), staged
     before = _state(exp)
     history = (before.scheduler or {}).get("state", {}).get("history", [])
+    # The donor's checkpoint was staged (on a local disk, renamed into place when committed);
+    # committed, the one exploit carried out has no staged copy left, but a second one decided
+    # in the same batch (two trials at a point together) may still be staged.
+    if point == "committed":
+        assert len(staged) <= len(history) - 1, (staged, history)
+    else:
+        assert staged, history
     if point == "staged":
         assert not history  # the decision was never saved: it did not happen
     else:
@@ -528,6 +533,7 @@ def test_a_driver_killed_in_each_step_of_an_exploit(tmp_path, point):
             latest = record["latest_checkpoint"] or {}
             if latest.get("exploited_from", {}).get("trial_id") == entry["donor_id"]:
                 assert record["config"]["lr"] == pytest.approx(entry["config"]["lr"])
+                assert not list((exp / entry["trial_id"]).glob("pbt_exploit_*"))
                 committed.append(entry)
         assert len(committed) == 1, history
     # (After the kill between the decision and its carrying out, Tuner.restore without the
