@@ -2,7 +2,8 @@
 (trial processes of the local executor), HyperBand pauses trials at their milestone and resumes
 the best from its checkpoint, the median stopping rule stops a trial below the median; then the
 ASHA sweep with its driver SIGKILLed three times at random moments: the same rung decisions,
-every iteration recorded once, the stopped trials still stopped. A scheduler-stopped trial reads
+every iteration recorded once, the stopped trials still stopped; and HyperBand's and the median
+rule's sweeps, killed three times, end exactly as unkilled ones. A scheduler-stopped trial reads
 STOPPED, with the reason, in the records, the read model and the CLI's table."""
 
 from __future__ import annotations
@@ -398,3 +399,71 @@ def test_hyperband_paused_trials_wait_through_a_stop_and_a_restore(tmp_path):
     for q in (5, 6):
         assert _iterations(exp, trials[q]) == [1, 2, 3], q
     assert not any(t.failures for t in trials.values())
+
+
+# HyperBand (pauses at its milestones, resumes the best) and the median stopping rule (yields
+# to waiting trials, then stops the trial below the median), run one trial at a time so that
+# their decisions depend on the results alone: a run with its driver SIGKILLed three times at
+# random moments must end exactly as a run that was never killed.
+SCHEDULED_DRIVER = """
+import os, sys, time, ftnb
+from ftnb.schedulers import HyperBandScheduler, MedianStoppingRule
+
+def train(config):
+    start = 0
+    checkpoint = ftnb.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            start = int(open(folder + "/i").read())
+    for i in range(start + 1, config["steps"] + 1):
+        time.sleep(0.03)
+        folder = os.path.join(ftnb.get_context().get_trial_dir(), "tmp_%d" % i)
+        os.makedirs(folder, exist_ok=True)
+        with open(folder + "/i", "w") as f:
+            f.write(str(i))
+        ftnb.report({"loss": config["q"] + 1.0 / i},
+                    checkpoint=ftnb.Checkpoint.from_directory(folder))
+
+if sys.argv[2] == "hyperband":
+    scheduler, qs, steps = HyperBandScheduler(max_t=3, reduction_factor=3), [5, 6, 3, 1, 2], 3
+else:
+    scheduler = MedianStoppingRule(time_attr="training_iteration", grace_period=2,
+                                   min_samples_required=2)
+    qs, steps = [1, 2, 3, 10], 5
+ftnb.run(train, name="sched", storage_path=sys.argv[1],
+         param_space={"q": ftnb.grid_search(qs), "steps": steps},
+         tune_config=ftnb.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1,
+                                     scheduler=scheduler),
+         run_config=ftnb.RunConfig(verbose=0))
+print("DONE")
+"""
+
+
+def _scheduled_outcome(exp) -> dict:
+    outcome = {}
+    for q, trial in _by_q(_state(exp)).items():
+        iterations = _iterations(exp, trial)
+        assert iterations == list(range(1, len(iterations) + 1)), (q, iterations)  # each once
+        assert not trial.failures, (q, trial.failures)  # a pause, a stop, a kill: no failure
+        outcome[q] = (len(iterations), trial.status, shown_status(trial), trial.note)
+    return outcome
+
+
+@pytest.mark.parametrize("kind", ["hyperband", "median"])
+def test_hyperband_and_median_decisions_survive_three_driver_sigkills(tmp_path, kind):
+    reference = tmp_path / "reference"
+    assert "DONE" in run_to_end(tmp_path, SCHEDULED_DRIVER, [str(reference), kind])
+    expected = _scheduled_outcome(reference / "sched")
+    assert any(shown == "STOPPED" for _, _, shown, _ in expected.values()), expected
+    total = sum(n for n, *_ in expected.values())
+    killed = tmp_path / "killed"
+    exp = killed / "sched"
+    rng = random.Random()
+    for _ in range(3):
+        base = _rows_so_far(exp)
+        more = rng.randint(1, max(1, min(4, total - base - 2)))
+        kill_when(tmp_path, SCHEDULED_DRIVER, [str(killed), kind],
+                  lambda: _rows_so_far(exp) >= base + more, f"{more} more reports after {base}")
+    assert "DONE" in run_to_end(tmp_path, SCHEDULED_DRIVER, [str(killed), kind])
+    assert _scheduled_outcome(exp) == expected
+    assert len(_state(exp).driver_sessions) == 4
