@@ -113,7 +113,9 @@ class PersistedSearcher:
         with domains when the searcher has a space of its own, as Ray Tune does."""
         taken = searcher.set_search_properties(metric, mode, space or {},
                                                num_samples=num_samples, seed=seed)
-        if not taken and check_space and _holds_domain(space):
+        from ..search.domains import holds_domain
+
+        if not taken and check_space and holds_domain(space):
             raise ValueError(
                 f"Tuner(param_space=...) has search-space domains, but the search algorithm "
                 f"{searcher!r} has a search space of its own, so they would never be searched. "
@@ -307,15 +309,3 @@ def _set_guard(searcher: Searcher, guard: Optional[Callable[[], None]]) -> None:
     set_guard = getattr(inner if isinstance(inner, Searcher) else searcher, "set_guard", None)
     if set_guard is not None:
         set_guard(guard)
-
-
-def _holds_domain(value: Any) -> bool:
-    from ..search import Domain, is_grid_search
-
-    if isinstance(value, Domain) or is_grid_search(value):
-        return True
-    if isinstance(value, dict):
-        return any(_holds_domain(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_domain(v) for v in value)
-    return False

@@ -74,6 +74,22 @@ def is_grid_search(value: Any) -> bool:
     )
 
 
+def holds_domain(value: Any) -> bool:
+    """True if ``value`` is, or holds somewhere inside its dicts, lists and tuples, a
+    :class:`Domain` or a grid axis (something a searcher samples).
+
+    >>> holds_domain({"a": [1, {"grid_search": [1, 2]}]}), holds_domain({"a": [1, 2]})
+    (True, False)
+    """
+    if isinstance(value, Domain) or is_grid_search(value):
+        return True
+    if isinstance(value, dict):
+        return any(holds_domain(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_domain(v) for v in value)
+    return False
+
+
 # --------------------------------------------------------------------------- domains
 
 

@@ -43,7 +43,7 @@ from optuna.storages.journal import BaseJournalBackend
 from optuna.trial import TrialState
 
 from ..config import metric_value
-from .domains import Categorical, Domain, is_grid_search
+from .domains import Categorical, Domain, holds_domain, is_grid_search
 from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
 from .searcher import Searcher, Suggestion
@@ -241,22 +241,12 @@ def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
         elif isinstance(value, dict):
             for key, item in value.items():
                 walk(item, f"{path}/{key}" if path else str(key))
-        elif isinstance(value, (list, tuple)) and _holds_domain(value):
+        elif isinstance(value, (list, tuple)) and holds_domain(value):
             raise ValueError(f"OptunaSearch cannot search domains inside a list "
                              f"(param_space[{path!r}]). Fix: use a dict of domains there.")
 
     walk(space or {}, "")
     return out
-
-
-def _holds_domain(value: Any) -> bool:
-    if isinstance(value, Domain) or is_grid_search(value):
-        return True
-    if isinstance(value, dict):
-        return any(_holds_domain(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_domain(v) for v in value)
-    return False
 
 
 def _distribution(domain: Domain, name: str) -> BaseDistribution:
