@@ -214,6 +214,16 @@ def whole(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def samples(text: str) -> int:
+    """The type of --num-samples: a whole number >= 1, or -1 (sample until the experiment's
+    time budget or a stop ends it, as Ray Tune's num_samples=-1)."""
+    value = whole(-1)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more, or -1 (sample until "
+                                         "--time-budget-s or a stop ends it), got 0")
+    return value
+
+
 def amount(text: str) -> float:
     """The type of an option that takes a finite number >= 0 (an int when it is whole)."""
     try:
@@ -323,8 +333,12 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
                  "(NFS): allow a local path on a cluster of several nodes"),
         *launcher_options(front),
         Group("trials and search (TuneConfig, resources)"),
-        opt("--num-samples", type=whole(1), metavar="N",
-            help="how many times the search space is sampled (default 1)"),
+        opt("--num-samples", type=samples, metavar="N",
+            help="how many times the search space is sampled (default 1); -1: until "
+                 "--time-budget-s or a stop ends the experiment"),
+        opt("--time-budget-s", type=amount, metavar="SECONDS",
+            help="end the experiment after this long: its running trials are stopped "
+                 "(TuneConfig(time_budget_s))"),
         opt("--concurrency", type=whole(1), metavar="N",
             help=f"at most N trials at once (default: {default['concurrency']}, else as many "
                  "as the CPUs and GPUs allow)"),
@@ -627,6 +641,7 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
             num_samples=_given(a.num_samples, 1),
             max_concurrent_trials=_given(a.concurrency, defaults.concurrency),
             metric=a.metric, mode=a.mode, seed=a.seed,
+            **({"time_budget_s": a.time_budget_s} if a.time_budget_s is not None else {}),
         )
         run_config = RunConfig(
             storage_filesystem=filesystem,

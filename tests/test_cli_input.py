@@ -11,7 +11,7 @@ from clirun import cli_in, one_line_error, write
 from ftnb.cli.references import ReferenceNames
 from ftnb.cli.running import RESUME, RUN
 from ftnb.notebook.magics import FTRESUME, FTRUN, MagicInputError, ResumeCommand, RunCommand
-from ftnb.run_options import RunDefaults, launch_arguments
+from ftnb.run_options import InputError, RunDefaults, launch_arguments
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,3 +147,21 @@ def test_ftrun_and_ftresume_take_a_dict_literal():
     command = ResumeCommand.parse("""s1 -p '{"y": 1}'""")
     assert command.resolve({"train": ftnb.report}, {"trainable": "train"}) == (
         ftnb.report, {"y": 1})
+
+
+def test_endless_sampling_with_a_time_budget_is_the_same_in_both():
+    line = "--num-samples -1 --time-budget-s 30 --name n2"
+    notebook = RunCommand.parse(f"train -p '{{\"x\": 1}}' {line}").resolve(
+        {"train": ftnb.report})
+    args = RUN.parse(f"scripted:scripted {line}")
+    cli = launch_arguments(args, ReferenceNames(), trainable=args.trainable,
+                           param_space='{"x": 1}', space_forms="", defaults=RunDefaults(),
+                           origin={})
+    tune_config = cli.kwargs["tune_config"]
+    assert (tune_config.num_samples, tune_config.time_budget_s) == (-1, 30)
+    assert notebook.kwargs["tune_config"] == tune_config
+
+
+def test_num_samples_zero_is_refused_naming_the_choices():
+    with pytest.raises(InputError, match=r"--num-samples: must be 1 or more, or -1 .*got 0"):
+        RUN.parse("scripted:scripted --num-samples 0")
