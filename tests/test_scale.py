@@ -311,15 +311,20 @@ def test_a_driver_killed_at_random_moments_of_2000_trials_restores_every_trial_o
             assert proc.returncode == 0, out
             break
         start = _generation(paths)
-        target = start + rng.randrange(2, 5)
+        target = start + rng.randrange(1, 4)
         try:
             wait_for(lambda: _generation(paths) >= target or proc.poll() is not None,
                      timeout=120, what=f"save {target} (seed {seed})")
             # A random moment after that save: during the next one, or between two.
-            _spin(rng.uniform(0.0, 1.2))
+            _spin(rng.uniform(0.0, 0.8))
         finally:
             proc.send_signal(signal.SIGKILL)
             out, _ = proc.communicate(timeout=60)
+        if proc.returncode == 0:
+            # A fast machine's driver finished every trial before this kill's moment came:
+            # nothing is left to kill; what the earlier kills left is checked below.
+            assert kill > 0, (out, seed)
+            break
         assert proc.returncode == -signal.SIGKILL, out
         state = ExperimentState.load(paths)  # whole, and every trial in it
         assert len(state.trials) == trials, seed
