@@ -112,16 +112,22 @@ def test_ftnb_run_and_ftrun_take_the_same_options():
         assert any(flag in o[0] for o in resume)
 
 
-def test_the_same_line_gives_the_same_launch_arguments_in_both():
-    line = ("--max-failures 3 --concurrency 2 --stop loss=0.1 --num-samples 2 --metric loss "
-            "--mode min --seed 7 --cpus-per-trial 0.5 --fail-fast --num-to-keep 2 "
-            "--preemption-grace 5 --restart-errored --allow-different-trainable --name n1")
+def _launched_both_ways(line: str):
+    """``line``'s launch arguments from %ftrun and from ``ftnb run``: (notebook, cli)."""
     notebook = RunCommand.parse(f"train -p '{{\"x\": 1}}' {line}").resolve(
         {"train": ftnb.report})
     args = RUN.parse(f"scripted:scripted {line}")
     cli = launch_arguments(args, ReferenceNames(), trainable=args.trainable,
                            param_space='{"x": 1}', space_forms="", defaults=RunDefaults(),
                            origin={})
+    return notebook, cli
+
+
+def test_the_same_line_gives_the_same_launch_arguments_in_both():
+    line = ("--max-failures 3 --concurrency 2 --stop loss=0.1 --num-samples 2 --metric loss "
+            "--mode min --seed 7 --cpus-per-trial 0.5 --fail-fast --num-to-keep 2 "
+            "--preemption-grace 5 --restart-errored --allow-different-trainable --name n1")
+    notebook, cli = _launched_both_ways(line)
     for key in ("param_space", "name", "tune_config", "run_config", "resources_per_trial",
                 "restart_errored", "allow_different_trainable"):
         assert notebook.kwargs[key] == cli.kwargs[key], key
@@ -150,13 +156,7 @@ def test_ftrun_and_ftresume_take_a_dict_literal():
 
 
 def test_endless_sampling_with_a_time_budget_is_the_same_in_both():
-    line = "--num-samples -1 --time-budget-s 30 --name n2"
-    notebook = RunCommand.parse(f"train -p '{{\"x\": 1}}' {line}").resolve(
-        {"train": ftnb.report})
-    args = RUN.parse(f"scripted:scripted {line}")
-    cli = launch_arguments(args, ReferenceNames(), trainable=args.trainable,
-                           param_space='{"x": 1}', space_forms="", defaults=RunDefaults(),
-                           origin={})
+    notebook, cli = _launched_both_ways("--num-samples -1 --time-budget-s 30 --name n2")
     tune_config = cli.kwargs["tune_config"]
     assert (tune_config.num_samples, tune_config.time_budget_s) == (-1, 30)
     assert notebook.kwargs["tune_config"] == tune_config
