@@ -50,13 +50,14 @@ def _pool_trivial(x: int) -> int:
     return x
 
 
-def _lost_steps(group, timeout_s: float, call_s: float, kills: int,
-                state_bytes: int) -> tuple[list[float], list[float]]:
+def _lost_steps(group, timeout_s: float, call_s: float, kills: int, state_bytes: int,
+                first_victim: int = 0, gap_s: float = 0.0) -> tuple[list[float], list[float]]:
     """``kills`` map steps in which one worker (a different one each time) SIGKILLs itself,
-    each followed by the map that recreates it: (step times, failed map -> next map's
-    results)."""
+    each followed, ``gap_s`` later (the caller's work on the results, a sleep here), by the map
+    that takes its replacement: (step times, failed map -> next map's results, gap
+    included)."""
     steps, recreations = [], []
-    for k in range(kills):
+    for k in range(first_victim, first_victim + kills):
         victim = k % NUM_WORKERS
         t0 = time.perf_counter()
         results = group.map(_step, victim, call_s)
@@ -64,6 +65,8 @@ def _lost_steps(group, timeout_s: float, call_s: float, kills: int,
         failed = [r for r in results if not r.ok]
         if [(r.index, r.error["kind"]) for r in failed] != [(victim, "signal")]:
             raise RuntimeError(f"expected worker {victim} to fail with a signal: {results}")
+        if gap_s:
+            time.sleep(gap_s)
         results = group.map(_step, -1, 0.0)
         t2 = time.perf_counter()
         if not all(r.ok for r in results) or results[victim].value != state_bytes:
@@ -90,14 +93,32 @@ def _hung_steps(group, timeout_s: float, call_s: float, hangs: int) -> list[floa
     return steps
 
 
+def _spare_steps(group, call_s: float, kills: int, state_bytes: int) -> list[float]:
+    """The recreations of ``_lost_steps`` in a group with a spare, each kill coming once the
+    spare is up (a worker lost no sooner than a Ray worker's start-up after the last one)."""
+    recreations = []
+    for k in range(kills):
+        deadline = time.monotonic() + 120
+        while group.stats["workers_spare"] < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no spare came up in 120 s: {group.stats}")
+            time.sleep(0.05)
+        _, (recreation,) = _lost_steps(group, 0.0, call_s, 1, state_bytes, first_victim=k)
+        recreations.append(recreation)
+    return recreations
+
+
 def _failure_figures(steps: list[float], recreations: list[float], hung: list[float],
-                     timeout_s: float) -> dict:
+                     timeout_s: float, after_gap: list[float], gap_s: float) -> dict:
     return {
         "death_step_s": statistics.median(steps),
         "death_step_vs_timeout": max(steps) / timeout_s,
         "hang_step_vs_timeout": max(hung) / timeout_s,
         "recreate_sync_s": statistics.median(recreations),
         "recreate_sync_max_s": max(recreations),
+        "recreate_gap_s": statistics.median(after_gap),
+        "recreate_gap_wait_s": statistics.median(after_gap) - gap_s,
+        "recreate_gap_wait_max_s": max(after_gap) - gap_s,
     }
 
 
@@ -131,7 +152,8 @@ def _per_map_ms(maps: int, block: int) -> tuple[float, float]:
 
 
 def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeout_s: float,
-                call_s: float, state_mb: float, maps: int, block: int) -> dict:
+                call_s: float, state_mb: float, maps: int, block: int, gap_kills: int,
+                gap_s: float) -> dict:
     """ftnb.WorkerGroup of 4 workers: map steps that lose a worker, its recreation with a
     synchronised state, and the cost of one map against a multiprocessing pool.
 
@@ -142,7 +164,11 @@ def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeou
     kills at the timeout (`hangs` steps; it can only be >= 1). recreate_sync_s: the median time
     from the failed map returning to the next map's results, which recreate the worker and push
     get_state()'s `state_mb` MB of bytes into it first (target < 1 s); recreate_sync_max_s the
-    slowest. pool_map_ms / group_map_ms: the median time of one map of a trivial function over
+    slowest. recreate_gap_s: the same with `gap_s` seconds of the caller's work (a sleep) between
+    the failed map and the next (`gap_kills` more kills), gap included: the replacement starts
+    when the failure is seen, so the next map finds it up; recreate_gap_wait_s (target < 1 s)
+    and recreate_gap_wait_max_s: what is left beyond the gap (median, slowest), the next map's
+    own time. pool_map_ms / group_map_ms: the median time of one map of a trivial function over
     4 workers with multiprocessing's Pool (fork) and with the group (`maps` each, alternating
     blocks of `block`); map_overhead_ms their difference (target <= 1 ms).
     """
@@ -156,12 +182,14 @@ def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeou
         group.map(_step, -1, 0.0)  # warm: every worker has imported this module
         steps, recreations = _lost_steps(group, timeout_s, call_s, kills, len(state))
         hung = _hung_steps(group, timeout_s, call_s, hangs)
+        _, after_gap = _lost_steps(group, timeout_s, call_s, gap_kills, len(state), gap_s=gap_s)
         restarts = group.stats["worker_restarts"]
-    if restarts != kills + hangs:
-        raise RuntimeError(f"{restarts} restarts for {kills} kills and {hangs} hangs")
+    if restarts != kills + hangs + gap_kills:
+        raise RuntimeError(f"{restarts} restarts for {kills} + {gap_kills} kills and {hangs} "
+                           "hangs")
     pool_ms, group_ms = _per_map_ms(maps, block)
     return {
-        **_failure_figures(steps, recreations, hung, timeout_s),
+        **_failure_figures(steps, recreations, hung, timeout_s, after_gap, gap_s),
         "pool_map_ms": pool_ms,
         "group_map_ms": group_ms,
         "map_overhead_ms": group_ms - pool_ms,
@@ -169,7 +197,8 @@ def elastic_map(framework: str, storage_dir: str, kills: int, hangs: int, timeou
 
 
 def elastic_map_ray(framework: str, storage_dir: str, kills: int, hangs: int, timeout_s: float,
-                    call_s: float, state_mb: float, maps: int) -> dict:
+                    call_s: float, state_mb: float, maps: int, gap_kills: int,
+                    gap_s: float) -> dict:
     """ftnb.WorkerGroup(executor="ray") of 4 workers (Ray actors of 0.25 CPU on a local Ray
     instance): the map steps of elastic_map that lose a worker, and the recreation of its actor
     with a synchronised state.
@@ -179,8 +208,15 @@ def elastic_map_ray(framework: str, storage_dir: str, kills: int, hangs: int, ti
     hang_step_vs_timeout: the same for a worker that hangs, which the group kills (ray.kill) at
     the timeout. recreate_sync_s: the median time from the failed map returning to the next
     map's results, which start a new actor and push get_state()'s `state_mb` MB into it first
-    (one ray.put) (target < 1 s); recreate_sync_max_s the slowest. group_map_ms: the median time
+    (one ray.put) (target < 1 s; its floor is a Ray worker process's start, begun when the
+    failed map sees the death); recreate_sync_max_s the slowest. recreate_gap_s,
+    recreate_gap_wait_s (target < 1 s), recreate_gap_wait_max_s: as in elastic_map, with
+    `gap_s` seconds of the caller's work between the maps, during which the replacement's actor
+    starts. group_map_ms: the median time
     of one map of a trivial function over the 4 actors (`maps` of them).
+    recreate_sync_spare_s / recreate_sync_spare_max_s: the same recreation in a second group
+    with ``spare_workers=1`` (`kills` more, each once the spare is up): the failed slot takes
+    the spare, which builds its object and takes the state, instead of a new actor.
     """
     import ftnb
 
@@ -197,6 +233,8 @@ def elastic_map_ray(framework: str, storage_dir: str, kills: int, hangs: int, ti
             group.map(_step, -1, 0.0)  # warm: every worker has imported this module
             steps, recreations = _lost_steps(group, timeout_s, call_s, kills, len(state))
             hung = _hung_steps(group, timeout_s, call_s, hangs)
+            _, after_gap = _lost_steps(group, timeout_s, call_s, gap_kills, len(state),
+                                       gap_s=gap_s)
             restarts = group.stats["worker_restarts"]
             for _ in range(10):
                 group.map(_trivial, 0)
@@ -205,9 +243,17 @@ def elastic_map_ray(framework: str, storage_dir: str, kills: int, hangs: int, ti
                 t = time.perf_counter()
                 group.map(_trivial, 0)
                 map_times.append(time.perf_counter() - t)
+        with ftnb.WorkerGroup(_Runner, NUM_WORKERS, executor="ray", spare_workers=1,
+                              resources_per_worker={"cpu": 0.25},
+                              get_state=lambda: state) as group:
+            group.map(_step, -1, 0.0)
+            spare = _spare_steps(group, call_s, kills, len(state))
     finally:
         frameworks.shutdown("ray")
-    if restarts != kills + hangs:
-        raise RuntimeError(f"{restarts} restarts for {kills} kills and {hangs} hangs")
-    return {**_failure_figures(steps, recreations, hung, timeout_s),
-            "group_map_ms": statistics.median(map_times) * 1e3}
+    if restarts != kills + hangs + gap_kills:
+        raise RuntimeError(f"{restarts} restarts for {kills} + {gap_kills} kills and {hangs} "
+                           "hangs")
+    return {**_failure_figures(steps, recreations, hung, timeout_s, after_gap, gap_s),
+            "group_map_ms": statistics.median(map_times) * 1e3,
+            "recreate_sync_spare_s": statistics.median(spare),
+            "recreate_sync_spare_max_s": max(spare)}

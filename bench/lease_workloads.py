@@ -4,8 +4,9 @@ heartbeat interval (issue 19). ftnb only: Ray Tune has no such lease. Registered
 :mod:`bench.workloads`.
 
 A heartbeat is what the driver's heartbeat thread does every interval
-(``Lease._write_if_ours``): under the lease lock (``flock`` on a disk, none on an object store)
-read ``owner.json``, check the token, write it back atomically. A reader (a view, a trial's
+(``Lease._write_if_ours``): under the lease lock (``flock`` on a disk) read ``owner.json``,
+check the token, write it back atomically; on S3, with no lock, the read takes the object's
+ETag and the write is conditional on it (``If-Match``: a compare-and-swap). A reader (a view, a trial's
 fence) reads ``owner.json``. The figures per interval follow: the share of one thread's time
 spent beating, and the requests an object store bills per hour.
 """
@@ -62,7 +63,7 @@ def lease_heartbeat(framework: str, storage_dir: str, beats: int, interval_s: fl
             s3 = _beats(f"s3://{bucket}/runs", fs, beats)
             out.update(beat_s3_ms=s3["p50"], beat_s3_p99_ms=s3["p99"], read_s3_ms=s3["read"],
                        beat_s3_busy_pct=100 * s3["p50"] / 1e3 / interval_s,
-                       # a GET and a PUT per beat (no lock on an object store)
+                       # a GET and a conditional PUT per beat (no lock on S3)
                        s3_requests_per_hour=2 * 3600 / interval_s)
         finally:
             server.kill()

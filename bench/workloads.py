@@ -637,27 +637,33 @@ from . import elastic_workloads  # noqa: E402
 workload(
     "elastic_map",
     full={"kills": 12, "hangs": 2, "timeout_s": 1.0, "call_s": 0.05, "state_mb": 10,
-          "maps": 2000, "block": 100},
+          "maps": 2000, "block": 100, "gap_kills": 6, "gap_s": 3.0},
     quick={"kills": 2, "hangs": 1, "timeout_s": 0.5, "call_s": 0.01, "state_mb": 1,
-           "maps": 100, "block": 50},
+           "maps": 100, "block": 50, "gap_kills": 1, "gap_s": 0.5},
     variants=(FTNB,),
     targets=(
         Target("death_step_vs_timeout", "ftnb<=", 1.1),
         Target("hang_step_vs_timeout", "ftnb<=", 1.1),
         Target("recreate_sync_s", "ftnb<=", 1.0),
+        Target("recreate_gap_wait_s", "ftnb<=", 1.0),
         Target("map_overhead_ms", "ftnb<=", 1.0),
     ),
 )(elastic_workloads.elastic_map)
 
 workload(
     "elastic_map_ray",
-    full={"kills": 12, "hangs": 2, "timeout_s": 1.0, "call_s": 0.05, "state_mb": 10, "maps": 200},
-    quick={"kills": 2, "hangs": 1, "timeout_s": 0.5, "call_s": 0.01, "state_mb": 1, "maps": 20},
+    full={"kills": 12, "hangs": 2, "timeout_s": 1.0, "call_s": 0.05, "state_mb": 10, "maps": 200,
+          "gap_kills": 6, "gap_s": 3.0},
+    quick={"kills": 2, "hangs": 1, "timeout_s": 0.5, "call_s": 0.01, "state_mb": 1, "maps": 20,
+           "gap_kills": 1, "gap_s": 0.5},
     variants=(Variant("ftnb", needs="ray"),),
     targets=(
         Target("death_step_vs_timeout", "ftnb<=", 1.1),
         Target("hang_step_vs_timeout", "ftnb<=", 1.1),
-        Target("recreate_sync_s", "ftnb<=", 1.0),
+        Target("recreate_sync_s", "ftnb<=", 1.0),  # missed: Ray starts a worker process in 2-5 s
+        # With 3 s of the caller's work between the maps, during which the replacement starts:
+        Target("recreate_gap_wait_s", "ftnb<=", 1.0),
+        Target("recreate_sync_spare_s", "ftnb<=", 1.0),  # with spare_workers=1
     ),
 )(elastic_workloads.elastic_map_ray)
 

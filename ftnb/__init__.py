@@ -10,6 +10,7 @@ from typing import Any
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .core.records import TrialStatus
+from .lazy_names import lazy_attribute
 from .result import Result, ResultGrid, TrialError
 from .search import (
     choice,
@@ -49,6 +50,7 @@ _LAZY = {
     "FIFOScheduler": "schedulers",
     "HyperBandScheduler": "schedulers",
     "MedianStoppingRule": "schedulers",
+    "PB2": "schedulers",
     "PopulationBasedTraining": "schedulers",
     "TrialScheduler": "schedulers",
     "LoggerCallback": "logger",
@@ -84,14 +86,7 @@ def __getattr__(name: str) -> Any:
         value = importlib.import_module(f".{name}", __name__)
         globals()[name] = value
         return value
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ftnb' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _LAZY, name)
 
 
 def __dir__() -> list:
@@ -122,6 +117,7 @@ __all__ = [
     "MedianStoppingRule",
     "NoBestResultError",
     "ObjectRef",
+    "PB2",
     "PopulationBasedTraining",
     "RestoreError",
     "Result",

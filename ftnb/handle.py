@@ -30,7 +30,7 @@ from .core.records import ExperimentState, ExperimentStatus, TrialStatus
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .ui import read_model
 
-__all__ = ["ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
+__all__ = ["DriverSilentError", "ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
 
 _POLL_S = 0.2
 _SUPERVISOR_EXIT_S = 10.0
@@ -39,6 +39,22 @@ _FINISHED_TRIAL = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
 
 class ExperimentNotFoundError(ValueError):
     """No ftnb experiment where the caller pointed."""
+
+
+class DriverSilentError(TimeoutError):
+    """A stop that cannot be seen through: the experiment's driver is silent (no heartbeat, its
+    death not provable from here: its container killed, or it is stopped), so it may never read
+    the request. The request stands (a driver that wakes honours it); the experiment is not
+    stopped yet. ``silent_s``: for how long it has been silent; ``dead_in_s``: in how many
+    seconds it counts as dead (None: never on its own, a process stopped on this machine);
+    ``takeover``: the line that takes it over now."""
+
+    def __init__(self, message: str, silent_s: float, dead_in_s: Optional[float],
+                 takeover: str) -> None:
+        super().__init__(message)
+        self.silent_s = silent_s
+        self.dead_in_s = dead_in_s
+        self.takeover = takeover
 
 
 # -- starting and finding experiments ----------------------------------------------------------
@@ -338,7 +354,12 @@ class ExperimentHandle:
     # -- controls ------------------------------------------------------------------------------
     def stop(self, wait: bool = True, timeout: float = 60.0) -> None:
         """Stop the experiment cleanly: running trials end at their next report (or are killed
-        after the grace period) and are PAUSED; the experiment is INTERRUPTED, resumable."""
+        after the grace period) and are PAUSED; the experiment is INTERRUPTED, resumable.
+
+        While waiting, a driver that is or goes silent (:meth:`silent_driver`: it may never
+        read the request) raises :class:`DriverSilentError` at once, saying for how long it
+        has been silent, when it counts as dead and the line that takes it over; the request
+        stays written, so a driver that wakes still stops."""
         from .storage.control import STOP_EXPERIMENT, send_request
 
         owner = self._owner()
@@ -348,7 +369,29 @@ class ExperimentHandle:
             return
         send_request(self.paths, STOP_EXPERIMENT, epoch=owner.epoch)
         if wait:  # until the driver let go of it too: a resume right after must not find it live
-            self._wait_until(lambda: not self.is_live(), timeout, "stop")
+            self._wait_until(lambda: not self.is_live(), timeout, "stop",
+                             give_up=self.silent_driver)
+
+    def silent_driver(self, context: Any = None, trial_id: Optional[str] = None
+                      ) -> Optional[DriverSilentError]:
+        """Why a stop cannot be seen through now, as the error :meth:`stop` raises, when the
+        experiment's driver is silent (alive as far as can be proven, no heartbeat: see
+        :class:`ftnb.ui.status.DriverStatus`); None while it beats, or no driver holds it.
+        ``context``: how to word the takeover line (:class:`ftnb.ui.read_model.ResumeContext`;
+        default: where this runs); ``trial_id``: the stop was of that trial."""
+        driver = read_model.read_driver(self.paths)
+        if not driver.silent:
+            return None
+        line = read_model.resume_line(self.paths, ExperimentState.load(self.paths), context,
+                                      takeover=True)
+        what = f"experiment {self.name!r}"
+        if trial_id is not None:
+            what = f"trial {trial_id} of {what}"
+        return DriverSilentError(
+            f"ftnb: {what} is not stopped yet: its driver is silent "
+            f"({driver.why}), so it may never read the stop request. The request stands: a "
+            f"driver that wakes stops then. Take it over now with: {line}",
+            driver.silent_s or 0.0, driver.dead_in_s, line)
 
     def stop_trial(self, trial_id: str, wait: bool = True, timeout: float = 60.0) -> None:
         """Stop one trial cleanly (TERMINATED, with what it reported); the others go on."""
@@ -368,7 +411,8 @@ class ExperimentHandle:
         send_request(self.paths, STOP_TRIAL, trial_id, epoch=owner.epoch)
         if wait:
             self._wait_until(lambda: self._trial(trial_id).status in _FINISHED_TRIAL
-                             or not self.is_live(), timeout, f"stop trial {trial_id}")
+                             or not self.is_live(), timeout, f"stop trial {trial_id}",
+                             give_up=lambda: self.silent_driver(trial_id=trial_id))
 
     def resume(self, trainable: Any = None, *, param_space: Any = None,
                restart_errored: bool = False, allow_different_trainable: bool = False,
@@ -489,9 +533,15 @@ class ExperimentHandle:
         shown = ", ".join(ids[:5]) + (f" ... ({len(ids)} trials)" if len(ids) > 5 else "")
         raise ValueError(f"experiment {self.name!r} has no trial {trial_id!r}; its trials: {shown}.")
 
-    def _wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def _wait_until(self, condition: Callable[[], bool], timeout: float, what: str,
+                    give_up: Optional[Callable[[], Optional[Exception]]] = None) -> None:
+        """Poll ``condition`` until it holds; TimeoutError after ``timeout`` seconds, or the
+        error ``give_up`` returns as soon as it returns one (a silent driver)."""
         deadline = time.monotonic() + timeout
         while not condition():
+            error = give_up() if give_up is not None else None
+            if error is not None:
+                raise error
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"ftnb: {what} of experiment {self.name!r} not done after "
                                    f"{timeout} s; the request stands (see {self.path}/control).")

@@ -39,6 +39,7 @@ import os
 from typing import Any, Optional
 
 from .callback import Callback
+from .lazy_names import lazy_attribute
 
 __all__ = ["LoggerCallback", "MLflowLoggerCallback", "TBXLoggerCallback", "WandbLoggerCallback"]
 
@@ -47,22 +48,15 @@ _log = logging.getLogger("ftnb")
 #: The event file's suffix: one file per trial, the one this callback rewrites.
 _SUFFIX = ".ftnb"
 
-#: Built-in loggers in modules that import their packages lazily: name -> module.
+#: Built-in loggers in modules that import their packages lazily: name -> module (in ftnb).
 _LAZY = {
-    "MLflowLoggerCallback": "ftnb.air.integrations.mlflow",
-    "WandbLoggerCallback": "ftnb.air.integrations.wandb",
+    "MLflowLoggerCallback": "air.integrations.mlflow",
+    "WandbLoggerCallback": "air.integrations.wandb",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ftnb.logger' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _LAZY, name)
 
 
 class LoggerCallback(Callback):

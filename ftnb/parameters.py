@@ -17,10 +17,13 @@ same script run again); a restore with the plain ``train`` is refused before any
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .config import callable_name
 from .input_checks import check_trainable, short_repr
+
+if TYPE_CHECKING:
+    from .execution.resources import TrialResources
 
 __all__ = ["with_parameters", "with_resources"]
 
@@ -43,6 +46,14 @@ class _WrappedTrainable:
 
     def __repr__(self) -> str:
         return f"<ftnb trainable {self.__name__}>"
+
+    def _ftnb_resources_of(self, trial_id: str, config: Any) -> Optional["TrialResources"]:
+        """What trial ``trial_id`` asks for with ``config`` when with_resources was given a
+        function of the config (None otherwise): the controller asks again when the config
+        changes under a trial (PopulationBasedTraining's exploit)."""
+        if not callable(self._ftnb_resources):
+            return None
+        return _resources_for(self._ftnb_resources, trial_id, config)
 
 
 class _WithParameters(_WrappedTrainable):
@@ -124,15 +135,20 @@ def trial_resources_of(trainable: Any, configs: dict) -> tuple[Any, dict]:
         return None, {}
     if not callable(resources):
         return TrialResources.from_user(resources), {}
-    by_trial = {}
-    for trial_id, config in configs.items():
-        try:
-            request = resources(config)
-        except Exception as exc:
-            raise TypeError(
-                f"with_resources(resources={callable_name(resources)}) failed on the config of "
-                f"trial {trial_id} ({short_repr(config)}): {type(exc).__name__}: {exc}. Fix: "
-                "make it return a dict such as {'cpu': 1, 'gpu': 0} for every config."
-            ) from exc
-        by_trial[trial_id] = TrialResources.from_user(request)
-    return None, by_trial
+    return None, {trial_id: _resources_for(resources, trial_id, config)
+                  for trial_id, config in configs.items()}
+
+
+def _resources_for(resources: Callable[[Any], Any], trial_id: str,
+                   config: Any) -> "TrialResources":
+    from .execution.resources import TrialResources
+
+    try:
+        request = resources(config)
+    except Exception as exc:
+        raise TypeError(
+            f"with_resources(resources={callable_name(resources)}) failed on the config of "
+            f"trial {trial_id} ({short_repr(config)}): {type(exc).__name__}: {exc}. Fix: "
+            "make it return a dict such as {'cpu': 1, 'gpu': 0} for every config."
+        ) from exc
+    return TrialResources.from_user(request)

@@ -62,6 +62,7 @@ __all__ = [
     "opt",
     "resume_options",
     "resumed_space",
+    "run_config_of",
     "run_options",
     "scaling_config_of",
     "space_from",
@@ -614,8 +615,12 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
     """Find the objects the parsed ``args`` name (through ``names``) and build the arguments
     of ``ftnb.launch``. ``defaults`` has the fields of :class:`RunDefaults`; ``origin`` is
     recorded in the state (how to find the trainable and the space again).
-    Raises :class:`InputError` for a missing or wrong object or an invalid value."""
-    from .config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+    Raises :class:`InputError` for a missing or wrong object or an invalid value.
+
+    A :class:`ftnb.TorchTrainer` named as the trainable keeps its own RunConfig (its name,
+    storage path, failure and checkpoint configs, stop): only the options given replace what
+    they set (:func:`run_config_of`)."""
+    from .config import TuneConfig
 
     a = args
     function = names.trainable(trainable)
@@ -627,15 +632,7 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
     scaling = scaling_config_of(a, function)
     if scaling is not None and resources:
         raise InputError(_per_trial_with_group(a, function))
-    failure = dict(max_failures=_given(a.max_failures, defaults.max_failures),
-                   fail_fast=a.fail_fast,
-                   stop_on_repeated_error=not a.retry_repeated_errors)
-    if a.preemption_grace is not None:
-        failure["preemption_grace_period_s"] = float(a.preemption_grace)
-    checkpoint: dict[str, Any] = dict(num_to_keep=a.num_to_keep,
-                                      checkpoint_score_attribute=a.checkpoint_score_attribute)
-    if a.checkpoint_score_order is not None:
-        checkpoint["checkpoint_score_order"] = a.checkpoint_score_order
+    own = function.run_config if is_trainer(function) else None
     try:  # the config classes check their values with ValueError/TypeError
         tune_config = TuneConfig(
             num_samples=_given(a.num_samples, 1),
@@ -643,22 +640,16 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
             metric=a.metric, mode=a.mode, seed=a.seed,
             **({"time_budget_s": a.time_budget_s} if a.time_budget_s is not None else {}),
         )
-        run_config = RunConfig(
-            storage_filesystem=filesystem,
-            failure_config=FailureConfig(**failure),
-            checkpoint_config=CheckpointConfig(**checkpoint),
-            stop=stop,
-            verbose=_given(a.verbose, defaults.verbose),
-            executor=executor_choice(a),
-        )
+        run_config = run_config_of(a, defaults, own, filesystem=filesystem, stop=stop)
     except (ValueError, TypeError) as exc:
         raise InputError(" ".join(str(exc).split())) from None
     if scaling is not None:
         function, space = as_group(function, space, scaling, run_config)
+    storage_path = a.storage_path or (own.storage_path if own is not None else None)
     kwargs: dict[str, Any] = dict(
         param_space=space,
-        name=a.name,
-        storage_path=_given(a.storage_path, defaults.storage_path),
+        name=a.name or (own.name if own is not None else None),
+        storage_path=_given(storage_path, defaults.storage_path),
         tune_config=tune_config,
         run_config=run_config,
         resources_per_trial=resources or None,
@@ -668,6 +659,45 @@ def launch_arguments(args: argparse.Namespace, names: Names, *, trainable: str,
         launcher=launcher_of(a, defaults),
     )
     return LaunchArguments(function, kwargs)
+
+
+def run_config_of(args: argparse.Namespace, defaults: Any, own: Any = None, *,
+                  filesystem: Any = None, stop: Any = None) -> Any:
+    """The :class:`ftnb.RunConfig` of a run: ``own`` (a TorchTrainer's own RunConfig: its
+    failure, checkpoint and stop settings, its executor and verbosity) with only the options
+    given in ``args`` replacing what they set. ``own`` None (a function's run): the front
+    end's ``defaults`` (``max_failures``, ``verbose``) stand for what is not given.
+    ``filesystem`` and ``stop``: the objects ``--filesystem`` and ``--stop`` named (None: not
+    given). Raises ValueError/TypeError where a config class refuses a value."""
+    from .config import CheckpointConfig, FailureConfig, RunConfig
+
+    a = args
+    base = own if own is not None else RunConfig(
+        verbose=defaults.verbose, failure_config=FailureConfig(max_failures=defaults.max_failures))
+    failure: dict[str, Any] = {}
+    if a.max_failures is not None:
+        failure["max_failures"] = a.max_failures
+    if a.fail_fast:
+        failure["fail_fast"] = True
+    if a.retry_repeated_errors:
+        failure["stop_on_repeated_error"] = False
+    if a.preemption_grace is not None:
+        failure["preemption_grace_period_s"] = float(a.preemption_grace)
+    checkpoint = {key: value for key, value in (
+        ("num_to_keep", a.num_to_keep),
+        ("checkpoint_score_attribute", a.checkpoint_score_attribute),
+        ("checkpoint_score_order", a.checkpoint_score_order)) if value is not None}
+    executor = executor_choice(a)
+    return dataclasses.replace(
+        base,
+        storage_filesystem=_given(filesystem, base.storage_filesystem),
+        failure_config=dataclasses.replace(base.failure_config or FailureConfig(), **failure),
+        checkpoint_config=dataclasses.replace(base.checkpoint_config or CheckpointConfig(),
+                                              **checkpoint),
+        stop=_given(stop, base.stop),
+        verbose=_given(a.verbose, base.verbose),
+        executor=_given(executor, base.executor),
+    )
 
 
 def launcher_of(args: argparse.Namespace, defaults: Any) -> Any:
@@ -763,6 +793,7 @@ def as_group(trainable: Any, space: Optional[Mapping[str, Any]], scaling: Any,
     if is_trainer(trainable):
         trainer = copy.copy(trainable)
         trainer.scaling_config = scaling
+        trainer.run_config = run_config
         return trainer, group_space(space, plain=False)
     from .train.torch_trainer import TorchTrainer
 

@@ -11,9 +11,16 @@ resume), holding the experiment's owner lease: a second launch sees a live owner
 
 A reply tells the caller how the start went (a pipe here): one JSON line once the controller
 runs (the experiment directory and ``owner.json`` exist), or the exception that stopped it
-before, which the caller raises as its own. ``supervisor.json`` in the experiment directory records the
-supervisor (pid, host, log, launcher, the Ray actor's name); the log moves to ``<experiment>/supervisor.log`` on local storage
-(on object stores it stays local and is uploaded when the supervisor ends).
+before, which the caller raises as its own. ``supervisor.json`` in the experiment directory
+records the supervisor (pid, host, log, launcher, the Ray actor's name). The log continues
+``<experiment>/supervisor.log``, after what earlier supervisors of the experiment wrote there (a
+resume adds to it): on local storage it moves there. On object stores it moves to a local file
+started from the stored copy (:meth:`~ftnb.storage.growing_files.StagedFile.resume`) and is
+uploaded while the supervisor runs, every ``$FTNB_OUTPUT_PUBLISH_S`` seconds (default 5) when it
+grew, as at most its last 8 MiB, and whole when the supervisor ends
+(:class:`~ftnb.storage.growing_files.PeriodicPublisher`): a supervisor SIGKILLed, killed for
+memory or culled with its server leaves all but its last seconds of log where ``ftnb status``
+and ``ftnb logs`` read it. Once another driver owns the experiment, nothing more is uploaded.
 
 Where the supervisor runs is a launcher's choice (:mod:`ftnb.launchers`): :func:`start` here
 (``local``), an admin's command template (``command``: the launch file in a folder the command's
@@ -261,14 +268,12 @@ def _exception_from(message: dict) -> BaseException:
 
 def log_tail(path: str, lines: int = _LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines of the file ``path`` (what a failed start shows)."""
+    from .storage.paths import read_last_lines
+
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            text = f.read().decode("utf-8", "replace")
+        return "\n".join(read_last_lines(path, lines)) or "(empty)"
     except OSError as exc:
         return f"(unreadable: {exc})"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
 def _remove(path: str) -> None:
@@ -382,7 +387,8 @@ class Reply:
 
 class _Announcer:
     """A controller listener: once the experiment runs, record the supervisor in the
-    experiment directory, move the log there, and tell the caller (once)."""
+    experiment directory, move the log there (publishing it while it grows on object stores),
+    and tell the caller (once)."""
 
     def __init__(self, reply: Reply, log_path: str, resuming: Optional[str],
                  launcher: str = "local", extra: Optional[dict] = None) -> None:
@@ -393,6 +399,8 @@ class _Announcer:
         self.extra = dict(extra or {})
         self.paths: Any = None
         self.log: Any = None  # the log as a StagedFile of the experiment's supervisor.log
+        self.publisher: Any = None  # publishes it while the supervisor runs (object stores)
+        self.token: Optional[str] = None  # the owner lease's token while the experiment runs
         self.record: dict = {}
         self.final_status = "ended"
 
@@ -400,15 +408,26 @@ class _Announcer:
         self.final_status = state.status.lower()
 
     def on_experiment_start(self, state: Any) -> None:
-        from .storage.lease import host_id, pid_start_time
+        from .storage.growing_files import PeriodicPublisher
+        from .storage.lease import host_id, pid_start_time, read_lease
 
         paths = self.paths
         storage = paths.storage
-        # Where the storage has the log written through the OS: its own supervisor.log on a
-        # local disk (the log moves there), else where it is now (uploaded at the end).
-        self.log = storage.staged_file(paths.supervisor_log, local_path=self.log_path)
+        # The log continues supervisor.log: on a local disk the file itself, elsewhere a local
+        # file started from the stored copy, which earlier supervisors of the experiment wrote.
+        self.log = storage.staged_file(paths.supervisor_log)
+        try:
+            self.log.resume()
+        except Exception as exc:  # the log is a convenience; never fail the experiment for it
+            print(f"ftnb: the log continues without the earlier supervisors' ({exc})",
+                  flush=True)
         if self.log.local_path != self.log_path:
             self.log_path = _move_log(self.log_path, self.log.local_path)
+        if self.log.local_path != self.log_path:  # it could not move: publish it where it is
+            self.log = storage.staged_file(paths.supervisor_log, local_path=self.log_path)
+        owner = read_lease(paths)  # ours: the controller holds the lease while it runs
+        self.token = owner.token if owner is not None else None
+        self.publisher = PeriodicPublisher([self.log], check=self._check_owner)
         self.record = {
             "pid": os.getpid(),
             "pid_start": pid_start_time(os.getpid()),
@@ -423,6 +442,15 @@ class _Announcer:
         storage.write_json_atomic(paths.supervisor, self.record)
         self.send({"path": paths.uri, "log": self.log_path, "resuming": self.resuming,
                    "pid": os.getpid(), "host": socket.gethostname()})
+
+    def _check_owner(self) -> None:
+        """Raise :class:`~ftnb.storage.lease.FencedError` once another driver owns the
+        experiment: it continues the log, which this supervisor must not publish over."""
+        from .storage.lease import FencedError, read_lease
+
+        owner = read_lease(self.paths)
+        if self.token is not None and (owner is None or owner.token != self.token):
+            raise FencedError(f"another driver runs the experiment at {self.paths.uri}")
 
     def send(self, message: dict) -> None:
         self.reply.send(message)
@@ -440,7 +468,7 @@ class _Announcer:
                                       dict(self.record, ended=time.time(), outcome=outcome))
             sys.stdout.flush()
             sys.stderr.flush()
-            self.log.publish()
+            self.publisher.close()
         except Exception as exc:
             print(f"ftnb: could not record the supervisor's end: {exc}", file=sys.stderr)
 

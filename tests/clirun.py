@@ -66,6 +66,12 @@ class Cli:
                               capture_output=True, timeout=timeout,
                               stdin=subprocess.DEVNULL if stdin is None else stdin)
 
+    def status_json(self, target: str) -> dict:
+        """``ftnb status TARGET --json``, which must succeed, parsed."""
+        done = self("status", target, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
     def start(self, *args: str, **kwargs) -> subprocess.Popen:
         options = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         options.update(kwargs)

@@ -97,3 +97,32 @@ def state_trials(experiment_dir) -> list[dict]:
 
     state = ExperimentState.load(ExperimentPaths.at(str(experiment_dir)))
     return [trial.to_json() for trial in state.trials]
+
+
+def holds_a_lock(pid: int, path) -> bool:
+    """Whether process ``pid`` holds a lock on the file ``path`` (``/proc/locks``)."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        for line in f:
+            fields = line.split()
+            if "->" in fields:  # a waiter, not a holder
+                continue
+            if len(fields) >= 6 and fields[4] == str(pid) and fields[5].endswith(f":{inode}"):
+                return True
+    return False
+
+
+def stop_outside_the_lease_lock(pid: int, experiment_dir) -> None:
+    """SIGSTOP the driver ``pid``, again until it is not stopped inside a heartbeat, where it
+    would hold the lease lock of this disk until continued (a takeover of a driver of another
+    machine waits for that lock; one of this machine is killed, which frees it)."""
+    import signal
+
+    from ftnb.storage.lease import process_status
+
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: process_status(pid) == "T", what="the driver to stop")
+        if not holds_a_lock(pid, os.path.join(experiment_dir, ".owner.lock")):
+            return
+        os.kill(pid, signal.SIGCONT)

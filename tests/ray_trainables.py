@@ -1,5 +1,8 @@
 """Trainables for the Ray cluster tests (tests/test_ray_cluster.py): each step leaves
-``progress-<rank>`` (``attempt step node_id pid``) in ``config["dir"]``."""
+``progress-<rank>`` (``attempt step node_id pid``) in ``config["dir"]``. With
+``config["hold_at"]`` (a step), ``stepper``, ``group_stepper`` and ``leaves_when_told`` wait in
+attempt 1 at that step, its progress written, until ``release`` exists in ``config["dir"]``
+(120 s at most): a trial surely running on a known node (and not done) when the test acts."""
 
 from __future__ import annotations
 
@@ -17,6 +20,19 @@ def _node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+def wait_for_release(folder) -> None:
+    """Wait until ``folder/release`` exists (a test's go-ahead), 120 s at most."""
+    release = pathlib.Path(folder, "release")
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _hold(config: dict, step: int, attempt: int) -> None:
+    if step == config.get("hold_at") and attempt == 1:
+        wait_for_release(config["dir"])
+
+
 def stepper(config: dict) -> None:
     """A checkpoint every step; ``steps`` steps of ``sleep`` seconds."""
     folder = pathlib.Path(config["dir"])
@@ -32,6 +48,7 @@ def stepper(config: dict) -> None:
         ftnb.report({"step": step + 1}, checkpoint=ftnb.Checkpoint.from_directory(saved))
         (folder / f"progress-{ctx.get_world_rank()}").write_text(
             f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
+        _hold(config, step + 1, ctx.attempt)
 
 
 def group_stepper(config: dict) -> None:
@@ -58,12 +75,14 @@ def group_stepper(config: dict) -> None:
                     checkpoint=ftnb.Checkpoint.from_directory(saved) if saved else None)
         (folder / f"progress-{ctx.get_world_rank()}").write_text(
             f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
+        _hold(config, step + 1, ctx.attempt)
 
 
 def leaves_when_told(config: dict) -> None:
     """``steps`` steps of ``sleep`` seconds; a checkpoint every ``every`` steps, and one at once
     when ``ftnb.get_context().should_checkpoint`` (its node is being drained), unless
-    ``ignore_told``. A just-in-time checkpoint leaves ``told`` (``attempt step time``)."""
+    ``ignore_told``. A just-in-time checkpoint leaves ``told`` (``attempt step time``). With
+    ``hold_at``, attempt 1 waits after that step's report, as in ``stepper``."""
     folder = pathlib.Path(config["dir"])
     ctx = ftnb.get_context()
     start = 0
@@ -83,6 +102,7 @@ def leaves_when_told(config: dict) -> None:
         (folder / f"progress-{ctx.get_world_rank()}").write_text(
             f"{ctx.attempt} {step + 1} {_node()} {os.getpid()}")
         ftnb.report({"step": step + 1}, checkpoint=checkpoint)  # ends a told attempt
+        _hold(config, step + 1, ctx.attempt)
 
 
 def uses_objects(config: dict) -> None:

@@ -79,10 +79,19 @@ def page(chromium, lab_server, request):
 
 def _open_lab(page, lab_server, workspace: str, notebook: str = "") -> None:
     """JupyterLab in a workspace of its own (nothing another test opened is restored), with
-    ``notebook`` open."""
+    ``notebook`` open and its kernel idle: a cell run while the kernel still starts is not run
+    (JupyterLab moves on to the next cell, leaving the prompt empty)."""
     page.goto(lab_server.page_url(f"lab/workspaces/{workspace}"
                                   + (f"/tree/{notebook}" if notebook else "")))
     page.locator("#jp-main-dock-panel").wait_for()
+    if notebook:
+        _wait_for_kernel_idle(page)
+
+
+def _wait_for_kernel_idle(page) -> None:
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status"
+        " === 'idle'")
 
 
 #: The code cells of the notebook shown (not of one hidden in another tab).

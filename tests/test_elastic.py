@@ -136,8 +136,8 @@ def test_a_worker_slow_to_come_back_joins_a_later_map_while_the_others_go_on(tmp
         return Runner(index)
 
     with ftnb.WorkerGroup(make, 2, get_state=lambda: "latest") as group:
+        slow.write_text("")  # (before the failure: worker 1's replacement starts when it is seen)
         assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
-        slow.write_text("")
         without = group.map(whoami)
         assert [(r.index, r.ok) for r in without] == [(0, True)]  # did not wait for worker 1
         assert group.healthy == [0] and group.stats["worker_restarts"] == 1
@@ -145,6 +145,83 @@ def test_a_worker_slow_to_come_back_joins_a_later_map_while_the_others_go_on(tmp
                         and results, 30, "worker 1 to join a map")
         assert both[1].value["states"] == ["latest"]  # pushed before it took work
         assert group.stats["worker_restarts"] == 1  # started once, not again while starting
+
+
+def test_a_failed_workers_replacement_starts_when_the_failure_is_seen_and_takes_the_next_state(
+        tmp_path):
+    weights = {"version": 0}
+    asked = []
+
+    def get_state():
+        asked.append(weights["version"])
+        return weights["version"]
+
+    with ftnb.WorkerGroup(lambda index: Runner(index, str(tmp_path)), 2,
+                          get_state=get_state) as group:
+        before = pids_of(group.map(whoami))
+        assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
+        # Its replacement's process is up (it ran the factory) before the next map is called,
+        # and the restart is counted; the state is not asked for yet.
+        new = wait_for(lambda: set(pids_written(tmp_path)) - set(before), 30,
+                       "worker 1's replacement to start without a map")
+        assert group.stats["worker_restarts"] == 1 and asked == []
+        weights["version"] = 1  # the caller's work on the failed map's results
+        again = group.map(whoami)
+        assert [r.ok for r in again] == [True, True]
+        assert again[1].value["pid"] in new and again[1].value["factory_index"] == 1
+        assert again[1].value["states"] == [1]  # the state when it took work
+        assert again[0].value["pid"] == before[0] and asked == [1]
+
+
+def test_a_replacement_that_fails_to_start_is_replaced_within_max_restarts(tmp_path):
+    fail = tmp_path / "fail-once"
+
+    def make(index):
+        runner = Runner(index, str(tmp_path))
+        if index == 1 and fail.exists():
+            fail.unlink()
+            raise RuntimeError("the simulator did not start")
+        return runner
+
+    with ftnb.WorkerGroup(make, 2, max_restarts=2, get_state=lambda: "latest") as group:
+        before = pids_of(group.map(whoami))
+        fail.write_text("")
+        assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
+        (failed,) = wait_for(lambda: set(pids_written(tmp_path)) - set(before), 30,
+                             "worker 1's first replacement")
+        wait_dead([failed], "the replacement whose factory raised to end")
+        # The next map sees that start fail, starts another (the second restart) and waits
+        # for it.
+        again = group.map(whoami)
+        assert [r.ok for r in again] == [True, True]
+        assert again[1].value["pid"] not in (failed, before[1])
+        assert again[1].value["states"] == ["latest"]
+        stats = group.stats
+        assert (stats["worker_restarts"], stats["worker_failures_signal"],
+                stats["worker_failures_exception"]) == (2, 1, 1)
+        # max_restarts is used up: a failed worker is not replaced.
+        assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
+        assert [(r.index, r.ok) for r in group.map(whoami)] == [(0, True)]
+        assert group.stats["worker_restarts"] == 2
+
+
+def test_closing_the_group_ends_a_replacement_still_starting(tmp_path):
+    hold = tmp_path / "hold"
+
+    def make(index):
+        runner = Runner(index, str(tmp_path))
+        while index == 1 and hold.exists():
+            time.sleep(0.02)  # a slow start (a simulator loading)
+        return runner
+
+    group = ftnb.WorkerGroup(make, 2)
+    before = pids_of(group.map(whoami))
+    hold.write_text("")
+    assert [r.ok for r in group.map(sigkill_worker, 1)] == [True, False]
+    (starting,) = wait_for(lambda: set(pids_written(tmp_path)) - set(before), 30,
+                           "worker 1's replacement to start")
+    group.close()
+    wait_dead([starting, before[0]], "the group's workers, the one starting too, to end")
 
 
 def _limited_memory(index):
@@ -242,11 +319,13 @@ def test_validate_false_starts_with_the_others_and_recreates_the_failed_one(tmp_
         if index == 3 and flag.exists():
             flag.unlink()
             raise RuntimeError("first start fails")
-        return Runner(index)
+        return Runner(index, str(tmp_path))
 
     with ftnb.WorkerGroup(make, 4, validate=False) as group:
         assert group.healthy == [0, 1, 2]
         assert group.stats["worker_failures_exception"] == 1
+        # Worker 3's second start began with the group, before any map.
+        wait_for(lambda: len(pids_written(tmp_path)) == 4, 30, "worker 3's second start")
         results = group.map(whoami)
         assert [(r.index, r.ok) for r in results] == [(i, True) for i in range(4)]
         assert results[3].value["factory_index"] == 3
@@ -431,7 +510,8 @@ def _wait_for_gate(runner, gate):
 
 def test_map_async_bounds_unfetched_calls_and_returns_a_killed_workers_as_failures(tmp_path):
     gate = str(tmp_path / "gate")
-    with ftnb.WorkerGroup(Runner, 2, max_in_flight_per_worker=2) as group:
+    with ftnb.WorkerGroup(lambda index: Runner(index, str(tmp_path)), 2,
+                          max_in_flight_per_worker=2) as group:
         pids = pids_of(group.map(whoami))
         assert group.map_async(_wait_for_gate, gate) == 2
         assert group.map_async(_wait_for_gate, gate) == 2
@@ -447,6 +527,8 @@ def test_map_async_bounds_unfetched_calls_and_returns_a_killed_workers_as_failur
         assert [(r.index, r.ok, r.error["kind"]) for r in lost] == \
             [(1, False, "signal"), (1, False, "lost")]
         assert lost[0].call_id != lost[1].call_id
+        # The fetch that saw the death started its replacement.
+        wait_for(lambda: len(pids_written(tmp_path)) == 3, 30, "worker 1's replacement")
 
         # Worker 1 is recreated and takes one call; worker 0 still holds two unfetched.
         assert group.map_async(_wait_for_gate, gate) == 1
@@ -611,6 +693,20 @@ def test_a_killed_trial_or_driver_takes_its_workers_with_it(tmp_path):
         driver.communicate(timeout=30)
 
 
+def test_a_local_group_keeps_no_spare_worker():
+    # A local worker starts by a fork in about 0.1 s: spare_workers (for Ray) starts nothing.
+    import multiprocessing
+
+    with ftnb.WorkerGroup(Runner, 2, spare_workers=2, get_state=lambda: "v1") as group:
+        assert len(multiprocessing.active_children()) == 2
+        first = group.map(sigkill_worker, 1)
+        assert [r.ok for r in first] == [True, False]
+        again = group.map(whoami)
+        assert again[1].value["states"] == ["v1"]
+        assert len(multiprocessing.active_children()) == 2
+        assert group.stats["workers_spare"] == 0
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
@@ -631,6 +727,7 @@ def _two_args(a, b):
         ({"max_restarts": -2}, ValueError, "max_restarts=-2) must be a whole number >= -1"),
         ({"max_in_flight_per_worker": 0}, ValueError, "max_in_flight_per_worker=0)"),
         ({"consecutive_failure_tolerance": -1}, ValueError, "consecutive_failure_tolerance=-1)"),
+        ({"spare_workers": -1}, ValueError, "spare_workers=-1) must be a whole number >= 0"),
     ],
 )
 def test_bad_arguments_name_themselves_and_the_fix(kwargs, error, words):

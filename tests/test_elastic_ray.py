@@ -99,6 +99,11 @@ def _kill(proc) -> None:
 
 
 LOST_NODE = COMMON + """
+# A lost node's actors can be gone before the GCS's health checks call the node dead: Ray then
+# waits a moment (1 s) for the cause and, under load, raises ActorUnavailableError with none,
+# the node still listed alive (CI saw it). 0 makes that case certain here: it must still be
+# node_lost.
+os.environ["RAY_timeout_ms_task_wait_for_death_info"] = "0"
 ray.init(address=sys.argv[1], log_to_driver=False)
 folder = sys.argv[2]
 pushed = []
@@ -169,8 +174,10 @@ def test_workers_spread_over_nodes_and_a_lost_nodes_worker_comes_back_on_another
 
 
 FAILURES = COMMON + """
+import ray._private.state
 ray.init(address=sys.argv[1], log_to_driver=False)
 folder = sys.argv[2]
+state = ["v0"]
 
 
 def misbehave(runner):
@@ -182,12 +189,40 @@ def misbehave(runner):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def actors():
+    # The pids of the live worker actors.
+    return [a["Pid"] for a in ray._private.state.actors().values()
+            if a["ActorClassName"] == "_WorkerActor" and a["State"] == "ALIVE" and a["Pid"]]
+
+
+def started(old, n):
+    # The pids of `n` live worker actors not in `old`, once there are (60 s at most).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = [p for p in actors() if p not in old]
+        if len(new) >= n:
+            return new
+        time.sleep(0.05)
+    return []
+
+
 with ftnb.WorkerGroup(Runner, 3, executor="ray", resources_per_worker={"cpu": 0.5},
-                      call_timeout_s=3.0) as group:
-    print("BEFORE", show(group.map(whoami)), flush=True)
+                      call_timeout_s=3.0, get_state=lambda: state[0]) as group:
+    before = group.map(whoami)
+    print("BEFORE", show(before), flush=True)
     print("FAILED", show(group.map(misbehave)), flush=True)
     print("STATS", json.dumps(group.stats), flush=True)
-    print("AGAIN", show(group.map(whoami)), flush=True)
+    # The replacements' actors start as the failures are seen, before the next map.
+    print("STARTED", json.dumps(started([r.value["pid"] for r in before], 3)), flush=True)
+    state[0] = "v1"
+    again = group.map(whoami)
+    print("AGAIN", show(again), flush=True)
+    # A replacement still starting when the group closes is ended with it.
+    group.map(lambda runner: worker_index() == 2 and os.kill(os.getpid(), signal.SIGKILL))
+deadline = time.monotonic() + 30
+while actors() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("ALIVE", json.dumps(actors()), flush=True)
 
 
 def make(index):
@@ -224,12 +259,18 @@ def test_a_worker_that_raises_hangs_or_is_sigkilled_fails_alone_and_validate_nam
     assert (killed["ok"], killed["kind"]) == (False, "signal"), killed
     stats = found["STATS"]
     assert (stats["worker_failures_exception"], stats["worker_failures_timeout"],
-            stats["worker_failures_signal"], stats["workers_healthy"]) == (1, 1, 1, 0)
-    # The three were ended (ray.kill for the first two) and recreated in their slots.
+            stats["worker_failures_signal"], stats["workers_healthy"],
+            stats["worker_restarts"]) == (1, 1, 1, 0, 3)
+    # The three were ended (ray.kill for the first two) and recreated in their slots: their
+    # new actors were up before the next map, which they answered with the state of then.
     _wait_dead(before, "the failed workers' actors to be gone")
+    started = found["STARTED"]
+    assert len(started) == 3 and set(started).isdisjoint(before)
     again = found["AGAIN"]
     assert [(r["ok"], r["value"]["index"]) for r in again] == [(True, i) for i in range(3)]
-    assert set(r["value"]["pid"] for r in again).isdisjoint(before)
+    assert sorted(r["value"]["pid"] for r in again) == sorted(started)
+    assert [r["value"]["states"] for r in again] == [["v1"]] * 3
+    assert found["ALIVE"] == []  # worker 2's replacement, starting at close, too
 
     refused = found["REFUSED"]
     assert "1 of 3 workers failed to start" in refused
@@ -306,3 +347,94 @@ def test_a_trials_group_on_the_ray_executor_is_actors_that_die_with_the_trial(
     assert set(w["pid"] for w in second["workers"]).isdisjoint(workers)
     assert found["TRIAL"] == {"status": "TERMINATED", "kinds": ["signal"], "workers": 2}
     assert found["ALIVE"] == []
+
+
+SPARE = COMMON + """
+import ray._private.state
+ray.init(address=sys.argv[1], log_to_driver=False)
+pushed = []
+
+
+def get_state():
+    pushed.append(f"v{len(pushed) + 1}")
+    return pushed[-1]
+
+
+def die(runner, victim):
+    if worker_index() == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return whoami(runner)
+
+
+def actors():
+    # The pids of the live worker actors: the group's workers and its spare.
+    return [a["Pid"] for a in ray._private.state.actors().values()
+            if a["ActorClassName"] == "_WorkerActor" and a["State"] == "ALIVE" and a["Pid"]]
+
+
+def new_spare(workers, old=()):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        spares = [p for p in actors() if p not in workers and p not in old]
+        if spares:
+            return spares
+        time.sleep(0.05)
+    return []
+
+
+def pids(results):
+    return [r.value["pid"] for r in results]
+
+
+with ftnb.WorkerGroup(Runner, 2, executor="ray", resources_per_worker={"cpu": 0.5},
+                      spare_workers=1, get_state=get_state) as group:
+    first = pids(group.map(whoami))
+    print("FIRST", json.dumps({"workers": first, "spares": new_spare(first)}), flush=True)
+    print("LOST", show(group.map(die, 1)), flush=True)
+    again = group.map(whoami)
+    print("AGAIN", show(again), flush=True)
+    spares = new_spare(pids(again), first)
+    print("SPARE", json.dumps(spares), flush=True)
+    # A spare that died is passed over: the next failed slot gets a new actor.
+    os.kill(spares[0], signal.SIGKILL)
+    group.map(die, 0)
+    third = group.map(whoami)
+    print("THIRD", show(third), flush=True)
+    print("SPARE3", json.dumps(new_spare(pids(third), first + spares)), flush=True)
+    print("STATS", json.dumps(group.stats), flush=True)
+deadline = time.monotonic() + 30
+while actors() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("ALIVE", json.dumps(actors()), flush=True)
+"""
+
+
+def test_a_spare_takes_a_failed_workers_slot_with_the_state_and_a_new_spare_starts(
+        tmp_path, ray_cluster):
+    proc = run_script(tmp_path, SPARE, ray_cluster.address)
+    try:
+        found = _lines(proc)
+    finally:
+        _kill(proc)
+    assert proc.returncode == 0, found["_out"]
+    workers, (spare,) = found["FIRST"]["workers"], found["FIRST"]["spares"]
+    assert [(r["ok"], r["kind"]) for r in found["LOST"]] == [(True, None), (False, "signal")]
+    again = [r["value"] for r in found["AGAIN"]]
+    # The spare's process took slot 1, built its object for that index, and got the state
+    # before its first call; worker 0 is untouched.
+    assert (again[1]["pid"], again[1]["index"], again[1]["factory_index"]) == (spare, 1, 1)
+    assert again[1]["states"] == ["v1"]
+    assert (again[0]["pid"], again[0]["states"]) == (workers[0], [])
+    (spare2,) = found["SPARE"]  # a new one, started in the background
+    assert spare2 not in workers + [spare]
+    # The new spare was SIGKILLed: slot 0 got a new actor instead, with the state.
+    third = [r["value"] for r in found["THIRD"]]
+    assert [r["ok"] for r in found["THIRD"]] == [True, True]
+    assert third[0]["pid"] not in (workers[0], spare2) and third[0]["states"] == ["v2"]
+    assert third[1]["pid"] == spare
+    (spare3,) = found["SPARE3"]
+    assert spare3 not in (spare, spare2, third[0]["pid"])
+    stats = found["STATS"]
+    assert (stats["worker_restarts"], stats["worker_failures_signal"],
+            stats["workers_healthy"]) == (2, 2, 2)
+    assert found["ALIVE"] == []  # the spare ended with the group

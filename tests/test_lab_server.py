@@ -361,6 +361,10 @@ class TestActions:
         driver = read_model.read_driver(handle.paths).lease.pid
         os.kill(driver, signal.SIGSTOP)
         try:
+            async def driver_stopped():  # (a loaded machine shows it running a moment longer)
+                return process_status(driver) in ("T", "t")
+
+            await _until(driver_stopped, "the driver to be stopped")
             [entry] = (await _get(jp_fetch, "experiments", root=str(gated.storage)))["experiments"]
             _, page = await _trials(jp_fetch, path)
             refused = await _post(jp_fetch, "resume", {"path": path, "takeover": True})

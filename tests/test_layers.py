@@ -25,6 +25,7 @@ LAYERS = [
     ("ftnb.checkpoint", "base"),
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),
+    ("ftnb.lazy_names", "base"),  # the __getattr__ of modules that import names on first use
     ("ftnb.search", "base"),
     # Trial schedulers: policy over results, with no machine in it (docs/schedulers.md).
     ("ftnb.schedulers", "base"),

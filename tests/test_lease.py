@@ -878,8 +878,10 @@ def test_lease_on_s3_refuses_a_live_owner_and_takes_over(s3_storage):
 
 
 @pytest.mark.s3
-def test_two_simultaneous_acquires_on_s3_have_one_winner(s3_storage):
+def test_two_simultaneous_acquires_on_s3_have_one_winner(s3_storage, monkeypatch):
     url, fs = s3_storage
+    # Without the settle delay: on S3 the acquisition is a compare-and-swap (test_lease_s3.py).
+    monkeypatch.setattr(Lease, "SETTLE_S", 0.0)
     barrier = threading.Barrier(2)
     outcomes: list = []
 

@@ -11,6 +11,7 @@ import random
 
 import pytest
 from killed_driver import kill_when, run_to_end
+from pbt_sweeps import written_by
 from scripted import result_rows
 
 import ftnb
@@ -276,9 +277,17 @@ def _state(path) -> ExperimentState:
     return ExperimentState.load(ExperimentPaths.at(str(path)))
 
 
-def _check_exploits(exp, *, at_least: int = 1) -> list:
+def _explored_by_pbt(entry: dict) -> None:
+    """PBT's explore rule: the donor's lr scaled by 1.2 or 0.8, clipped to the domain."""
+    donor_lr = entry["donor_config"]["lr"]
+    assert entry["config"]["lr"] in (pytest.approx(min(donor_lr * 1.2, 10.0)),
+                                     pytest.approx(max(donor_lr * 0.8, 0.01)))
+
+
+def _check_exploits(exp, *, at_least: int = 1, explored=_explored_by_pbt) -> list:
     """Every exploit in the history carried out once and whole; every iteration once. ``exp``:
-    the experiment's folder (a local path or an fsspec URL)."""
+    the experiment's folder (a local path or an fsspec URL); ``explored(entry)`` checks an
+    exploit's new config against its donor's (PB2's tests pass their own rule)."""
     exp = str(exp)
     paths = ExperimentPaths.at(exp)
     storage = paths.storage
@@ -301,17 +310,16 @@ def _check_exploits(exp, *, at_least: int = 1) -> list:
         trial_rows = {r["training_iteration"]: r for r in rows[tid]}
         for n, entry in enumerate(mine):
             i = entry["iteration"]
-            donor_rows = {r["training_iteration"]: r for r in rows[entry["donor_id"]]}
             after = trial_rows[i + 1]
             # It continued from the donor's checkpoint (the state the donor had reported at
             # that checkpoint's iteration), with the explored config.
-            assert after["loaded"]["by"] == entry["donor_id"], (entry, after)
-            assert after["loaded"]["w"] == pytest.approx(
-                donor_rows[entry["donor_checkpoint_iteration"]]["score"]), (entry, after)
+            # (or, when the donor's checkpoint was the copy it continued from itself after an
+            # exploit, what that copy held: a chained exploit)
+            by, w = written_by(entry, entries, rows)
+            assert (after["loaded"]["by"], after["loaded"]["w"]) == (by, pytest.approx(w)), (
+                entry, after)
             assert after["lr"] == pytest.approx(entry["config"]["lr"])
-            donor_lr = entry["donor_config"]["lr"]
-            assert entry["config"]["lr"] in (pytest.approx(min(donor_lr * 1.2, 10.0)),
-                                             pytest.approx(max(donor_lr * 0.8, 0.01)))
+            explored(entry)
             assert after["score"] == pytest.approx(after["loaded"]["w"] + after["lr"])
             # Up to the next exploit (or the end) it ran with that config.
             end = mine[n + 1]["iteration"] if n + 1 < len(mine) else ITERATIONS

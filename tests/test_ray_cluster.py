@@ -15,14 +15,17 @@ from procs import run_script, state_trials, wait_for
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 DRIVER = """
-import json, sys
+import json, os, sys
 import ftnb
 from ftnb.execution.ray import RayExecutor
 import ray_trainables
 
 args = json.loads(sys.argv[1])
+if args.get("untold"):  # see UNTOLD
+    os.environ["RAY_timeout_ms_task_wait_for_death_info"] = "0"
 executor = RayExecutor(args["address"], shared_storage=args.get("shared", True))
-config = {"dir": args["dir"], "steps": args["steps"], "sleep": args.get("sleep", 0.2)}
+config = {"dir": args["dir"], "steps": args["steps"], "sleep": args.get("sleep", 0.2),
+          "hold_at": args.get("hold_at")}  # (see ray_trainables)
 run_config = ftnb.RunConfig(
     name="run", storage_path=args["storage"], verbose=0, executor=executor,
     failure_config=ftnb.FailureConfig(max_failures=args.get("max_failures", 2)))
@@ -33,7 +36,10 @@ if args.get("workers"):
         run_config=run_config).fit()
     print("DONE", result.metrics["training_iteration"], flush=True)
 else:
-    grid = ftnb.run(ray_trainables.stepper, name="run", param_space=config,
+    trainable = ray_trainables.stepper
+    if args.get("cpu"):
+        trainable = ftnb.with_resources(trainable, {"cpu": args["cpu"]})
+    grid = ftnb.run(trainable, name="run", param_space=config,
                     run_config=run_config)  # starts it, or resumes it when it is there
     print("DONE", grid[0].metrics["training_iteration"], flush=True)
 """
@@ -68,6 +74,10 @@ class Run:
         return wait_for(lambda: (p := self.progress(rank)) and p[:2] >= (attempt, step) and p,
                         timeout, f"rank {rank} at step {step} of attempt {attempt}")
 
+    def release(self) -> None:
+        """Let attempt 1, held at its ``hold_at`` step, go on."""
+        (self.folder / "release").touch()
+
     def trial(self) -> dict:
         (trial,) = state_trials(self.storage / "run")
         return trial
@@ -76,6 +86,14 @@ class Run:
         path = self.storage / "run" / self.trial()["dir_name"] / "result.json"
         return [json.loads(line)["training_iteration"]
                 for line in path.read_text().splitlines() if line.strip()]
+
+
+#: A lost node's actors can be gone before the GCS's health checks call the node dead: the
+#: driver's Ray then waits a moment (1 s) for the cause and, under load, raises
+#: ActorUnavailableError with none, the node still listed alive (CI saw it). The driver's
+#: RAY_timeout_ms_task_wait_for_death_info=0 makes that case certain; the executor must still
+#: call it node_lost, not a killed process.
+UNTOLD = pytest.mark.parametrize("untold", [False, True], ids=["cause_told", "cause_untold"])
 
 
 def _node_of(cluster, node_id: str):
@@ -87,12 +105,16 @@ def _replace(cluster, node) -> None:
     cluster.add_node(num_cpus=1)  # the next test finds three worker nodes again
 
 
-def test_a_trial_whose_node_is_removed_restarts_on_another_from_its_checkpoint(tmp_path,
-                                                                             ray_cluster):
+@UNTOLD
+def test_a_trial_whose_node_is_removed_restarts_on_another_from_its_checkpoint(
+        tmp_path, ray_cluster, untold):
     steps = 15
-    run = Run(tmp_path, ray_cluster, steps=steps).start()
+    # Held at step 3 until its node is gone: surely running there (polled, a trial could have
+    # gone on to its end by the time the node went, on a loaded machine).
+    run = Run(tmp_path, ray_cluster, steps=steps, untold=untold, hold_at=3).start()
     _, _, node_id, _ = run.wait_step(1, 3)
     _replace(ray_cluster, _node_of(ray_cluster, node_id))
+    run.release()
     out = run.finish()
     assert f"DONE {steps}" in out
     trial = run.trial()
@@ -108,11 +130,14 @@ def test_a_trial_whose_node_is_removed_restarts_on_another_from_its_checkpoint(t
 def test_a_group_over_two_nodes_restarts_on_the_nodes_left(tmp_path, ray_cluster):
     pytest.importorskip("torch")
     steps = 12
-    run = Run(tmp_path, ray_cluster, steps=steps, workers=2).start()
+    # (the cause untold, UNTOLD: the lost rank is the group's cause before its peer's error)
+    # (both ranks held at step 3 until the node is gone, as above)
+    run = Run(tmp_path, ray_cluster, steps=steps, workers=2, untold=True, hold_at=3).start()
     first = run.wait_step(1, 3, rank=0)
     other = run.wait_step(1, 3, rank=1)
     assert first[2] != other[2]  # one CPU a node: the ranks are on two nodes
     _replace(ray_cluster, _node_of(ray_cluster, other[2]))
+    run.release()
     out = run.finish()
     assert f"DONE {steps}" in out
     trial = run.trial()
@@ -124,10 +149,12 @@ def test_a_group_over_two_nodes_restarts_on_the_nodes_left(tmp_path, ray_cluster
 
 def test_a_killed_driver_is_resumed_on_the_cluster_by_running_it_again(tmp_path, ray_cluster):
     steps = 15
-    run = Run(tmp_path, ray_cluster, steps=steps, max_failures=0).start()
+    # (held at step 3 until the driver is killed: surely not done by then)
+    run = Run(tmp_path, ray_cluster, steps=steps, max_failures=0, hold_at=3).start()
     run.wait_step(1, 3)
     run.process.kill()
     run.process.wait(10)
+    run.release()
     out = run.start().finish()
     assert f"DONE {steps}" in out
     trial = run.trial()
@@ -162,6 +189,45 @@ def test_a_trial_whose_actor_ray_cannot_start_fails_with_rays_reason(tmp_path, r
     assert trial["status"] == "ERRORED", out
     assert len(trial["attempts"]) == 2 and run.progress() is None  # nothing of it ever ran
     assert "Ray could not start this attempt's actor" in json.dumps(trial["failures"]), trial
+
+
+# Run by every Python process of a node started with this folder on its PYTHONPATH: its Ray
+# workers hang before they connect, so an actor placed there is leased but never runs (until
+# their raylet is gone: a worker that never connected would not notice).
+HANGING_WORKERS = """
+import os, sys, time
+if any(arg.endswith("default_worker.py") for arg in sys.argv):
+    raylet = os.getppid()
+    while os.getppid() == raylet:
+        time.sleep(0.2)
+    os._exit(1)
+"""
+
+
+def test_a_trial_whose_actor_dies_with_its_node_before_it_runs_lost_a_node(tmp_path, ray_cluster,
+                                                                           monkeypatch):
+    """The node goes while Ray is still starting the attempt's actor there (the executor never
+    heard where it runs): the attempt ends as a lost node, not as the trial's error."""
+    import psutil
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HANGING_WORKERS)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    node = ray_cluster.add_node(num_cpus=2)  # the only node a 2-CPU trial fits on
+    monkeypatch.delenv("PYTHONPATH")
+    try:
+        run = Run(tmp_path, ray_cluster, steps=2, cpu=2, max_failures=0).start()
+        raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        wait_for(lambda: any("default_worker.py" in " ".join(child.cmdline())
+                             for child in raylet.children()), 120,
+                 "a worker for the trial's actor on the new node")
+    finally:
+        ray_cluster.remove_node(node, allow_graceful=False)
+    out, _ = run.process.communicate(timeout=120)
+    trial = run.trial()
+    assert trial["status"] == "ERRORED" and run.progress() is None, out
+    assert [f["kind"] for f in trial["failures"]] == ["node_lost"], trial["failures"]
 
 
 def test_a_partitioned_nodes_ghost_attempt_writes_nothing_after_its_replacement(tmp_path,

@@ -28,7 +28,8 @@ import ray_trainables
 args = json.loads(sys.argv[1])
 executor = RayExecutor(args["address"], shared_storage=True)
 config = {"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"],
-          "every": args["every"], "ignore_told": args["ignore_told"]}
+          "every": args["every"], "ignore_told": args["ignore_told"],
+          "hold_at": args.get("hold_at")}  # (see ray_trainables)
 run_config = ftnb.RunConfig(
     name="run", storage_path=args["storage"], verbose=0, executor=executor,
     failure_config=ftnb.FailureConfig(max_failures=0))  # a counted failure would end it
@@ -147,7 +148,10 @@ def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_pat
 def test_a_trial_that_does_not_checkpoint_when_told_is_ended_at_the_deadline(tmp_path,
                                                                             ray_cluster):
     steps, every, deadline_s = 50, 20, 2.0  # (a checkpoint every 4 s: none before the deadline)
-    run = Run(tmp_path, ray_cluster, steps=steps, every=every, ignore_told=True).start()
+    # Step 39 waits (a step that never ends): its next checkpoint, at 40, surely does not come
+    # before the deadline, however late the drain or the end at the deadline on a loaded machine.
+    run = Run(tmp_path, ray_cluster, steps=steps, every=every, ignore_told=True,
+              hold_at=2 * every - 1).start()
     _, _, node_id, _ = run.wait_step(1, every + 1)
     drained_at = _drain(ray_cluster, node_id, deadline_s)
     run.wait_step(2, 1, timeout=deadline_s + 30)

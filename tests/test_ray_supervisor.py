@@ -23,7 +23,8 @@ import ftnb
 import ray_trainables
 
 args = json.loads(sys.argv[1])
-config = {"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"]}
+config = {"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"],
+          "hold_at": args["hold_at"]}  # (see ray_trainables)
 if args.get("blob"):  # a launch file over Ray's 100 KB inline limit (ray-project/ray#53727)
     import numpy
     config["blob"] = numpy.ones(args["blob"])
@@ -35,10 +36,11 @@ time.sleep(600)
 """
 
 
-def _launch(tmp_path, cluster, name: str, steps: int, sleep: float, blob: int = 0):
+def _launch(tmp_path, cluster, name: str, steps: int, sleep: float, blob: int = 0,
+            hold_at: int | None = None):
     marks = tmp_path / f"marks-{name}"
     marks.mkdir()
-    args = {"dir": str(marks), "steps": steps, "sleep": sleep, "name": name,
+    args = {"dir": str(marks), "steps": steps, "sleep": sleep, "name": name, "hold_at": hold_at,
             "storage": str(tmp_path / "results"), "blob": blob}
     driver = run_script(tmp_path, LAUNCHER, json.dumps(args), name=f"launch_{name}.py",
                         env={"RAY_ADDRESS": cluster.address, "FTNB_SHARED_STORAGE": "1"})
@@ -75,7 +77,9 @@ def _progress(marks):
 
 def test_the_experiment_outlives_its_launcher_and_any_process_attaches_to_it(tmp_path,
                                                                             ray_cluster):
-    driver, marks, path = _launch(tmp_path, ray_cluster, "outlives", steps=6, sleep=0.2)
+    # Its trial waits at step 3 until released: surely still running when it is attached to.
+    driver, marks, path = _launch(tmp_path, ray_cluster, "outlives", steps=6, sleep=0.2,
+                                  hold_at=3)
     record = _supervisor(path)
     assert record["launcher"] == "ray"
     assert record["actor"].startswith("ftnb-supervisor:outlives:") and record["node_id"]
@@ -83,8 +87,10 @@ def test_the_experiment_outlives_its_launcher_and_any_process_attaches_to_it(tmp
         assert b"SupervisorActor" in f.read()
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=10)
+    wait_for(lambda: _progress(marks) == (1, 3), timeout=120, what="the trial held at step 3")
     handle = ftnb.attach(str(path))  # this process never connected to Ray
     assert handle.status() == "RUNNING" and handle.is_live()
+    (marks / "release").touch()
     results = handle.wait(timeout=120)
     assert handle.status() == "FINISHED" and results[0].metrics["training_iteration"] == 6
     assert _iterations(path) == list(range(1, 7))  # every iteration exactly once

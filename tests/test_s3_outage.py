@@ -59,7 +59,12 @@ class _Output:
 def _rows_per_trial(fs, exp_url):
     """Result rows of each trial on S3 (read past the proxy), by trial folder."""
     out = {}
-    for path in fs.glob(exp_url.removeprefix("s3://") + "/*/result.json"):
+    try:  # (a listing that meets an object removed under it, as the lease's CAS probe is,
+        # raises; the caller's wait_for asks again)
+        paths = fs.glob(exp_url.removeprefix("s3://") + "/*/result.json")
+    except FileNotFoundError:
+        return out
+    for path in paths:
         out[path.rsplit("/", 2)[-2]] = read_json_lines(fs.cat_file(path))
     return out
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 from killed_driver import kill_when, run_to_end
-from scripted import result_rows
+from scripted import report_step, restored_step, result_rows
 
 import ftnb
 from ftnb.core.records import ExperimentState
@@ -101,21 +101,12 @@ def test_asha_stops_the_worse_trials_at_their_rungs(tmp_path):
 ASHA_DRIVER = """
 import sys, time, ftnb
 from ftnb.schedulers import ASHAScheduler
+from scripted import report_step, restored_step
 
 def train(config):
-    import os
-    start = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            start = int(open(folder + "/i").read())
-    for i in range(start + 1, 10):
+    for i in range(restored_step() + 1, 10):
         time.sleep(0.06)
-        folder = os.path.join(ftnb.get_context().get_trial_dir(), "tmp_%d" % i)
-        os.makedirs(folder, exist_ok=True)
-        with open(folder + "/i", "w") as f:
-            f.write(str(i))
-        ftnb.report({"loss": config["q"] / i}, checkpoint=ftnb.Checkpoint.from_directory(folder))
+        report_step({"loss": config["q"] / i}, i, checkpoint=True)
 
 ftnb.run(train, name="asha", storage_path=sys.argv[1],
          param_space={"q": ftnb.grid_search(__ORDER__)},
@@ -147,33 +138,23 @@ def test_asha_decisions_survive_three_driver_sigkills(tmp_path):
     assert len(_state(exp).driver_sessions) == 4, kills
 
 
-def _hyperband_trainable(config):
-    import os
-
-    import ftnb
-
-    start = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            with open(os.path.join(folder, "i")) as f:
-                start = int(f.read())
-    for i in range(start + 1, 4):
-        folder = os.path.join(ftnb.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "i"), "w") as f:
-            f.write(str(i))
-        ftnb.report({"loss": config["q"] / i}, checkpoint=ftnb.Checkpoint.from_directory(folder))
+def _checkpointing_trainable(config):
+    """loss = q / iteration up to iteration ``config["steps"]``, a checkpoint at each report;
+    restored, from the checkpoint's iteration on."""
+    for i in range(restored_step() + 1, config["steps"] + 1):
+        report_step({"loss": config["q"] / i}, i, checkpoint=True)
 
 
 def test_hyperband_pauses_at_the_milestone_and_resumes_the_best_from_its_checkpoint(tmp_path):
     # max_t=3, eta=3: trials 0 and 1 form a bracket run to 3; trials 2, 3, 4 a bracket that
-    # pauses each at 1, then keeps the best (q=1) up to 3, from its checkpoint at 1.
+    # pauses each at 1, then keeps the best (q=1) up to 3, from its checkpoint at 1. One trial
+    # at a time, so q=1 is surely not the last of its bracket at 1 (the last one, if the best,
+    # goes on without a pause, as in Ray).
     ftnb.Tuner(
-        _hyperband_trainable,
-        param_space={"q": ftnb.grid_search([5, 6, 3, 1, 2])},
+        _checkpointing_trainable,
+        param_space={"q": ftnb.grid_search([5, 6, 3, 1, 2]), "steps": 3},
         tune_config=ftnb.TuneConfig(
-            metric="loss", mode="min",
+            metric="loss", mode="min", max_concurrent_trials=1,
             scheduler=HyperBandScheduler(max_t=3, reduction_factor=3)),
         run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="hb", verbose=0,
                                   executor="inprocess"),
@@ -246,25 +227,6 @@ def test_a_restore_goes_on_with_the_stored_scheduler(tmp_path):
     assert state["scheduler"]["class"] == "ASHAScheduler"
 
 
-def _checkpointing_asha_trainable(config):
-    import os
-
-    import ftnb
-
-    start = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            with open(os.path.join(folder, "i")) as f:
-                start = int(f.read())
-    for i in range(start + 1, 10):
-        folder = os.path.join(ftnb.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "i"), "w") as f:
-            f.write(str(i))
-        ftnb.report({"loss": config["q"] / i}, checkpoint=ftnb.Checkpoint.from_directory(folder))
-
-
 def _as_if_killed(exp, edit) -> None:
     """Rewrite the stored experiment as a driver killed at some moment would have left it:
     ``edit(state, trials_by_q)`` changes the records; the trials' own records follow."""
@@ -285,7 +247,7 @@ def test_a_restore_keeps_a_decision_carried_out_and_makes_the_one_the_driver_mis
     and checkpointed, the driver died before deciding: the restore decides from the persisted
     row (the same STOP), and q=5 never runs again."""
     ftnb.Tuner(
-        _checkpointing_asha_trainable, param_space={"q": ftnb.grid_search(ORDER)},
+        _checkpointing_trainable, param_space={"q": ftnb.grid_search(ORDER), "steps": 9},
         tune_config=ftnb.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1,
                                     scheduler=ASHAScheduler(max_t=9, grace_period=1,
                                                             reduction_factor=3)),
@@ -315,7 +277,7 @@ def test_a_restore_keeps_a_decision_carried_out_and_makes_the_one_the_driver_mis
         q5.attempts[-1].outcome, q5.attempts[-1].ended = "running", None
 
     _as_if_killed(exp, edit)
-    ftnb.Tuner.restore(str(exp), _checkpointing_asha_trainable).fit()
+    ftnb.Tuner.restore(str(exp), _checkpointing_trainable).fit()
     _check_asha_outcome(exp)
     trials = _by_q(_state(exp))
     assert len(trials[2].attempts) == 1 and len(trials[5].attempts) == 1  # neither ran again
@@ -340,7 +302,7 @@ def test_the_asha_benchmark_workload_runs_at_its_quick_size(tmp_path):
 
 
 def _hyperband_stopping_trainable(config):
-    """_hyperband_trainable; the trial q=2 first waits until q=1 and q=3 wait PAUSED at their
+    """_checkpointing_trainable; the trial q=2 first waits until q=1 and q=3 wait PAUSED at their
     milestone, and asks the experiment to stop (as `ftnb stop` does) before its first report."""
     import glob
     import json as json_
@@ -372,14 +334,14 @@ def _hyperband_stopping_trainable(config):
         request = send_request(paths, "stop")
         while os.path.exists(paths.control_request(request.id)) and time.time() < deadline:
             time.sleep(0.02)  # until the driver took it: the report below is made while stopping
-    _hyperband_trainable(config)
+    _checkpointing_trainable(config)
 
 
 def test_hyperband_paused_trials_wait_through_a_stop_and_a_restore(tmp_path):
     """The experiment is stopped while two trials of a bracket wait PAUSED at their milestone
     and the third reports it: the bracket's decision stands (q=2, the worst, stops; q=3 stops;
     q=1 goes on), the restore resumes q=1 from its checkpoint and nothing else of the bracket."""
-    run = dict(param_space={"q": ftnb.grid_search([5, 6, 3, 1, 2])},
+    run = dict(param_space={"q": ftnb.grid_search([5, 6, 3, 1, 2]), "steps": 3},
                tune_config=ftnb.TuneConfig(metric="loss", mode="min", scheduler=HyperBandScheduler(
                    max_t=3, reduction_factor=3)),
                run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="hb", verbose=0,
@@ -406,23 +368,14 @@ def test_hyperband_paused_trials_wait_through_a_stop_and_a_restore(tmp_path):
 # their decisions depend on the results alone: a run with its driver SIGKILLed three times at
 # random moments must end exactly as a run that was never killed.
 SCHEDULED_DRIVER = """
-import os, sys, time, ftnb
+import sys, time, ftnb
 from ftnb.schedulers import HyperBandScheduler, MedianStoppingRule
+from scripted import report_step, restored_step
 
 def train(config):
-    start = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            start = int(open(folder + "/i").read())
-    for i in range(start + 1, config["steps"] + 1):
+    for i in range(restored_step() + 1, config["steps"] + 1):
         time.sleep(0.03)
-        folder = os.path.join(ftnb.get_context().get_trial_dir(), "tmp_%d" % i)
-        os.makedirs(folder, exist_ok=True)
-        with open(folder + "/i", "w") as f:
-            f.write(str(i))
-        ftnb.report({"loss": config["q"] + 1.0 / i},
-                    checkpoint=ftnb.Checkpoint.from_directory(folder))
+        report_step({"loss": config["q"] + 1.0 / i}, i, checkpoint=True)
 
 if sys.argv[2] == "hyperband":
     scheduler, qs, steps = HyperBandScheduler(max_t=3, reduction_factor=3), [5, 6, 3, 1, 2], 3

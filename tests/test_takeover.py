@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
+import time
 
 import pytest
 
 import ftnb
 from clirun import FTNB, cli_in, literal, one_line_error
 from ftnb.storage import ExperimentPaths
-from ftnb.storage.lease import process_name
-from procs import TESTS, pid_alive, processes_named, wait_for
+from ftnb.storage.lease import process_name, process_status
+from procs import (TESTS, holds_a_lock, pid_alive, processes_named, run_script,
+                   stop_outside_the_lease_lock, wait_for)
 from scripted import result_rows, scripted
 
 TTL_S = 120
@@ -82,14 +85,8 @@ def _owner(exp) -> dict:
         return {}
 
 
-def _status_json(cli, name) -> dict:
-    done = cli("status", name, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def _silent(cli, name):
-    data = _status_json(cli, name)
+    data = cli.status_json(name)
     return data if data["driver_silent_s"] is not None else None
 
 
@@ -105,34 +102,20 @@ def _start_run(cli, name, space, env=None, prefix=()):
     return proc
 
 
-def _holds_a_lock(pid: int, path) -> bool:
-    """Whether process ``pid`` holds a lock on the file ``path`` (``/proc/locks``)."""
-    inode = os.stat(path).st_ino
-    with open("/proc/locks") as f:
-        for line in f:
-            fields = line.split()
-            if "->" in fields:  # a waiter, not a holder
-                continue
-            if len(fields) >= 6 and fields[4] == str(pid) and fields[5].endswith(f":{inode}"):
-                return True
-    return False
+def _at_its_gate(exp, n):
+    """The trial's folder, once the trial waits at its gate (before its last iteration)."""
+    trial = wait_for(lambda: _trial_dir(exp), what="the trial's folder")
+    wait_for(lambda: len(result_rows(str(trial))) == n - 1, what="the trial at its gate")
+    return trial
 
 
-def _stop_outside_the_lease_lock(proc, exp) -> None:
-    """SIGSTOP the driver, again until it is not stopped inside a heartbeat, where it would
-    hold the lease lock of this disk until continued (a takeover waits for that lock)."""
-    while True:
-        os.kill(proc.pid, signal.SIGSTOP)
-        wait_for(lambda: _process_state(proc.pid) == "T", what="the driver to stop")
-        if not _holds_a_lock(proc.pid, exp / ".owner.lock"):
-            return
-        os.kill(proc.pid, signal.SIGCONT)
-
-
-def _process_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    return data[data.rfind(b")") + 2:][:1].decode()
+def _end(*procs) -> None:
+    """Kill what a test started and left running (continued first, if it was stopped)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
 
 
 def _assert_each_iteration_once(exp, n):
@@ -194,16 +177,16 @@ def test_a_driver_killed_with_its_pid_namespace_reads_silent_with_a_countdown_an
     assert refused.returncode != 0
     one_line_error(refused.stderr, "silent", f"ftnb resume {name} --takeover")
     stopped = cli("stop", name)
-    assert stopped.returncode == 0, stopped.stderr
-    assert "its driver is silent" in stopped.stdout
-    assert f"ftnb resume {name} --takeover" in stopped.stdout
+    assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+    one_line_error(stopped.stderr, "is not stopped yet", "its driver is silent", "silent for",
+                   "counts as dead in", f"ftnb resume {name} --takeover")
 
     done = cli("resume", name, "--takeover", timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"took experiment {name!r} over from its driver" in done.stdout
     assert "FINISHED" in done.stdout
     _assert_each_iteration_once(exp, n)
-    after = _status_json(cli, name)
+    after = cli.status_json(name)
     assert after["status"] == "FINISHED" and after["takeover"] is None
 
 
@@ -240,7 +223,7 @@ def test_a_takeover_of_a_driver_alive_on_this_machine_is_refused_naming_it(cli, 
                  what="a first result")
         owner = _owner(exp)
         assert owner["pid"] == proc.pid
-        data = _status_json(cli, name)
+        data = cli.status_json(name)
         assert data["takeover"] is None and data["driver_silent_s"] is None
 
         refused = cli("resume", name, "--takeover")
@@ -274,12 +257,11 @@ def test_a_stopped_driver_taken_over_never_writes_again(cli, tmp_path, where):
     proc = _start_run(cli, name, {"n": n, "sleep": 0.02, "gate": str(gate)}, env)
     exp = _exp(cli, name)
     try:
-        trial = wait_for(lambda: _trial_dir(exp), what="the trial's folder")
-        wait_for(lambda: len(result_rows(str(trial))) == n - 1, what="the trial at its gate")
+        trial = _at_its_gate(exp, n)
         old_token = _owner(exp)["token"]
         old_trials = wait_for(lambda: processes_named(process_name(old_token)),
                               what="its trial process")
-        _stop_outside_the_lease_lock(proc, exp)
+        stop_outside_the_lease_lock(proc.pid, exp)
         data = wait_for(lambda: _silent(cli, name), what="the stopped driver to read silent")
         if where == "this machine":
             assert "stopped (SIGSTOP" in data["driver"]["why"]
@@ -335,3 +317,179 @@ def test_the_takeover_line_is_worded_for_where_it_is_read(tmp_path):
     state.settings["origin"] = {"via": "cli"}
     assert resume_line(paths, state, ResumeContext.TERMINAL, takeover=True).endswith(
         " --takeover")
+
+
+# -- Tuner.restore(takeover=True) of a driver stopped at any moment, a heartbeat's too -------------
+_RESTORE = """
+import sys
+import ftnb
+from scripted import scripted
+
+grid = ftnb.Tuner.restore(sys.argv[1], scripted, takeover=True, verbose=0).fit()
+print("RESTORED", ftnb.attach(sys.argv[1]).status())
+"""
+
+
+def _fast_beating_driver(cli, tmp_path, name, n, **env):
+    """``(proc, exp, gate)``: an ``ftnb run`` driver beating every 0.2 s (the fastest), its
+    trial to wait at the gate before iteration ``n``; ``env`` added to its environment."""
+    gate = tmp_path / "gate"
+    env = dict(SILENT_DRIVER_ENV, FTNB_LEASE_HEARTBEAT_S="0.2", **env)
+    proc = _start_run(cli, name, {"n": n, "sleep": 0.02, "gate": str(gate)}, env)
+    return proc, _exp(cli, name), gate
+
+
+def _start_restore(cli, tmp_path, exp):
+    """``Tuner.restore(exp, scripted, takeover=True).fit()`` in a process of its own."""
+    return run_script(tmp_path, _RESTORE, str(exp),
+                      env={k: v for k, v in cli.env.items() if k.startswith("FTNB_")})
+
+
+def _stop_inside_the_lease_lock(proc, exp, timeout=30.0) -> bool:
+    """SIGSTOP the driver the moment it is seen holding the lease lock (inside a heartbeat),
+    again until it stays stopped there; False if that never happened within ``timeout``."""
+    lock = exp / ".owner.lock"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not holds_a_lock(proc.pid, lock):
+            continue  # a busy poll: a heartbeat holds the lock for about a millisecond
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for(lambda: process_status(proc.pid) == "T", what="the driver to stop")
+        if holds_a_lock(proc.pid, lock):
+            return True
+        os.kill(proc.pid, signal.SIGCONT)
+    return False
+
+
+@pytest.mark.parametrize("moment", ["inside a heartbeat", "at random", "at random "])
+def test_tuner_restore_takes_over_a_driver_stopped_at_any_moment(cli, tmp_path, moment):
+    """The driver (a heartbeat every 0.2 s) is SIGSTOPped inside a heartbeat, holding the lease
+    lock, or at a random moment; Tuner.restore(takeover=True) must take it over at once (it
+    waited for that lock forever), end it (continued, it could only write without a lease),
+    and finish the experiment with each iteration once."""
+    n = 3
+    proc, exp, gate = _fast_beating_driver(cli, tmp_path, "restored", n)
+    restore = None
+    try:
+        _at_its_gate(exp, n)
+        old_token = _owner(exp)["token"]
+        if moment == "inside a heartbeat":
+            if not _stop_inside_the_lease_lock(proc, exp):
+                pytest.skip("never caught the driver inside a heartbeat")
+        else:
+            time.sleep(random.uniform(0, 0.4))  # a random moment, not a wait for a condition
+            os.kill(proc.pid, signal.SIGSTOP)
+        restore = _start_restore(cli, tmp_path, exp)
+        wait_for(lambda: _owner(exp).get("token") not in (None, old_token)
+                 or restore.poll() is not None, timeout=30, what="the takeover")
+        gate.write_text("open")
+        out, _ = restore.communicate(timeout=90)
+        assert restore.returncode == 0, out
+        assert "RESTORED FINISHED" in out
+        _assert_each_iteration_once(exp, n)
+        assert proc.wait(timeout=30) == -signal.SIGKILL  # the takeover ended it
+    finally:
+        gate.write_text("open")
+        _end(proc, restore)
+
+
+def test_tuner_restore_of_a_driver_of_another_machine_stopped_in_a_heartbeat_waits_saying_so(
+        cli, tmp_path):
+    """A driver of "another machine" (another host id: it cannot be killed from here) stopped
+    inside a heartbeat holds the lease lock: Tuner.restore(takeover=True) says it waits for
+    it; continued, the old driver finishes that heartbeat, then finds its lease taken and
+    stops without writing, and the restore finishes the experiment, each iteration once."""
+    name, n = "elsewhere", 3
+    proc, exp, gate = _fast_beating_driver(cli, tmp_path, name, n, FTNB_HOST_ID="machine-a")
+    restore = None
+    try:
+        _at_its_gate(exp, n)
+        old_token = _owner(exp)["token"]
+        if not _stop_inside_the_lease_lock(proc, exp):
+            pytest.skip("never caught the driver inside a heartbeat")
+        restore = _start_restore(cli, tmp_path, exp)
+        said = []
+        wait_for(lambda: said.append(restore.stdout.readline()) or
+                 "waiting for the lease lock" in said[-1], timeout=60, what="the note")
+        assert "stopped inside a heartbeat" in said[-1] and _owner(exp)["token"] == old_token
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_for(lambda: _owner(exp).get("token") not in (None, old_token), what="the takeover")
+        gate.write_text("open")
+        out, _ = restore.communicate(timeout=90)
+        assert restore.returncode == 0, "".join(said) + out
+        assert "RESTORED FINISHED" in out
+        _assert_each_iteration_once(exp, n)
+        state_after = (exp / "experiment_state.json").read_bytes()
+        code = proc.wait(timeout=60)
+        log = (cli.cwd / f"{name}.log").read_text()
+        assert code != 0 and "took over" in log, log  # fenced: it found its lease taken
+        assert (exp / "experiment_state.json").read_bytes() == state_after
+    finally:
+        gate.write_text("open")
+        _end(proc, restore)
+
+
+# -- a stop asked of a silent driver ---------------------------------------------------------------
+def test_a_stop_of_a_silent_driver_says_so_at_once_and_stands_until_it_wakes(
+        cli, tmp_path, capsys):
+    """A driver stopped (SIGSTOP) on this machine: ``ftnb stop``, ``handle.stop()`` and
+    ``%ftstop`` each say at once (not after their 60 s timeout) that it is silent, for how
+    long, that it is not stopped yet, and how to take it over; none says it stopped. The
+    request stays written: continued, the driver honours it and the experiment ends
+    INTERRUPTED."""
+    from IPython.core.error import UsageError
+
+    from ftnb.notebook.magics import FtnbMagics
+
+    gate = tmp_path / "gate"
+    name, n = "silentstop", 4
+    proc = _start_run(cli, name, {"n": n, "sleep": 0.02, "gate": str(gate)}, SILENT_DRIVER_ENV)
+    exp = _exp(cli, name)
+    try:
+        trial = _at_its_gate(exp, n)
+        stop_outside_the_lease_lock(proc.pid, exp)
+
+        started = time.monotonic()
+        done = cli("stop", name, "--timeout", "60")
+        assert time.monotonic() - started < 20  # at once, not after the timeout
+        assert done.returncode == 1, done.stdout + done.stderr  # not stopped: not a success
+        assert "stopped " not in done.stdout
+        one_line_error(done.stderr, "is not stopped yet", "silent", "stopped (SIGSTOP",
+                       "The request stands", f"ftnb resume {name} --takeover")
+        assert list((exp / "control").iterdir()), "the stop request stays written"
+
+        as_json = cli("stop", name, "--json", "--timeout", "60")
+        assert as_json.returncode == 1
+        data = json.loads(as_json.stdout)
+        assert data["stopped"] is False and data["status"] == "RUNNING"
+        assert data["driver_silent_s"] >= 0 and data["driver_dead_in_s"] is None
+        assert data["takeover"] == f"ftnb resume {name} --takeover"
+
+        no_wait = cli("stop", name, "--no-wait")
+        assert no_wait.returncode == 0 and "is not stopped yet" in no_wait.stdout
+
+        handle = ftnb.attach(str(exp))
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="not stopped yet") as raised:  # DriverSilentError
+            handle.stop(timeout=60)
+        assert time.monotonic() - started < 10
+        assert raised.value.takeover == f"ftnb resume {exp} --takeover"  # it ran from a terminal
+        assert raised.value.dead_in_s is None  # stopped here: never dead on its own
+        with pytest.raises(TimeoutError, match=f"trial {trial.name} of"):
+            handle.stop_trial(trial.name, timeout=60)
+
+        capsys.readouterr()
+        with pytest.raises(UsageError, match="is not stopped yet") as raised:  # one line
+            FtnbMagics().ftstop(f"{exp} --timeout 60")
+        assert f"resume {exp} --takeover" in str(raised.value)
+        assert "stopped silentstop" not in capsys.readouterr().out
+        assert ftnb.attach(str(exp)).status() == "RUNNING"
+
+        os.kill(proc.pid, signal.SIGCONT)  # it wakes, acts on the requests (and deletes them)
+        wait_for(lambda: not list((exp / "control").iterdir()), what="the requests read")
+        gate.write_text("open")  # its trial reports, and is stopped there
+        assert proc.wait(timeout=60) != 0
+    finally:
+        gate.write_text("open")
+        _end(proc)
+    assert ftnb.attach(str(exp)).status() == "INTERRUPTED"

@@ -8,6 +8,7 @@ kernels are real (jupyter_client); this client sends what a browser's view sends
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -474,8 +475,8 @@ class _RecordingHandle:
         self._real, self.name, self.path = real, real.name, real.path
         self.resumed = []
 
-    def monitor(self):
-        return self._real.monitor()
+    def __getattr__(self, name):  # monitor, stop, stop_trial, silent_driver: the real ones
+        return getattr(self._real, name)
 
     def resume(self, **kwargs):
         self.resumed.append(kwargs)
@@ -512,6 +513,18 @@ def test_a_silent_driver_shows_its_countdown_and_the_take_over_control(tmp_path)
             assert "has been silent for" in takeover["text"]
             assert "counts as dead in" in takeover["text"]
             assert w.snapshot.status == "RUNNING" and w.chart.controls["running"]
+            # A stop is written, but the silent driver may never read it: the status line
+            # says so (the handle's words: for how long, when it counts as dead) and points
+            # at the Take over button.
+            for stop, what in ((lambda: w.stop_trial("synth_00001"), "trial synth_00001 of "),
+                               (w.stop, "")):
+                ok, text = stop()
+                assert ok, text
+                assert (f"{what}experiment 'silent' is not stopped yet: its driver is silent"
+                        in text), text
+                assert "has been silent for" in text and "counts as dead in" in text, text
+                assert text.endswith("or with the Take over button."), text
+                assert html.escape(text) in w.status_line.value
             ok, text = w.take_over()
             assert ok, text
             assert handle.resumed == [{"wait": False, "takeover": True}]

@@ -1,8 +1,10 @@
 """``ftnb stop`` and ``ftnb rm``: act on an experiment from a terminal.
 
-A stop is a control request to the experiment's driver (:mod:`ftnb.storage.control`), wherever it runs
-(a supervisor, a foreground ``ftnb run``, a script's ``fit()``): the experiment ends
-INTERRUPTED, resumable. ``rm`` refuses an experiment that a live driver holds, asks first, and
+A stop is a control request to the experiment's driver (:mod:`ftnb.storage.control`),
+wherever it runs (a supervisor, a foreground ``ftnb run``, a script's ``fit()``): the
+experiment ends INTERRUPTED, resumable. A silent driver (:class:`ftnb.handle.DriverSilentError`)
+is said at once, with the takeover line; waited for, that is exit code 1 (it is not stopped
+yet). ``rm`` refuses an experiment that a live driver holds, asks first, and
 removes through ftnb's storage (local folders and object stores alike).
 """
 
@@ -79,24 +81,18 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.trial:
         return _stop_trial(handle, args, out)
     was_live = handle.is_live()
-    silent = _silent_driver(handle)
-    if silent:
-        # A request it may never read: send it, but do not wait for what may never come.
-        handle.stop(wait=False)
-        resume = resume_line(handle.paths, handle.state(), ResumeContext.TERMINAL, takeover=True)
-        if args.json:
-            print_json({"name": handle.name, "path": handle.path, "trial_id": None,
-                        "was_running": True, "stopped": False, "status": handle.status(),
-                        "resume_line": None, "takeover": resume})
-        else:
-            print(f"ftnb: asked {handle.name} to stop, but its driver is silent ({silent}), so "
-                  f"it may never see the request. `{resume}` takes it over now.", file=out)
-        return EXIT_OK
     if was_live:
+        from ..handle import DriverSilentError
+
         try:
             handle.stop(wait=args.wait, timeout=args.timeout)
+            silent = None if args.wait else handle.silent_driver(ResumeContext.TERMINAL)
+        except DriverSilentError as exc:  # at once: it may never read the request
+            silent = handle.silent_driver(ResumeContext.TERMINAL) or exc
         except TimeoutError as exc:
             raise CliError(one_line(str(exc)).removeprefix("ftnb: "), EXIT_ERRORED) from None
+        if silent is not None:
+            return _silent_stop(handle, args, silent, out)
     status = handle.status()
     state = handle.state()
     resume = (resume_line(handle.paths, state, ResumeContext.TERMINAL)
@@ -116,12 +112,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _silent_driver(handle: Any) -> Optional[str]:
-    """Why the experiment's driver counts as silent (a takeover is offered), or None."""
-    from ..ui.read_model import read_driver
-
-    driver = read_driver(handle.paths)
-    return driver.why if driver.offers_takeover(handle.state().status) else None
+def _silent_stop(handle: Any, args: argparse.Namespace, silent: Any, out: Any) -> int:
+    """The stop request is written, but the driver is silent (:class:`ftnb.handle.DriverSilentError`
+    ``silent``): say so, and that the experiment is not stopped; waited for, that is an error."""
+    if args.json:
+        print_json({"name": handle.name, "path": handle.path, "trial_id": args.trial,
+                    "was_running": True, "stopped": False, "status": handle.status(),
+                    "resume_line": None, "driver_silent_s": silent.silent_s,
+                    "driver_dead_in_s": silent.dead_in_s, "takeover": silent.takeover})
+    elif args.wait:
+        raise CliError(one_line(str(silent)).removeprefix("ftnb: "), EXIT_ERRORED)
+    else:
+        print(one_line(str(silent)), file=out)
+    return EXIT_ERRORED if args.wait else EXIT_OK
 
 
 def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
@@ -129,12 +132,21 @@ def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
         return {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)
 
     before = status_of(args.trial)
+    from ..handle import DriverSilentError
+    from ..ui.read_model import ResumeContext
+
     try:
         handle.stop_trial(args.trial, wait=args.wait, timeout=args.timeout)
+        silent = (None if args.wait or _finished(before)
+                  else handle.silent_driver(ResumeContext.TERMINAL, args.trial))
+    except DriverSilentError as exc:
+        silent = handle.silent_driver(ResumeContext.TERMINAL, args.trial) or exc
     except (ValueError, RuntimeError) as exc:  # no such trial; no driver to stop it
         raise CliError(f"ftnb stop: {one_line(str(exc)).removeprefix('ftnb: ')}") from None
     except TimeoutError as exc:
         raise CliError(one_line(str(exc)).removeprefix("ftnb: "), EXIT_ERRORED) from None
+    if silent is not None:
+        return _silent_stop(handle, args, silent, out)
     after = status_of(args.trial)
     if args.json:
         print_json({"name": handle.name, "path": handle.path, "trial_id": args.trial,

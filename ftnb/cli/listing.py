@@ -44,6 +44,9 @@ class _Listed:
     error: Optional[str] = None
     driver_silent_s: Optional[float] = None
     driver_dead_in_s: Optional[float] = None
+    #: While it runs under a supervisor: its launcher and where it runs
+    #: (:func:`ftnb.ui.status.supervisor_line`, without "Supervisor: "); else None.
+    supervisor: Optional[str] = None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -91,6 +94,8 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
         except Exception as exc:
             raise CliError(f"cannot read {storage.uri(storage.root)}: {describe(exc)}") from None
 
+    for e in listed:
+        _add_supervisor(storage, e)
     readable = sorted((e for e in listed if e.error is None), key=lambda e: (e.updated, e.name))
     broken = sorted((e for e in listed if e.error is not None), key=lambda e: e.name)
     listed = readable + broken  # newest last; the ones that need attention at the very end
@@ -103,8 +108,11 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
         return EXIT_OK
     print(_render_ls(listed))
     silent = [e for e in listed if e.driver_silent_s is not None]
-    if silent:
+    supervised = [e for e in listed if e.supervisor is not None and e.driver_silent_s is None]
+    if silent or supervised:
         print()
+        for e in supervised:  # where each running one runs
+            print(f"{e.name}: {e.supervisor}")
         for e in silent:
             print(f"{e.name}: {_silence(e.driver_silent_s, e.driver_dead_in_s)}; `ftnb status "
                   f"{e.name}` says how to take it over now")
@@ -113,6 +121,19 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
         for e in broken:
             print(f"{e.name}: UNREADABLE: {e.error}")
     return EXIT_OK
+
+
+def _add_supervisor(storage: Storage, entry: _Listed) -> None:
+    """For a RUNNING experiment only (one read each: the listing reads no other experiment's
+    files), the supervisor that runs it, if one does: its launcher and where it runs."""
+    from ..ui.read_model import supervisor_record
+    from ..ui.status import supervisor_line
+
+    if entry.status != ExperimentStatus.RUNNING or entry.error is not None:
+        return
+    record = supervisor_record(ExperimentPaths.at(entry.path, storage.user_filesystem))
+    if record.get("ended") is None:  # a supervisor that ended runs it no more
+        entry.supervisor = supervisor_line(record).removeprefix("Supervisor: ") or None
 
 
 def _ls_target(storage: Storage) -> str:
@@ -206,6 +227,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if failures:
         print(failures)
     print(f"Updated {local_time(state.updated)}  {paths.uri}")
+    if snap.supervisor_line:  # the launcher it was started with, and where it runs
+        print(snap.supervisor_line)
     owner = _owner_line(snap)
     if owner:
         print(owner)

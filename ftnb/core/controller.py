@@ -35,7 +35,7 @@ from ..execution.contract import (
     StartedEvent,
 )
 from ..execution.resources import TrialResources
-from ..storage import ExperimentPaths, checkpoint_index
+from ..storage import ExperimentPaths, TrialPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
 from ..storage.lease import Lease, LeaseLostError
 from . import exploits, policy
@@ -348,7 +348,7 @@ class Controller:
                     return
             if len(self.live) >= self.max_concurrent:
                 return
-            if not self.executor.has_room(self._resources_of(trial), self.num_workers):
+            if not self._has_room_for(trial):
                 return
             heapq.heappop(self._queue)
             self._start_attempt(trial)
@@ -434,10 +434,22 @@ class Controller:
     def _resources_of(self, trial: TrialRecord) -> TrialResources:
         return self.trial_resources.get(trial.trial_id, self.resources)
 
+    def _config_resources(self, trial_id: str, config: Any) -> Optional[TrialResources]:
+        """What a trial with ``config`` asks for when ftnb.with_resources was given a function
+        of the config (None otherwise)."""
+        resources_of = getattr(self.trainable, "_ftnb_resources_of", None)
+        return resources_of(trial_id, config) if resources_of is not None else None
+
+    def _has_room_for(self, trial: TrialRecord) -> bool:
+        """Whether ``trial`` (not running) can start now. An exploit decided for it (a restore
+        finishes one) is carried out first: its new config may ask for other resources."""
+        if exploits.is_exploit(self._decided.get(trial.trial_id)):
+            self._carry_out_exploit(trial)
+        return self.executor.has_room(self._resources_of(trial), self.num_workers)
+
     # -- starting an attempt -------------------------------------------------------------------
     def _start_attempt(self, trial: TrialRecord) -> None:
-        if exploits.is_exploit(self._decided.get(trial.trial_id)):
-            self._carry_out_exploit(trial)  # (a restore: decided by the driver before)
+        # (A decided exploit was carried out by _has_room_for, which every start follows.)
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
         rows = self.trial_files.rows_up_to(trial, start_iteration)
@@ -629,9 +641,11 @@ class Controller:
     def _record_failure(self, trial: TrialRecord, failure: FailureRecord) -> None:
         trial.failures.append(failure)
         self._guard()
-        self.storage.write_atomic(
-            self.paths.trial(trial.dir_name).error, failure.describe()
-        )
+        paths = self.paths.trial(trial.dir_name)
+        text = failure.describe()
+        if failure.rank is not None:  # a group's: where the failing rank's output is
+            text += _rank_output_text(paths, failure)
+        self.storage.write_atomic(paths.error, text)
         self._emit("on_trial_failure", self.state, trial, failure)
 
     def _carry_out(self, trial: TrialRecord, failure: FailureRecord,
@@ -685,7 +699,7 @@ class Controller:
             if trial is None or trial.trial_id in self.live or trial.status not in (
                     TrialStatus.PENDING, TrialStatus.PAUSED):
                 return
-            if not self.executor.has_room(self._resources_of(trial), self.num_workers):
+            if not self._has_room_for(trial):
                 return
             if trial.status == TrialStatus.PAUSED:
                 trial.status = TrialStatus.PENDING.value
@@ -783,6 +797,11 @@ class Controller:
             donor = self.state.trial(donor_id)
             self.configs[trial.trial_id] = exploits.live_config(
                 trial.config, self.configs.get(donor_id), donor.config)
+            # ftnb.with_resources with a function of the config: its next attempt asks for
+            # what the new config needs.
+            request = self._config_resources(trial.trial_id, self.configs[trial.trial_id])
+            if request is not None:
+                self.trial_resources[trial.trial_id] = request
             self.trial_files.apply_retention(trial)
         self._decided.pop(trial.trial_id, None)
         self._dirty = True
@@ -1048,10 +1067,24 @@ class _SchedulerView:
         if trial.trial_id == donor.trial_id:
             raise ValueError(f"trial {trial.trial_id} cannot exploit itself")
         live = controller.live.get(trial.trial_id)
-        if live is not None and controller.stopping or live is not None and (
-                live.stop_requested_at is not None and not live.pausing):
+        if live is not None and (controller.stopping or (
+                live.stop_requested_at is not None and not live.pausing)):
             return None  # it is being stopped (a user, a stopper, the experiment): it ends
         # (One the scheduler paused, whose attempt is still ending, may: synchronous PBT.)
+        live_config = exploits.live_config(encode_value(config),
+                                           controller.configs.get(donor.trial_id), donor.config)
+        request = controller._config_resources(trial.trial_id, live_config)
+        if request is not None:
+            try:
+                controller.executor.check_fits(request, controller.num_workers)
+            except ValueError as exc:
+                print(f"ftnb: trial {trial.trial_id} does not exploit trial {donor.trial_id}: "
+                      f"with_resources(...) asks {request.as_dict()} for the explored config "
+                      f"{config!r}, which can never be had here ({exc}). It goes on with its "
+                      "own config. Fix: a resources function that fits every config the "
+                      "scheduler may explore (or hyperparam_mutations that stay within it).",
+                      file=sys.stderr, flush=True)
+                return None
         decided = exploits.stage(controller.paths, trial, donor, config, controller._guard)
         if decided is None:
             return None
@@ -1065,6 +1098,32 @@ class _SchedulerView:
             controller._persist_trial(trial)
         controller._dirty = True
         return decided
+
+
+def _rank_output_text(paths: TrialPaths, failure: FailureRecord, count: int = 20) -> str:
+    """For error.txt of a group's failure: the failing rank's output files and their last
+    ``count`` lines (its stderr without the traceback error.txt already shows)."""
+    rank = failure.rank or 0
+    traceback = (failure.traceback or "").rstrip().splitlines()
+    text = []
+    for stream, path in (("stdout", paths.rank_stdout(rank)), ("stderr", paths.rank_stderr(rank))):
+        lines = paths.last_lines(path, count + (len(traceback) + 1 if stream == "stderr" else 0))
+        while lines and not lines[-1].strip():
+            lines.pop()
+        ends_in_traceback = (stream == "stderr" and bool(traceback)
+                             and lines[-len(traceback):] == traceback)
+        if ends_in_traceback:
+            lines = lines[:-len(traceback)]
+        lines = lines[-count:]
+        head = f"Rank {rank}'s {stream}: {paths.storage.uri(path)}"
+        if lines:
+            after = " (then the traceback above)" if ends_in_traceback else ""
+            last = f"{len(lines)} lines" if len(lines) > 1 else "line"
+            text += ["", f"{head}, its last {last}{after}:", *lines]
+        else:
+            text += ["", head + (" (the traceback above)" if ends_in_traceback
+                                 else " (nothing printed)")]
+    return "\n".join(text) + "\n"
 
 
 def _rank_entries(exit_event: ExitEvent, errors: dict[int, ErrorEvent]) -> list[dict]:

@@ -54,13 +54,21 @@ class WorkerBackend(Protocol):
 
     def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
         """Begin starting a worker in each slot (``factory``: the cloudpickled ``(factory,
-        takes_index, needs_set_state)``); returns at once."""
+        takes_index, needs_set_state)``), a spare's if one is kept; returns at once."""
 
     def started(self, slots: list[WorkerSlot], timeout: float
                 ) -> tuple[list[WorkerSlot], list[tuple[WorkerSlot, dict]]]:
         """Of ``slots`` (starting), those that came up and those that failed (already ended)
         with their errors, waiting up to ``timeout`` for all of them; the others are still
         starting (not placed yet, or building their object)."""
+
+    def keep_spares(self, count: int, factory: bytes) -> None:
+        """Keep ``count`` spare workers (started, the factory loaded, no object built yet) for
+        :meth:`start` to hand a slot at once, starting the missing ones in the background and
+        ending those over ``count``; a backend whose workers start fast may keep none."""
+
+    def spares_ready(self) -> int:
+        """How many spares are up (ready to take a slot at once)."""
 
     def push_state(self, slots: list[WorkerSlot], state: bytes) -> list[tuple[WorkerSlot, dict]]:
         """Hand ``state`` (cloudpickled) to each worker's ``set_state`` and wait for them; the

@@ -4,10 +4,15 @@ A group maps calls over its workers (``fn(obj, *args, **kwargs)``, ``obj`` built
 the factory). A worker that crashes (any signal, the OOM killer, a lost node), raises, or exceeds
 ``call_timeout_s`` gives a failed :class:`WorkerResult` while the others' results come back
 normally; a worker whose call raised or timed out is killed (its state may be corrupt), as
-RLlib's actor manager does. Before the next call the failed workers are recreated (within
-``max_restarts``) and handed the latest state (``get_state()`` in the caller, pushed into the
-worker's ``set_state``) before they take work; a call waits up to ``RECREATE_WAIT_S`` for
-them, then goes on without those still starting, which join a later call. More than
+RLlib's actor manager does. A failed worker is recreated in its slot (within ``max_restarts``)
+as soon as the failure is seen: by the map that got it, by :meth:`WorkerGroup.fetch_ready`, by
+a map finding a worker that died while idle. Its new process or actor starts then, without
+blocking, while the caller works on the results; the next call waits only for the rest of its
+start (up to ``RECREATE_WAIT_S``, then goes on without the workers still starting, which join
+a later call) and hands it the latest state (``get_state()``, called in the caller by that
+call, pushed into the worker's ``set_state``) before it takes work. A recreated worker whose
+start fails is started again by the next call; closing the group ends the workers still
+starting too. More than
 ``consecutive_failure_tolerance`` consecutive calls with no healthy result raise
 :class:`WorkerGroupError`, which a trainable lets through so the trial is retried from its
 checkpoint.
@@ -119,20 +124,35 @@ class WorkerGroup:
             (``CUDA_VISIBLE_DEVICES``); on Ray they are the actor's ``num_cpus``, ``num_gpus``
             and ``resources``. Default: 1 CPU.
         max_restarts: how many times, over the whole group, failed workers may be recreated
-            (-1: without limit).
+            (-1: without limit); a recreation counts when it begins, as the failure is seen
+            (``stats["worker_restarts"]``), also one whose start then fails.
         consecutive_failure_tolerance: how many consecutive calls (``map``, ``map_async``)
             with no healthy result are tolerated; one more raises :class:`WorkerGroupError`.
         call_timeout_s: a call taking longer fails with kind ``timeout`` and its worker is
             killed (None: no limit).
         validate: construction fails unless every worker comes up; False starts with those
-            that did (the others are recreated before the first call).
-        get_state: called in the caller before a recreated worker takes work; its value is
-            passed to the worker object's ``set_state``.
+            that did (the others are recreated at once, joining the first call).
+        get_state: called in the caller by the first call (``map``, ``map_async``) that a
+            recreated worker takes, before it takes it (once for all the workers recreated by
+            then); its value is passed to the worker object's ``set_state``. So a worker
+            replaced while the caller updated its model gets the updated state.
         max_in_flight_per_worker: the bound on a worker's calls not yet fetched
             (:meth:`map_async`).
         executor: where the workers run, ``"local"`` or ``"ray"``, named as in
             ``RunConfig(executor=...)``; None: ``"ray"`` inside a Ray actor (a trial on the Ray
             executor), else ``"local"``.
+        spare_workers: on Ray, how many warm spares to keep: actors started ahead, with the
+            factory loaded, so a failed worker's slot takes one at once (it builds its object,
+            ``factory(index)``, and takes the state) instead of waiting for a new actor's
+            process to start (about 2 s of CPU: several seconds on a loaded node); a new spare
+            then starts in the background (from the next call, once the takeover is done).
+            Without a spare that start begins too when the failure is seen, so a caller that
+            spends longer than it on the results before its next call barely waits; spares are
+            for callers that call again at once. The cost: each spare holds
+            ``resources_per_worker`` on the cluster (GPUs too) and a Ray worker process's
+            memory (about 150 MB plus what the factory's modules import) for as long as the
+            group lives, without doing work. None are kept once ``max_restarts`` is used up.
+            Locally a worker starts by a fork in about 0.1 s, so none are kept. Default 0.
 
     Example:
         >>> with ftnb.WorkerGroup(make_env_runner, 4, call_timeout_s=30,  # doctest: +SKIP
@@ -156,6 +176,7 @@ class WorkerGroup:
         get_state: Optional[Callable[[], Any]] = None,
         max_in_flight_per_worker: int = 2,
         executor: Optional[str] = None,
+        spare_workers: int = 0,
     ) -> None:
         import cloudpickle
 
@@ -170,6 +191,7 @@ class WorkerGroup:
         _check_whole("max_restarts", max_restarts, -1)
         _check_whole("consecutive_failure_tolerance", consecutive_failure_tolerance, 0)
         _check_whole("max_in_flight_per_worker", max_in_flight_per_worker, 1)
+        _check_whole("spare_workers", spare_workers, 0)
         if call_timeout_s is not None and not (isinstance(call_timeout_s, (int, float))
                                                and not isinstance(call_timeout_s, bool)
                                                and call_timeout_s > 0):
@@ -198,18 +220,24 @@ class WorkerGroup:
         self.call_timeout_s = call_timeout_s
         self.max_in_flight_per_worker = max_in_flight_per_worker
         self.executor = executor
+        self.spare_workers = spare_workers
         self._get_state = get_state
         self._slots = [WorkerSlot(i) for i in range(num_workers)]
         self._ids = itertools.count()
         self._ready: list[WorkerResult] = []  # results fetched, not yet handed out
         self._calls: dict[int, _Call] = {}  # worker call id -> the group call it belongs to
         self._restarts = 0
+        # Slots whose new worker started since a map last waited for recreated workers: the
+        # next map waits (up to RECREATE_WAIT_S) for the rest of their start.
+        self._unwaited: set[WorkerSlot] = set()
+        self._spares_due = False  # a slot took a spare (or a new actor) since the last top-up
         self._failures: Counter = Counter()
         self._last_error: Optional[dict] = None
         self._consecutive_failures = 0
         self._backend = _backend(executor, resources, custom)
         self._closed = False
-        errors = self._start(self._slots, START_TIMEOUT_S)
+        self._launch(self._slots)
+        errors = self._settle(START_TIMEOUT_S)
         if errors and (validate or len(errors) == num_workers):
             self.close()
             shown = "; ".join(f"worker {i}: {_describe(e)}" for i, e in errors)
@@ -218,6 +246,8 @@ class WorkerGroup:
                 f"({shown}). Fix: make the factory work on every worker, or pass "
                 "validate=False to start with those that came up."
             )
+        self._replace(self._failed())
+        self._keep_spares()
 
     # -- the public surface ----------------------------------------------------------------------
     @property
@@ -228,18 +258,23 @@ class WorkerGroup:
     @property
     def stats(self) -> dict:
         """Numbers to report: workers healthy, restarts so far, failures by kind
-        (``failures_<kind>``), consecutive calls without a healthy result."""
+        (``failures_<kind>``), consecutive calls without a healthy result; with
+        ``spare_workers``, the spares up (``workers_spare``)."""
         stats = {"workers_healthy": len(self.healthy), "workers": self.num_workers,
                  "worker_restarts": self._restarts,
                  "worker_failures": sum(self._failures.values()),
                  "consecutive_failures": self._consecutive_failures}
+        if self.spare_workers:
+            stats["workers_spare"] = 0 if self._closed else self._backend.spares_ready()
         for kind, count in sorted(self._failures.items()):
             stats[f"worker_failures_{kind}"] = count
         return stats
 
     def map(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[WorkerResult]:
-        """Call ``fn(obj, *args, **kwargs)`` on every healthy worker (failed ones are recreated
-        first) and wait for all of them; the results in worker order, failures included."""
+        """Call ``fn(obj, *args, **kwargs)`` on every healthy worker and wait for all of them;
+        the results in worker order, failures included. The workers recreated since the last
+        call (their start begun when their failure was seen) take the state first and join
+        it."""
         if self._pending():
             raise RuntimeError(
                 "WorkerGroup.map() while map_async() calls are unfetched. Fix: fetch_ready() "
@@ -296,16 +331,42 @@ class WorkerGroup:
             pass
 
     # -- workers ---------------------------------------------------------------------------------
-    def _start(self, slots: list[WorkerSlot], wait_s: float,
-               recreated: bool = False) -> list[tuple[int, dict]]:
-        """Start the workers of ``slots`` and wait up to ``wait_s`` until each is up or failed;
-        the failures (see :meth:`_settle`)."""
+    def _launch(self, slots: list[WorkerSlot], recreated: bool = False) -> None:
+        """Begin starting the workers of ``slots``; returns at once (:meth:`_settle` sees them
+        come up)."""
         now = time.monotonic()
         for slot in slots:
             slot.healthy, slot.in_flight, slot.starting_since = False, {}, now
             slot.needs_state = recreated and self._get_state is not None
         self._backend.start(slots, self._factory)
-        return self._settle(wait_s)
+
+    def _replace(self, slots: list[WorkerSlot]) -> None:
+        """Begin recreating the failed workers of ``slots`` (within ``max_restarts``) without
+        waiting for them: their processes or actors start while the caller works on the
+        results of the call that saw the failure, and the next map waits only for the rest of
+        their start. The state is pushed by that map (``get_state()`` is the caller's state
+        then, not at the failure)."""
+        if self._closed:
+            return
+        if self.max_restarts >= 0:
+            slots = slots[:max(0, self.max_restarts - self._restarts)]
+        if not slots:
+            return
+        self._restarts += len(slots)
+        self._launch(slots, recreated=True)
+        self._unwaited.update(slots)
+        self._spares_due = True
+
+    def _failed(self) -> list[WorkerSlot]:
+        """The slots without a worker, up or starting."""
+        return [s for s in self._slots if not s.healthy and s.starting_since is None]
+
+    def _keep_spares(self) -> None:
+        """As many spares as ``spare_workers``, but no more than the restarts left."""
+        count = self.spare_workers
+        if self.max_restarts >= 0:
+            count = min(count, max(0, self.max_restarts - self._restarts))
+        self._backend.keep_spares(count, self._factory)
 
     def _settle(self, wait_s: float) -> list[tuple[int, dict]]:
         """The starting workers that came up become healthy; the failures (those that failed,
@@ -333,9 +394,11 @@ class WorkerGroup:
         return sorted(errors.items())
 
     def _recreate_failed(self) -> None:
-        """Recreate the failed workers (within ``max_restarts``) and push the latest state into
-        them, before they take work. A map waits up to RECREATE_WAIT_S for them, then goes on
-        without those still starting (on Ray: no node has room yet), which join a later map."""
+        """Before a map: the recreated workers that came up take the latest state (pushed
+        before they take work). A map waits up to RECREATE_WAIT_S for the workers whose start
+        began since the last map (its own recreations, and those begun when a failure was
+        seen), then goes on without those still starting (on Ray: no node has room yet),
+        which join a later map."""
         if self._closed:
             raise RuntimeError("this WorkerGroup is closed")
         self._settle(0.0)
@@ -346,12 +409,10 @@ class WorkerGroup:
                 error = self._backend.died_idle(slot)
                 if error is not None:
                     self._fail(slot, error)
-        failed = [s for s in self._slots if not s.healthy and s.starting_since is None]
-        if self.max_restarts >= 0:
-            failed = failed[:max(0, self.max_restarts - self._restarts)]
-        if failed:
-            self._restarts += len(failed)
-            self._start(failed, RECREATE_WAIT_S, recreated=True)
+        self._replace(self._failed())  # their new worker's start failed, or none was left
+        fresh, self._unwaited = self._unwaited, set()
+        if fresh:
+            self._settle(RECREATE_WAIT_S)
         if not self.healthy and any(s.starting_since is not None for s in self._slots):
             self._settle(START_TIMEOUT_S)  # nothing to work with: wait for them
         pending = [s for s in self._slots if s.healthy and s.needs_state]
@@ -375,6 +436,11 @@ class WorkerGroup:
                 + (", or a higher max_restarts (-1: no limit)." if self.max_restarts >= 0
                    else ".")
             )
+        self._replace(self._failed())  # starts that failed while this map waited: again now
+        if self._spares_due:
+            # After the takeovers, which a spare's start would slow down.
+            self._spares_due = False
+            self._keep_spares()
 
     def _send(self, slots: list[WorkerSlot], fn: Callable[..., Any], args: tuple,
               kwargs: dict) -> set:
@@ -445,12 +511,14 @@ class WorkerGroup:
 
     def _fail(self, slot: WorkerSlot, error: dict,
               first: Optional[int] = None) -> list[WorkerResult]:
-        """Mark ``slot`` failed (its worker killed); a failed result for each of its calls."""
+        """Mark ``slot`` failed (its worker killed) and begin recreating it (:meth:`_replace`);
+        a failed result for each of its calls."""
         slot.healthy = False
         self._backend.kill(slot)
         self._note_failure(error)
         calls = ([first] if first is not None else []) + list(slot.in_flight)
         slot.in_flight.clear()
+        self._replace([slot])
         lost = dict(error, kind="lost", message="the worker failed during an earlier call")
         return [WorkerResult(slot.index, False, None, error if i == 0 else lost, call_id)
                 for i, call_id in enumerate(calls)]

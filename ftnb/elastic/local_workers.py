@@ -111,6 +111,13 @@ class LocalWorkers:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
+    def keep_spares(self, count: int, factory: bytes) -> None:
+        """None kept: a worker starts by a fork of the warm fork server, in about the time a
+        spare would take to build its object."""
+
+    def spares_ready(self) -> int:
+        return 0
+
     def push_state(self, slots: list[WorkerSlot], state: bytes) -> list[tuple[WorkerSlot, dict]]:
         sent = []
         failed = []
@@ -200,7 +207,8 @@ class LocalWorkers:
         deadline = time.monotonic() + 5
         for slot in slots:
             if slot.handle is not None:
-                slot.handle.process.join(max(0.0, deadline - time.monotonic()))
+                if slot.healthy:  # (one still starting is not told to close: it is killed)
+                    slot.handle.process.join(max(0.0, deadline - time.monotonic()))
                 self.kill(slot)
 
 

@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any, Optional
 
-__all__ = ["WorkerBody", "describe_error", "worker_index", "worker_main"]
+__all__ = ["WorkerBody", "describe_error", "load_factory", "worker_index", "worker_main"]
 
 _INDEX: Optional[int] = None
 
@@ -41,17 +41,27 @@ def describe_error(exc: BaseException) -> dict:
     }
 
 
-class WorkerBody:
-    """One worker's object and the calls on it. Building it raises what the factory raised;
-    :meth:`call` and :meth:`set_state` return ``(ok, value or error)``: after a failed one the
-    caller ends the worker (its state may be corrupt), as RLlib does."""
+def load_factory(factory_payload: bytes) -> tuple:
+    """The group's cloudpickled ``(factory, takes_index, needs_set_state)``, loaded (which
+    imports the modules the factory comes from)."""
+    import cloudpickle
 
-    def __init__(self, index: int, factory_payload: bytes) -> None:
+    return cloudpickle.loads(factory_payload)
+
+
+class WorkerBody:
+    """One worker's object and the calls on it. Building it (``factory``: the payload, or
+    :func:`load_factory`'s tuple) raises what the factory raised; :meth:`call` and
+    :meth:`set_state` return ``(ok, value or error)``: after a failed one the caller ends the
+    worker (its state may be corrupt), as RLlib does."""
+
+    def __init__(self, index: int, factory: "bytes | tuple") -> None:
         global _INDEX
-        import cloudpickle
 
         _INDEX = index
-        factory, takes_index, needs_set_state = cloudpickle.loads(factory_payload)
+        if isinstance(factory, bytes):
+            factory = load_factory(factory)
+        factory, takes_index, needs_set_state = factory
         self.obj = factory(index) if takes_index else factory()
         if needs_set_state and not callable(getattr(self.obj, "set_state", None)):
             raise TypeError(

@@ -466,8 +466,11 @@ class GroupFailures:
     A rank's failure of its own (it raised, was killed, exited badly) is the cause at once; a
     peer's error (:func:`is_peer_error`: the collectives' reaction to another rank's failure)
     opens a settle window of ``settle_s`` for that failure to show up, after which the first
-    rank seen failing is the cause. The executor acts on the decision (it ends the other ranks)
-    and names it in the exit event (:meth:`first_failing_rank`). Times are ``time.monotonic()``.
+    rank seen failing is the cause. A rank found stopped (SIGSTOP, a frozen machine) is why its
+    peers time out: it is the cause (:attr:`hung`) once stopped for the collective timeout, or at
+    once while a peer's error waits (:meth:`check`). The executor acts on the decision (it ends
+    the other ranks) and names it in the exit event (:meth:`first_failing_rank`). Times are
+    ``time.monotonic()``.
 
     >>> group = GroupFailures()
     >>> group.note(1, peer=True, now=0.0), group.settled(now=1.0)  # rank 1's peer error waits
@@ -483,6 +486,8 @@ class GroupFailures:
     cause: Optional[int] = None
     #: When the settle window of a peer's error ends (None: none is open).
     settle_until: Optional[float] = None
+    #: The cause when it is a rank found stopped (it hung), else None.
+    hung: Optional[int] = None
 
     def note(self, rank: int, peer: bool, now: float) -> Optional[int]:
         """Rank ``rank`` failed (``peer``: with a peer's error). Returns the cause when this
@@ -510,11 +515,21 @@ class GroupFailures:
             return self.cause
         return None
 
-    def decide(self, rank: int) -> None:
-        """Make ``rank`` the cause, whatever was seen (a stopped rank that its peers time out
-        waiting for); a cause decided before stays."""
-        if self.cause is None:
-            self.cause = rank
+    def check(self, now: float, stopped: Sequence[tuple[int, float]] = (),
+              stopped_limit_s: float = float("inf")) -> Optional[int]:
+        """The executor's periodic look at a running group; returns the cause it decides now
+        (None: not now). ``stopped``: ``(rank, since)`` for each rank found stopped, in rank
+        order; the first is the cause (and :attr:`hung`) once stopped for ``stopped_limit_s``
+        or while a peer's error settles. Otherwise :meth:`settled` decides."""
+        if self.cause is not None:
+            return None
+        if stopped:
+            rank, since = stopped[0]
+            if self.settling or now - since >= stopped_limit_s:
+                self.cause = self.hung = rank
+                return rank
+            return None
+        return self.settled(now)
 
     def first_failing_rank(self, exits: Sequence[RankExit]) -> Optional[int]:
         """The cause to name in the exit event (:func:`first_failing_rank`)."""

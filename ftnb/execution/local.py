@@ -14,8 +14,9 @@ Everything of the machine is here, none of it in the controller: the CPU/GPU poo
 attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial's environment
 (this process's, plus ``FTNB_TRIAL_ID`` and the lease token), its ``sys.path`` and working
 directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
-staged locally and published when the attempt ends on object stores) and the tailing of them into
-output events, and the sweep of ``ftnb.put`` files that a killed attempt could not remove.
+staged locally and published when the attempt ends on object stores; in a group, each rank its
+own, rank 0's the trial's plain ``stdout``/``stderr``) and the tailing of rank 0's into output
+events, and the sweep of ``ftnb.put`` files that a killed attempt could not remove.
 An attempt is one process, or for a group (``num_workers > 1``) one process per rank, each with
 its own allocation (its own GPU), the rank's variables (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``...) and a fresh rendezvous store per attempt
@@ -65,6 +66,9 @@ __all__ = ["LocalProcessExecutor"]
 _ALWAYS_PRELOAD = [
     "ftnb", "ftnb.execution.local", "ftnb.execution.attempt", "ftnb.session", "ftnb.objects", "ftnb.storage.lease",
     "cloudpickle", "fsspec",
+    # Every trial unpickles its storage (fsspec's local filesystem) and arms faulthandler: in
+    # the server once, not in each trial (a quarter of a trial process's own instructions).
+    "fsspec.implementations.local", "faulthandler",
 ]
 # Imported in the fork server too when the caller has already imported them: a notebook that
 # trains with torch will have trials that need torch, and importing it once saves seconds a trial.
@@ -186,7 +190,6 @@ class _Rank:
     exited: bool = False
     error: Optional[ErrorEvent] = None
     killed_by_us: bool = False  # ended because another rank failed first
-    hung: bool = False
     stopped_since: Optional[float] = None
 
 
@@ -246,19 +249,25 @@ class LocalProcessExecutor(OneMachineExecutor):
 
         trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         key = (spec.experiment_dir, spec.trial_dir_name)
-        stdout = spec.storage.staged_file(trial_paths.stdout, self._staging.get(key))
-        if stdout.staged:
-            self._staging[key] = os.path.dirname(stdout.local_path)
-        stderr = spec.storage.staged_file(trial_paths.stderr, self._staging.get(key))
+        files = []  # each rank's (stdout, stderr); rank 0's are the trial's own files
+        for index in range(len(allocations)):
+            pair = []
+            for path in (trial_paths.rank_stdout(index), trial_paths.rank_stderr(index)):
+                output = spec.storage.staged_file(path, self._staging.get(key))
+                if output.staged:
+                    self._staging[key] = os.path.dirname(output.local_path)
+                pair.append(output)
+            files.append(pair)
         token = spec.fence.token if spec.fence is not None else None
         tails = []
-        if self._output_events:
-            tails = [_OutputTail("stdout", stdout.local_path),
-                     _OutputTail("stderr", stderr.local_path)]
+        if self._output_events:  # rank 0's, as on Ray: the others' are in their own files
+            tails = [_OutputTail(stream, output.local_path)
+                     for stream, output in zip(("stdout", "stderr"), files[0])]
         ctx = _fork_server_context()
         world = spec.num_workers
         launches = []
         for index, allocation in enumerate(allocations):
+            stdout, stderr = files[index]
             place = None
             env = _trial_environment(spec, allocation)
             if world > 1:
@@ -298,7 +307,8 @@ class LocalProcessExecutor(OneMachineExecutor):
                 rank.process.join(5)
             raise
         self._running[spec.trial_id] = _Running(
-            launches[0], ranks, oom_before, [stdout, stderr], spec.collective_timeout_s, tails
+            launches[0], ranks, oom_before, [output for pair in files for output in pair],
+            spec.collective_timeout_s, tails
         )
 
     def running(self) -> list[str]:
@@ -415,14 +425,10 @@ class LocalProcessExecutor(OneMachineExecutor):
                     continue
                 if _is_stopped(rank.process.pid):
                     rank.stopped_since = rank.stopped_since or now
-                    stopped.append(rank)
+                    stopped.append((rank.index, rank.stopped_since))
                 else:
                     rank.stopped_since = None
-            if stopped and (run.failures.settling
-                            or now - stopped[0].stopped_since >= run.timeout_s):
-                # A stopped rank (SIGSTOP, a frozen machine) is why its peers time out.
-                self._decide(run, stopped[0].index, hung=True)
-            elif (cause := run.failures.settled(now)) is not None:
+            if (cause := run.failures.check(now, stopped, run.timeout_s)) is not None:
                 self._decide(run, cause)
         if run.failures.cause is None:
             return
@@ -436,11 +442,11 @@ class LocalProcessExecutor(OneMachineExecutor):
                 run.kill_cause_at = None
                 _kill_group(rank.process.pid)
 
-    def _decide(self, run: _Running, index: int, hung: bool = False) -> None:
-        run.failures.decide(index)
+    def _decide(self, run: _Running, index: int) -> None:
+        """Act on the cause decided: a hung rank is killed now, one that failed gets a moment
+        to exit on its own (the others are ended by :meth:`_supervise`)."""
         cause = run.ranks[index]
-        if hung:
-            cause.hung = True
+        if run.failures.hung == index:
             _kill_group(cause.process.pid)
         elif not cause.exited:
             run.kill_cause_at = time.monotonic() + _ROOT_EXIT_S
@@ -479,12 +485,13 @@ class LocalProcessExecutor(OneMachineExecutor):
 
         def oom(rank: _Rank) -> bool:
             return (rank.exit_code == -signal.SIGKILL and not rank.killed_by_us
-                    and not rank.hung and oom_now > run.oom_before)
+                    and rank.index != run.failures.hung and oom_now > run.oom_before)
 
         if not run.group:
             rank = run.ranks[0]
             return ExitEvent.of_one(trial_id, attempt, rank.exit_code, oom(rank))
-        exits = tuple(RankExit(rank.index, rank.exit_code, oom(rank), hung=rank.hung,
+        exits = tuple(RankExit(rank.index, rank.exit_code, oom(rank),
+                               hung=rank.index == run.failures.hung,
                                collateral=rank.killed_by_us) for rank in run.ranks)
         return ExitEvent(trial_id, attempt, exits, run.failures.first_failing_rank(exits))
 

@@ -9,11 +9,23 @@ by NFS that the user declares so: ``RayExecutor(shared_storage=True)`` or
 ``FTNB_SHARED_STORAGE=1``); a local path on a cluster of several nodes is refused before
 anything starts.
 
+Each rank's stdout and stderr go to its files in the trial's folder (``stdout``, ``stderr``,
+``stdout.rank1``...), over all attempts. On an object store they are written on the rank's
+node and published from the actor: every ``$FTNB_OUTPUT_PUBLISH_S`` seconds (default 5; the
+driver's value is passed on) when they grew, as their last 8 MiB at most, and whole when the
+attempt body returns (:class:`~ftnb.storage.growing_files.PeriodicPublisher`). A rank
+SIGKILLed or lost with its node keeps what was published before (its last seconds of output
+are lost); the next attempt continues the files from the published copies (their last 8 MiB).
+An attempt replaced by a later one (a ghost on a node taken for lost) publishes nothing more.
+
 Events come back by long polls: each actor holds its attempt's events until the executor's
 pending ``next_events`` call takes them. A node that dies takes its actors with it: their
 attempt ends with a ``node_lost`` exit event, which is noticed as fast as Ray's health checks
 allow (``health_check_period_ms`` x ``health_check_failure_threshold``: about 14 s by default,
-1.5 s with 500 ms x 3; see the README).
+1.5 s with 500 ms x 3; see the README). Its actors' connections can break before that, and
+Ray then raises with no cause while the node still reads alive (:func:`death_untold`); the
+rank is then probed, without holding up the other attempts, until Ray says why or the node
+reads dead, so a lost node is not taken for a killed process.
 
 A node drained for preemption (``ray drain-node`` / the GCS's ``DrainNode`` with reason
 PREEMPTION and a deadline, as cloud autoscalers do) is seen by the executor's poll (the GCS's
@@ -42,6 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..storage.growing_files import PUBLISH_INTERVAL_ENV, PeriodicPublisher, publish_interval_s
 from .contract import (
     EXIT_PREEMPTED,
     AttemptEvent,
@@ -69,6 +82,8 @@ SHARED_STORAGE_ENV = "FTNB_SHARED_STORAGE"
 _LONG_POLL_S = 1.0
 _DRAIN_CHECK_S = 0.5
 _EPS = 1e-9
+#: How long an actor gone with no cause told waits for Ray to say why (see :func:`death_untold`).
+DEATH_SETTLE_S = 60.0
 
 
 def adopt_driver_context(env: dict, sys_path: list, cwd: Optional[str]) -> None:
@@ -80,6 +95,60 @@ def adopt_driver_context(env: dict, sys_path: list, cwd: Optional[str]) -> None:
             sys.path.insert(0, entry)
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)
+
+
+def dead_node_named(exc: Optional[BaseException]) -> Optional[str]:
+    """The node Ray names when it cancelled an actor because its node died before the actor
+    ran (so it never said where it was): the attempt lost its node, it did not fail."""
+    import re
+
+    found = re.search(r"its node has died\. Node Id: ([0-9a-f]+)", str(exc or ""))
+    return found.group(1) if found else None
+
+
+def death_untold(ray: Any, exc: Optional[BaseException]) -> bool:
+    """Ray raised ``exc`` before it knew why the actor is gone: its connection to the actor
+    broke (``ActorUnavailableError``), or it gave up waiting for the cause (an
+    ``ActorDiedError`` that names none). A node lost under load does this: its actors' sockets
+    close before the GCS's health checks call the node dead, so "its node is alive" is not yet
+    news. Asking the actor again (:func:`probe_death`) gets the cause once Ray has it."""
+    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
+    if unavailable is not None and isinstance(exc, unavailable):
+        return True
+    died = getattr(ray.exceptions, "ActorDiedError", None)
+    return died is not None and isinstance(exc, died) and \
+        str(exc).strip() == getattr(died, "BASE_ERROR_MSG", None)
+
+
+def probe_death(actor: Any) -> Any:
+    """A call that fails with the actor's cause of death once Ray knows it."""
+    return actor.__ray_ready__.remote()
+
+
+def settle_death(ray: Any, actor: Any, exc: BaseException, node_alive: Any,
+                 timeout: float = DEATH_SETTLE_S) -> BaseException:
+    """Why ``actor`` died, when ``exc`` did not say (:func:`death_untold`): blocks until Ray
+    raises a told cause for a probe (returned), ``node_alive()`` turns False (``exc`` returned:
+    the caller sees the node gone) or ``timeout`` passes (``exc``). For callers that can wait;
+    the executor probes without blocking its loop."""
+    deadline = time.monotonic() + timeout
+    probe = probe_death(actor)
+    while time.monotonic() < deadline and node_alive():
+        ready, _ = ray.wait([probe], timeout=0.2)
+        if not ready:
+            continue
+        try:
+            ray.get(probe)
+        except ray.exceptions.RayActorError as later:
+            if not death_untold(ray, later):
+                return later
+            time.sleep(0.1)
+            probe = probe_death(actor)
+            continue
+        except Exception:
+            return exc
+        return exc  # it answered: alive after all (its call's failure stays what it was)
+    return exc
 
 
 class _AttemptActor:
@@ -123,27 +192,23 @@ class _AttemptActor:
         except BaseException as exc:
             report_exception(self, (spec.trial_id, spec.attempt), exc, "exception", rank=rank)
             return EXIT_ERROR
-        outputs = self._redirect(spec, output_events) if rank == 0 else []
+        # A node taken for lost may go on running this actor: once the trial has a later
+        # attempt, this one writes nothing more (its output included).
+        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
+        publisher = self._redirect(spec, output_events, rank, AttemptGuard(paths, spec.attempt))
 
         def on_session(session: Any) -> None:
             self._session = session
             if self._preempt_asked:  # told before the trainable ran
                 self.preempt()
 
-        # A node taken for lost may go on running this actor: once the trial has a later
-        # attempt, this one writes nothing more.
-        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         try:
             return run_attempt(spec, self, rank=rank, place=place, on_session=on_session,
                                guard=AttemptGuard(paths, spec.attempt))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            for output in outputs:
-                try:
-                    output.publish()
-                except Exception:
-                    pass
+            publisher.close()
 
     def next_events(self, timeout: float) -> list:
         from .contract import OutputEvent
@@ -209,23 +274,34 @@ class _AttemptActor:
                 self._cond.wait(1.0)
             return self._rendezvous
 
-    def _redirect(self, spec: AttemptSpec, output_events: bool) -> list:
-        """Rank 0's stdout and stderr go to the trial's files (staged on object stores)."""
+    def _redirect(self, spec: AttemptSpec, output_events: bool, rank: int,
+                  guard: Any) -> PeriodicPublisher:
+        """The rank's stdout and stderr go to its files in the trial's folder (rank 0's: the
+        trial's own ``stdout``/``stderr``). On object stores they are staged on this node,
+        continued from what earlier attempts published, and published while the rank runs
+        (the :class:`~ftnb.storage.growing_files.PeriodicPublisher` returned), while ``guard``
+        lets this attempt write."""
         from ..storage import ExperimentPaths
         from .local import _OutputTail
         from .trial_process import _redirect_output
 
         paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
-        stdout = spec.storage.staged_file(paths.stdout)
-        stderr = spec.storage.staged_file(paths.stderr, os.path.dirname(stdout.local_path)
+        stdout = spec.storage.staged_file(paths.rank_stdout(rank))
+        stderr = spec.storage.staged_file(paths.rank_stderr(rank),
+                                          os.path.dirname(stdout.local_path)
                                           if stdout.staged else None)
+        for output in (stdout, stderr):
+            try:
+                output.resume()
+            except Exception:  # output is a convenience; never fail a trial for it
+                pass
         if output_events:
             for stream, output in (("stdout", stdout), ("stderr", stderr)):
                 tail = _OutputTail(stream, output.local_path)
                 tail.ids = (spec.trial_id, spec.attempt)  # type: ignore[attr-defined]
                 self._tails.append(tail)
         _redirect_output(stdout.local_path, stderr.local_path)
-        return [stdout, stderr] if stdout.staged else []
+        return PeriodicPublisher([stdout, stderr], check=guard.check)
 
 
 @dataclass
@@ -244,6 +320,13 @@ class _Rank:
     error: Optional[ErrorEvent] = None
     killed_by_us: bool = False
     preempted: bool = False  # its actor died on a node going away: it exits as preempted
+    probe_ref: Any = None  # its actor is gone and Ray has not said why yet: the probe asks
+    probe_exc: Optional[BaseException] = None  # (what Ray raised first)
+    probe_until: float = 0.0  # (time.monotonic()) when the probe gives up
+
+    @property
+    def probing(self) -> bool:
+        return self.probe_exc is not None and not self.exited
 
 
 @dataclass
@@ -273,7 +356,7 @@ class RayExecutor:
     ``address``: the cluster (default ``RAY_ADDRESS``, else the one this process is connected
     to, else a new local instance). ``shared_storage``: the storage path is on a filesystem
     every node mounts (NFS); default ``FTNB_SHARED_STORAGE=1``. ``output_events``: hand rank 0's
-    output over as it is written.
+    output over as it is written (every rank's is in its own files in the trial's folder).
     """
 
     name = "ray"
@@ -398,6 +481,8 @@ class RayExecutor:
             env["FTNB_LEASE_TOKEN"] = spec.fence.token
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(max(1, int(res.cpu)))
+        if os.environ.get(PUBLISH_INTERVAL_ENV):  # the actors publish output as often
+            env[PUBLISH_INTERVAL_ENV] = str(publish_interval_s())
         options: dict = dict(num_cpus=res.cpu, num_gpus=res.gpu, max_restarts=0,
                              max_concurrency=4)
         placement = ready = None
@@ -451,11 +536,12 @@ class RayExecutor:
                 if rank.exited:
                     continue
                 for ref, kind in ((rank.where_ref, "where"), (rank.run_ref, "run"),
-                                  (rank.events_ref, "events")):
+                                  (rank.events_ref, "events"), (rank.probe_ref, "probe")):
                     if ref is not None:
                         refs[ref] = (attempt, rank, kind)
-        if any(a.group and a.failures.settling for a in self._running.values()):
-            timeout = min(timeout, 0.25)  # (to end the settle window on time)
+        if any(a.group and a.failures.settling for a in self._running.values()) or \
+                any(r.probing for a in self._running.values() for r in a.ranks):
+            timeout = min(timeout, 0.25)  # (to end the settle window, or a probe, on time)
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout) if refs else ([], [])
         if ready:
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
@@ -465,12 +551,21 @@ class RayExecutor:
             if attempt.spec.trial_id not in self._running:
                 continue
             if rank is not None and ref is not {"where": rank.where_ref, "run": rank.run_ref,
-                                                "events": rank.events_ref}[kind]:
+                                                "events": rank.events_ref,
+                                                "probe": rank.probe_ref}[kind]:
                 continue  # taken already (a run's end takes its last long poll with it)
             events.extend(self._take_ready(ray, attempt, rank, kind, ref))
         self._watch_drains(ray)
         now = time.monotonic()
         for attempt in list(self._running.values()):
+            for rank in attempt.ranks:
+                if not rank.probing:
+                    continue
+                if now >= rank.probe_until or \
+                        rank.node_id not in {n["NodeID"] for n in self._nodes()}:
+                    events.extend(self._rank_gone(ray, attempt, rank, rank.probe_exc, told=True))
+                elif rank.probe_ref is None:
+                    rank.probe_ref = probe_death(rank.actor)
             if attempt.group:
                 self._supervise(ray, attempt, now)
             if attempt.running and all(rank.exited for rank in attempt.ranks):
@@ -531,6 +626,15 @@ class RayExecutor:
             except Exception as exc:
                 return self._rank_gone(ray, attempt, rank, exc)
             return self._maybe_run(attempt)
+        if kind == "probe":  # Ray says now why the rank's actor is gone (see _rank_gone)
+            rank.probe_ref = None
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                return self._rank_gone(ray, attempt, rank, exc)
+            except Exception:
+                pass
+            return self._rank_gone(ray, attempt, rank, rank.probe_exc, told=True)
         if kind == "events":
             rank.events_ref = None
             try:
@@ -556,19 +660,33 @@ class RayExecutor:
             rank.events_ref = None
             events = [e for message in batch for e in self._message(attempt, rank, message)]
         except Exception as exc:
-            events = self._rank_gone(ray, attempt, rank, exc)
+            return self._rank_gone(ray, attempt, rank, exc)
         rank.exited = True
         if attempt.group and rank.exit_code != 0 and not rank.killed_by_us and rank.error is None:
             self._note_failure(attempt, rank.index, peer=False)
         return events
 
     def _rank_gone(self, ray: Any, attempt: _Attempt, rank: _Rank,
-                   exc: Optional[BaseException] = None) -> list[AttemptEvent]:
+                   exc: Optional[BaseException] = None, told: bool = False) -> list[AttemptEvent]:
         """The rank's actor died: its node was lost (or drained: preempted), or its process was
-        killed."""
+        killed. When Ray could not say why yet and its node still reads alive
+        (:func:`death_untold`), a probe asks until Ray knows, the node reads dead or
+        :data:`DEATH_SETTLE_S` passes (``told``: that happened): a node lost under load is not
+        taken for a killed process, which would count against ``max_failures``."""
+        alive = {n["NodeID"] for n in self._nodes_fresh()}
+        if not told and not attempt.told_to_leave and rank.node_id in alive and \
+                death_untold(ray, exc):
+            if rank.probe_exc is None:
+                rank.probe_exc = exc
+                rank.probe_until = time.monotonic() + DEATH_SETTLE_S
+                rank.probe_ref = probe_death(rank.actor)
+                if attempt.group and not rank.killed_by_us:  # (it failed: only why is unknown)
+                    self._note_failure(attempt, rank.index, peer=False)
+            # else: the probe was answered "unavailable" again; poll asks again in a moment
+            return []
+        rank.probe_ref = None
         rank.exited = True
         events: list[AttemptEvent] = []
-        alive = {n["NodeID"] for n in self._nodes_fresh()}
         if attempt.told_to_leave or getattr(exc, "preempted", False):
             # Its node went away as announced (Ray says so, or we had told it): a preemption.
             rank.preempted = True
@@ -577,7 +695,7 @@ class RayExecutor:
                 attempt.preempted_seen = True
                 spec = attempt.spec
                 events.append(PreemptedEvent(spec.trial_id, spec.attempt, rank=rank.index))
-        elif rank.node_id is not None and rank.node_id not in alive:
+        elif dead_node_named(exc) is not None or rank.node_id not in (None, *alive):
             rank.node_lost = True
             rank.exit_code = None
         else:
@@ -591,7 +709,7 @@ class RayExecutor:
                     message=f"Ray could not start this attempt's actor: {exc}",
                     rank=rank.index)
                 events.append(rank.error)
-        if attempt.group and not rank.killed_by_us:
+        if attempt.group and not rank.killed_by_us and rank.probe_exc is None:
             self._note_failure(attempt, rank.index, peer=False)
         return events
 
@@ -656,7 +774,7 @@ class RayExecutor:
         attempt.failures.note(index, peer, time.monotonic())
 
     def _supervise(self, ray: Any, attempt: _Attempt, now: float) -> None:
-        attempt.failures.settled(now)
+        attempt.failures.check(now)
         if attempt.failures.cause is None:
             return
         for rank in attempt.ranks:

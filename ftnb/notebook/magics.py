@@ -417,8 +417,17 @@ def _stop_experiment(handle: Any, wait: bool, timeout: float) -> None:
     if wait:
         print(f"ftnb: stopped {handle.name} ({handle.status()}); {handle.resume_line} "
               "resumes it")
-    else:
+    elif not _said_silent(handle):
         print(f"ftnb: asked {handle.name} to stop; {handle.resume_line} resumes it")
+
+
+def _said_silent(handle: Any, trial_id: Optional[str] = None) -> bool:
+    """After a stop request not waited for: say so when the driver is silent (it may never
+    read it: not stopped yet, and how to take it over), as a waited stop raises."""
+    silent = handle.silent_driver(trial_id=trial_id)
+    if silent is not None:
+        print(one_line(str(silent)))
+    return silent is not None
 
 
 def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
@@ -432,7 +441,7 @@ def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
     if wait:
         status = {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)
         print(f"ftnb: stopped trial {trial_id} of {handle.name} ({status})")
-    else:
+    elif not _said_silent(handle, trial_id):
         print(f"ftnb: asked trial {trial_id} of {handle.name} to stop")
 
 

@@ -15,8 +15,8 @@ trial (a trial a user stopped reads ``STOPPED``), the chosen metric against
 trial's varying hyperparameters, log scale, retries and resumes marked apart), the failures (a
 group's: which rank failed first, how the other ranks ended, how long the restart took;
 traceback on demand), and controls: stop a trial (by its id), stop the experiment, resume an
-interrupted one (with the exact line that does it), take over from a silent driver, choose the
-metric.
+interrupted one (with the exact line that does it), take over from a silent driver (a stop it
+may never read says so), choose the metric.
 
 **Cullable.** While no front end views it (views report themselves, see
 :mod:`ftnb.notebook.chart`) and no cell runs, it sends nothing: the updater only polls, and a
@@ -251,7 +251,7 @@ class ExperimentWidget(widgets.VBox):
 
     Args:
         handle: an :class:`ftnb.handle.ExperimentHandle` (anything with its ``monitor()``,
-            ``stop``, ``stop_trial``, ``resume``, ``name`` and ``path``).
+            ``stop``, ``stop_trial``, ``silent_driver``, ``resume``, ``name`` and ``path``).
         metric: the metric plotted first (default: the experiment's ``metric``, else the first
             one reported).
         interval_s: seconds between polls (default: the storage's ``poll_interval_s``, 2 on
@@ -286,6 +286,7 @@ class ExperimentWidget(widgets.VBox):
         #: polls done, updates (polls that found something new) shown, and polls kept
         #: unsent because no view looked.
         self.stats = {"polls": 0, "updates": 0, "unviewed": 0}
+        self._polled_at = time.monotonic()  # the last poll's start, whoever asked for it
 
         # One layout and one style for every part that never changes its own: each is a model
         # of its own in the front end, 1 KB per display apiece.
@@ -366,7 +367,11 @@ class ExperimentWidget(widgets.VBox):
                 wait = max(wait, INTERRUPTED_INTERVAL_S)
             elif not self.chart.series and (snap is None or not snap.finished):
                 wait = min(wait, FIRST_POINTS_INTERVAL_S)  # a new experiment's first points
-            self._wake.wait(wait)
+            # The interval counts from the last poll, also one a cell's end asked for: never
+            # two polls closer than it, unless woken (a control, a view that opens).
+            while (left := self._polled_at + wait - time.monotonic()) > 0:
+                if self._wake.wait(left):
+                    break
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -405,6 +410,7 @@ class ExperimentWidget(widgets.VBox):
         docstring); returns the snapshot read."""
         with self._lock:
             self.stats["polls"] += 1
+            self._polled_at = time.monotonic()
             try:
                 snap = self.monitor.poll()
             except StateVersionError as exc:
@@ -597,13 +603,26 @@ class ExperimentWidget(widgets.VBox):
         if trial is not None and trial.status not in _STOPPABLE:
             return self._said(f"Trial {trial_id} already ended ({shown_status(trial)}): "
                               "nothing stopped.", False)
-        return self._action(f"Stopping trial {trial_id}",
-                            lambda: self.handle.stop_trial(trial_id, wait=False))
+        return self._request_stop(f"Stopping trial {trial_id}",
+                                  lambda: self.handle.stop_trial(trial_id, wait=False), trial_id)
 
     def stop(self) -> tuple[bool, str]:
         """Stop the experiment (INTERRUPTED, resumable)."""
-        return self._action(f"Stopping experiment {self.handle.name}",
-                            lambda: self.handle.stop(wait=False))
+        return self._request_stop(f"Stopping experiment {self.handle.name}",
+                                  lambda: self.handle.stop(wait=False))
+
+    def _request_stop(self, what: str, fn: Any,
+                      trial_id: Optional[str] = None) -> tuple[bool, str]:
+        """Write a stop request; while the experiment's driver is silent it may never read it,
+        and the status line says so in the handle's words (``handle.silent_driver``: for how
+        long, when it counts as dead, the line that takes it over) and names the Take over
+        button."""
+        ok, text = self._action(what, fn)
+        silent = self.handle.silent_driver(trial_id=trial_id) if ok else None
+        if silent is None:
+            return ok, text
+        said = str(silent).removeprefix("ftnb: ")
+        return self._said(f"{what}: requested, but {said}, or with the Take over button.", True)
 
     def resume(self, takeover: bool = False) -> tuple[bool, str]:
         """Resume the interrupted experiment in a new supervisor, with the trainable this kernel

@@ -14,6 +14,8 @@ results, which trials go on, which pause and which stop early.
 * :class:`MedianStoppingRule`: stops a trial doing worse than the median of the others.
 * :class:`PopulationBasedTraining`: the worse trials continue from the better ones'
   checkpoints with mutated configs.
+* :class:`PB2` (``ftnb.schedulers.pb2.PB2``): Population Based Bandits, PBT whose new configs
+  a GP-UCB bandit picks within bounds (``pip install 'ftnb[pb2]'``).
 
 A trial a scheduler stops ends exactly at the report that decided it, and reads ``STOPPED``
 (with the reason as its note) in every view, never as completed. The scheduler's state is JSON
@@ -24,35 +26,71 @@ See docs/schedulers.md.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from .async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
-from .hyperband import HyperBandScheduler
-from .median_stopping_rule import MedianStoppingRule
-from .pbt import PopulationBasedTraining, pbt_history
-from .trial_scheduler import FIFOScheduler, SchedulerController, TrialScheduler
+from ..lazy_names import lazy_attribute
 
-__all__ = [
-    "ASHAScheduler",
-    "AsyncHyperBandScheduler",
-    "FIFOScheduler",
-    "HyperBandScheduler",
-    "MedianStoppingRule",
-    "PopulationBasedTraining",
-    "SchedulerController",
-    "TrialScheduler",
-    "check_scheduler",
-    "describe_scheduler",
-    "initial_record",
-    "pbt_history",
-    "same_scheduler",
-    "scheduler_from_description",
-]
+if TYPE_CHECKING:
+    from .trial_scheduler import TrialScheduler
 
-#: ftnb's schedulers, rebuilt by name from a stored description.
-_BUILT_IN = {cls.__name__: cls for cls in (FIFOScheduler, AsyncHyperBandScheduler,
-                                           ASHAScheduler, HyperBandScheduler,
-                                           MedianStoppingRule, PopulationBasedTraining)}
+#: Imported on first use, not with the package: the executor contract imports
+#: ``ftnb.schedulers.decision_points`` into the driver, the fork server and every trial, none
+#: of which needs a scheduler. Public name -> its module in this package; a class named here
+#: that subclasses TrialScheduler is one of ftnb's own, rebuilt by name from a stored
+#: description (a new scheduler is one line here).
+_LAZY = {
+    "ASHAScheduler": "async_hyperband",
+    "AsyncHyperBandScheduler": "async_hyperband",
+    "FIFOScheduler": "trial_scheduler",
+    "HyperBandScheduler": "hyperband",
+    "MedianStoppingRule": "median_stopping_rule",
+    "PB2": "pb2",
+    "PopulationBasedTraining": "pbt",
+    "SchedulerController": "trial_scheduler",
+    "TrialScheduler": "trial_scheduler",
+    "pbt_history": "pbt",
+}
+
+# (The names above, and the functions below.)
+__all__ = [*_LAZY, "check_scheduler", "describe_scheduler", "initial_record", "same_scheduler",
+           "scheduler_from_description"]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(globals(), _LAZY, name)
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _own_class(name: Any, value: Any) -> Optional[type]:
+    """``value`` when it is ftnb's own scheduler class named ``name``, else None."""
+    from .trial_scheduler import TrialScheduler
+
+    if isinstance(value, type) and issubclass(value, TrialScheduler) and (
+            value is not TrialScheduler and value.__name__ == name):
+        return value
+    return None
+
+
+def _built_in(name: Any) -> Optional[type]:
+    """ftnb's own scheduler class named ``name`` (a stored description's ``class``), imported;
+    None for any other name."""
+    return _own_class(name, __getattr__(name)) if name in _LAZY else None
+
+
+def _loaded_built_ins() -> list[type]:
+    """ftnb's own scheduler classes whose modules are imported (an instance of any other
+    cannot exist), without importing the others."""
+    import sys
+
+    found = []
+    for name, module in _LAZY.items():
+        cls = _own_class(name, getattr(sys.modules.get(f"{__name__}.{module}"), name, None))
+        if cls is not None:
+            found.append(cls)
+    return found
 
 
 def describe_scheduler(scheduler: TrialScheduler) -> dict:
@@ -65,7 +103,7 @@ def scheduler_from_description(description: dict) -> Optional[TrialScheduler]:
     """The scheduler ``description`` (:func:`describe_scheduler`) describes, rebuilt; None when
     it is a class of the user's (it must be given again)."""
     settings = description.get("settings")
-    cls = _BUILT_IN.get(str(description.get("class")))
+    cls = _built_in(str(description.get("class")))
     if cls is None or settings is None:
         return None
     if hasattr(cls, "_from_settings"):
@@ -89,6 +127,8 @@ def check_scheduler(scheduler: Any, metric: Optional[str], mode: Optional[str]) 
     """``TuneConfig(scheduler=...)`` checked, before any work: a :class:`TrialScheduler`, whose
     metric and mode agree with TuneConfig's (it takes them when it has none), and that has
     both when it compares trials. Raises TypeError or ValueError naming the fix."""
+    from .trial_scheduler import FIFOScheduler, TrialScheduler
+
     if not isinstance(scheduler, TrialScheduler):
         raise TypeError(
             f"TuneConfig(scheduler={scheduler!r}) must be an ftnb.schedulers.TrialScheduler "
@@ -100,8 +140,9 @@ def check_scheduler(scheduler: Any, metric: Optional[str], mode: Optional[str]) 
             f"TuneConfig(metric={metric!r}, mode={mode!r}) and the scheduler's own "
             f"(metric={scheduler.metric!r}, mode={scheduler.mode!r}) differ. Fix: give them "
             "once, in TuneConfig or in the scheduler.")
-    compares = isinstance(scheduler, (AsyncHyperBandScheduler, HyperBandScheduler,
-                                      MedianStoppingRule, PopulationBasedTraining))
+    # Every scheduler of ftnb's but FIFO compares trials (and a subclass of one).
+    compares = isinstance(scheduler, tuple(cls for cls in _loaded_built_ins()
+                                           if cls is not FIFOScheduler))
     if compares and (not scheduler.metric or not scheduler.mode):
         raise ValueError(
             f"{type(scheduler).__name__} compares trials by a metric, but has "

@@ -386,6 +386,7 @@ class PopulationBasedTraining(FIFOScheduler):
         state["last_score"] = self.metric_op * score
         state["last_train_time"] = time
         state["last_result"] = {self._time_attr: time, self._metric: score}
+        self._scored(trial, time, state["last_score"])
         if not self._synch:
             state["last_perturbation_time"] = time
             lower, upper = self._quantiles(tune_controller)
@@ -463,6 +464,17 @@ class PopulationBasedTraining(FIFOScheduler):
                 f"{self._num_perturbations} perturbs")
 
     # -- exploit -------------------------------------------------------------------------------
+    def _scored(self, trial: Trial, time: float, score: float) -> None:
+        """``trial`` reached a perturbation point at ``time`` with ``score`` (signed: higher is
+        better), before any exploit is decided there (Ray's ``_save_trial_state``; PB2 records
+        the population's data here)."""
+
+    def _explored(self, trial: Trial, donor: Trial) -> dict:
+        """The config ``trial`` continues with, made from ``donor``'s (Ray's
+        ``_get_new_config``; PB2 asks its bandit instead)."""
+        return explore(donor.config, self._hyperparam_mutations, self._resample_probability,
+                       self._perturbation_factors, self._custom_explore_fn)
+
     def _quantiles(self, tune_controller: SchedulerController) -> tuple[list[str], list[str]]:
         scores = {}
         for trial_id, state in self._trial_state.items():
@@ -486,8 +498,7 @@ class PopulationBasedTraining(FIFOScheduler):
                         donor.trial_id, trial.trial_id)
             return False
         old_config = donor.config
-        new_config = explore(old_config, self._hyperparam_mutations, self._resample_probability,
-                             self._perturbation_factors, self._custom_explore_fn)
+        new_config = self._explored(trial, donor)
         exploit = getattr(tune_controller, "exploit_trial", None)
         if exploit is None:
             raise TypeError(f"{_OWNER} needs a controller that can restart a trial from another "

@@ -4,6 +4,12 @@ atomic operations ftnb needs (the contract is in :mod:`ftnb.storage`).
 Every operation that differs between this machine's disk and remote storage branches here, and
 nowhere else: local writes go through :mod:`~ftnb.storage.local_disk`, remote writes are one PUT
 each, retried through an outage (:mod:`~ftnb.storage.outage`).
+
+Compare-and-swap (:meth:`Storage.read_versioned`, :meth:`Storage.write_if`) is what an object
+store offers in place of a lock: S3 (s3fs) replaces an object only if it is unchanged
+(``If-Match`` with its ETag) or absent (``If-None-Match: *``). Other storage has none (a local
+or NFS disk serializes with :meth:`Storage.exclusive_lock` instead; gcsfs exposes no
+preconditions on its writes): there :meth:`~Storage.write_if` writes unconditionally and says so.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class Storage:
         if self.is_local:
             self.root = os.path.abspath(self.root)
         self._down_since: Optional[float] = None  # when remote writes started failing
+        # Whether write_if is a compare-and-swap here: None until an S3 server was probed.
+        self._conditional_writes: Optional[bool] = None if _is_s3(fs) else False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -123,7 +131,8 @@ class Storage:
         block. Yields True where the lock excludes every other process (a local or NFS disk:
         ``flock``), False where the storage has no such lock (object stores and other remote
         filesystems): the block then runs unserialized and the caller settles races another
-        way (write, wait, read back)."""
+        way (a compare-and-swap, :meth:`write_if`, where there is one; else write, wait, read
+        back)."""
         if not self.is_local:
             yield False
             return
@@ -338,6 +347,93 @@ class Storage:
                 self._down_since = None
             return result
 
+    # -- compare-and-swap ----------------------------------------------------------------------
+    def read_versioned(self, path: str) -> tuple[Optional[bytes], Optional[str]]:
+        """``(contents, version)`` of the file ``path``, read in one request, for
+        :meth:`write_if`; ``(None, None)`` when it is missing. The version is the object's ETag
+        on storage with conditional writes, None elsewhere (where :meth:`write_if` ignores it).
+        Not retried, as other reads."""
+        if not self._has_conditional_writes():
+            try:
+                return self.read_bytes(path), None
+            except FileNotFoundError:
+                return None, None
+        from fsspec.asyn import sync
+
+        try:
+            return sync(self.fs.loop, _s3_get_with_etag, self.fs, path, **self._deadline())
+        except FileNotFoundError:
+            return None, None
+
+    def write_if(self, path: str, data: bytes | str, version: Optional[str]) -> Optional[bool]:
+        """Replace the file ``path`` with ``data`` only if it is still at ``version`` (from
+        :meth:`read_versioned`; None: only if it does not exist), atomically with the check.
+
+        True: written. False: not written, the file changed (or appeared, or vanished) since
+        that read. None: this storage has no conditional writes, and ``data`` was written
+        unconditionally (:meth:`write_atomic`); the caller serializes its writers another way
+        (:meth:`exclusive_lock` on a disk; write, wait, read back elsewhere).
+
+        Retried through an outage like every write: a retry that finds the file changed and
+        holding exactly ``data`` was preceded by a try that landed (its answer was lost), and
+        counts as written."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not self._has_conditional_writes():
+            self.write_atomic(path, data)
+            return None
+        tries = 0
+
+        def put() -> bool:
+            nonlocal tries
+            tries += 1
+            return _s3_put_if(self.fs, path, data, version, self._deadline(len(data)))
+
+        if self._retrying(f"writing {self.uri(path)}", put):
+            return True
+        return tries > 1 and self.read_versioned(path)[0] == data
+
+    def _has_conditional_writes(self) -> bool:
+        """Whether :meth:`write_if` is a compare-and-swap here; an S3 server is probed once,
+        the first time it is asked (see :meth:`_probe_conditional_writes`), at the storage's
+        root, where :meth:`check_writable` probes too: not in the experiment's folder, which
+        others may be listing (unless the root is that folder)."""
+        if self._conditional_writes is None:
+            self._conditional_writes = self._probe_conditional_writes(self.root)
+        return self._conditional_writes
+
+    def _probe_conditional_writes(self, folder: str) -> bool:
+        """Whether the S3 server honours ``If-None-Match`` and ``If-Match`` on a PUT: a probe
+        object is written, then written again with each condition false; both must be refused
+        (412). A server that answers with another client error (400, 501, ...) does not
+        support them, and one that takes the writes ignores the headers: either way there is
+        no compare-and-swap (a server that ignored them silently would let two drivers both
+        win the lease)."""
+        probe = self.join(folder, f".ftnb-cas-probe-{uuid.uuid4().hex[:8]}")
+        deadline = self._deadline()
+
+        def put_refused(version: Optional[str]) -> bool:
+            try:
+                return not _s3_put_if(self.fs, probe, b"", version, deadline)
+            except Exception as exc:
+                status = _s3_status(exc)
+                if status == 501 or (status is not None and 400 <= status < 500
+                                     and status not in (408, 409, 429)):
+                    return False  # an answer, not an outage: the condition is not supported
+                raise
+
+        self._retrying(f"writing {self.uri(probe)}", self.fs.pipe_file, probe, b"", **deadline)
+        try:
+            for version in (None, '"ftnb-no-such-etag"'):
+                if not self._retrying(f"writing {self.uri(probe)}", put_refused, version):
+                    print(f"ftnb: storage {self.uri(self.root)} does not honour conditional "
+                          "writes (If-Match, If-None-Match): the owner lease settles races "
+                          "by reading its writes back after a delay.", file=sys.stderr, flush=True)
+                    return False
+            return True
+        finally:
+            self.remove(probe)
+
     def remove_leftover_temps(self, folder: str, targets: frozenset[str]) -> list[str]:
         """Delete the temporary files that :meth:`write_atomic` left in ``folder`` for the files
         named in ``targets`` (their writer died between writing and renaming); return their
@@ -423,6 +519,59 @@ class Storage:
 
 
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def _is_s3(fs: Any) -> bool:
+    """Whether ``fs`` is s3fs's filesystem (s3fs is imported already if it is)."""
+    s3fs = sys.modules.get("s3fs")
+    return s3fs is not None and isinstance(fs, s3fs.S3FileSystem)
+
+
+async def _s3_get_with_etag(fs: Any, path: str) -> tuple[bytes, str]:
+    """The object ``path`` and its ETag, from one GET (a HEAD then a GET could pair the
+    contents of one version with the ETag of the next)."""
+    bucket, key, version_id = fs.split_path(path)
+    extra = {"VersionId": version_id} if version_id else {}
+    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
+    try:
+        return await response["Body"].read(), response["ETag"]
+    finally:
+        response["Body"].close()
+
+
+def _s3_put_if(fs: Any, path: str, data: bytes, version: Optional[str], deadline: dict) -> bool:
+    """PUT ``data`` at ``path`` if the object's ETag is ``version`` (None: if there is no
+    object); False when the server refuses because it is not (412 Precondition Failed, or no
+    object to match)."""
+    condition = {"mode": "create"} if version is None else {"IfMatch": version}
+    try:
+        fs.pipe_file(path, data, **condition, **deadline)
+    except FileNotFoundError:
+        if version is None:
+            raise  # no bucket: not a lost race
+        return False
+    except Exception as exc:
+        if _precondition_failed(exc):
+            return False
+        raise
+    return True
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """Whether a storage error is S3's 412 Precondition Failed."""
+    return _s3_status(exc) == 412
+
+
+def _s3_status(exc: BaseException) -> Optional[int]:
+    """The HTTP status of the S3 answer behind a storage error (s3fs keeps botocore's error as
+    the cause of its own); None when no answer came (a network error)."""
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        seen = seen.__cause__
+    return None
 
 
 def _is_local_path_with_colons(url: str) -> bool:

@@ -32,6 +32,10 @@ PROGRESS_FILE = "progress.csv"
 ERROR_FILE = "error.txt"
 STDOUT_FILE = "stdout"
 STDERR_FILE = "stderr"
+#: Ranks 1, 2, ... of a group write ``stdout.rank1``, ``stderr.rank1``, ...: rank 0 (and a
+#: single-worker trial) keeps the plain names, which the widget, ``ftnb logs`` and the live output
+#: read.
+_RANK_SUFFIX = ".rank"
 _CHECKPOINT_PREFIX = "checkpoint_"
 # A folder being copied into place on a local disk (see Storage.persist_directory).
 _TEMP_FOLDER_PREFIX = ".tmp-"
@@ -47,6 +51,12 @@ def state_segment_name(generation: int) -> str:
     """The name of the state's journal segment first written by its save number
     ``generation`` (see :data:`STATE_SEGMENT`)."""
     return f"experiment_state.{generation:08d}.jsonl"
+
+
+def rank_output_name(stream_file: str, rank: int) -> str:
+    """The output file ``stream_file`` (:data:`STDOUT_FILE` or :data:`STDERR_FILE`) of rank
+    ``rank``: the name itself for rank 0, ``stdout.rank3`` for rank 3."""
+    return stream_file if rank == 0 else f"{stream_file}{_RANK_SUFFIX}{rank}"
 
 
 def checkpoint_dir_name(index: int) -> str:

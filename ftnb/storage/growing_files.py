@@ -2,16 +2,53 @@
 (:class:`StagedFile`: a log, a trial's stdout), and a file that grows by whole lines
 (:class:`LineLog`: ``result.json``, ``progress.csv``). Both are made by
 :class:`~ftnb.storage.backend.Storage` (``staged_file``, ``line_log``), which they write through.
+:class:`PeriodicPublisher` publishes staged files while they grow, so that what a process wrote
+survives its death where nothing publishes for it afterwards.
+
+Object stores cannot append: publishing a staged file replaces the stored copy. While the file
+is written, a copy longer than :data:`RUNNING_TAIL_BYTES` is published as its last
+:data:`RUNNING_TAIL_BYTES` (from a line's start, after a line saying how much is left out),
+which bounds each upload; the whole file is published at the end. A file continued by a later
+process elsewhere (:meth:`StagedFile.resume`) starts from at most that many bytes of the stored
+copy too.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-from typing import TYPE_CHECKING, Callable, Optional
+import threading
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 if TYPE_CHECKING:
     from .backend import Storage
+
+#: How often :class:`PeriodicPublisher` publishes the staged files that grew, in seconds
+#: (``$FTNB_OUTPUT_PUBLISH_S`` sets another).
+PUBLISH_INTERVAL_S = 5.0
+PUBLISH_INTERVAL_ENV = "FTNB_OUTPUT_PUBLISH_S"
+#: The most of a staged file uploaded by a publish while it is written, and kept from the stored
+#: copy by :meth:`StagedFile.resume`: 8 MiB (a publish every 5 s uploads 1.6 MB/s at most).
+RUNNING_TAIL_BYTES = 8 << 20
+
+
+def publish_interval_s() -> float:
+    """``$FTNB_OUTPUT_PUBLISH_S`` (seconds, at least 0.1), else :data:`PUBLISH_INTERVAL_S`;
+    ValueError naming the variable when it is not such a number."""
+    from .outage import _seconds_from_env
+
+    return _seconds_from_env(PUBLISH_INTERVAL_ENV, PUBLISH_INTERVAL_S,
+                             "how often a running trial's output is uploaded", minimum=0.1)
+
+
+def _tail_after_cut(data: bytes, left_out: int) -> bytes:
+    """``data``, the end of a file whose first ``left_out`` bytes are not in it, from its first
+    whole line, after a line that says how much is left out."""
+    newline = data.find(b"\n")
+    if 0 <= newline < len(data) - 1:
+        left_out += newline + 1
+        data = data[newline + 1:]
+    return f"[ftnb: the first {left_out} bytes of this output are left out]\n".encode() + data
 
 
 class StagedFile:
@@ -34,11 +71,56 @@ class StagedFile:
             folder = staging_dir or tempfile.mkdtemp(prefix="ftnb-staged-")
             os.makedirs(folder, exist_ok=True)
             self.local_path = os.path.join(folder, posixpath.basename(path.rstrip("/")))
+        # What was published last: the local file's (size, mtime_ns) then, and whether whole.
+        self._published: Optional[tuple[tuple[int, int], bool]] = None
 
-    def publish(self) -> None:
-        """Copy the local file to the storage path (when staged and written to)."""
-        if self.staged and os.path.exists(self.local_path):
+    def publish(self, tail_bytes: Optional[int] = None) -> None:
+        """Copy the local file to the storage path (when staged and written to); with
+        ``tail_bytes``, a file longer than that as its last ``tail_bytes`` (see the module's
+        docstring)."""
+        seen = self._seen()
+        if seen is None:
+            return
+        size = seen[0]
+        if tail_bytes is None or size <= tail_bytes:
             self.storage.upload_file(self.local_path, self.path)
+        else:
+            with open(self.local_path, "rb") as f:
+                f.seek(size - tail_bytes)
+                data = f.read(tail_bytes)
+            self.storage.write_atomic(self.path, _tail_after_cut(data, size - tail_bytes))
+        self._published = (seen, tail_bytes is None or size <= tail_bytes)
+
+    def pending(self, whole: bool = False) -> bool:
+        """Whether the local file changed since it was last published (``whole``: or was then
+        published only in part)."""
+        seen = self._seen()
+        return seen is not None and (self._published is None or self._published[0] != seen
+                                     or (whole and not self._published[1]))
+
+    def resume(self, keep_bytes: int = RUNNING_TAIL_BYTES) -> None:
+        """Start the local file from the stored copy, at most its last ``keep_bytes``, when the
+        local file is not there yet: a process on another machine (a retried attempt on another
+        node) then adds to what earlier ones published, where publishing would replace it."""
+        if not self.staged or os.path.exists(self.local_path):
+            return
+        try:
+            size = self.storage.fs.info(self.path)["size"]
+            start, data = self.storage.read_from(self.path, max(0, size - keep_bytes), size)
+        except FileNotFoundError:
+            return
+        with open(self.local_path, "wb") as f:
+            f.write(_tail_after_cut(data, start) if start else data)
+        self._published = (self._seen(), True)  # what storage holds (its cut aside)
+
+    def _seen(self) -> Optional[tuple[int, int]]:
+        if not self.staged:
+            return None
+        try:
+            stat = os.stat(self.local_path)
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime_ns
 
     def __repr__(self) -> str:
         return f"StagedFile({self.storage.uri(self.path)!r}, local={self.local_path!r})"
@@ -115,3 +197,63 @@ class LineLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class PeriodicPublisher:
+    """Publishes staged files while a process writes them, so that what it wrote survives its
+    death (SIGKILL, its machine lost) where nothing publishes for it afterwards: a daemon thread
+    publishes those that changed every ``interval`` seconds (default
+    :func:`publish_interval_s`), each as at most its last :data:`RUNNING_TAIL_BYTES`;
+    :meth:`close` stops it and publishes each whole, if it changed since.
+
+    ``check`` is called before each round that has something to publish; when it raises
+    :class:`~ftnb.storage.lease.FencedError` (a later attempt replaced this one, which must not
+    overwrite its output) nothing more is published. Files that are not staged are left out.
+
+    >>> publisher = PeriodicPublisher([stdout, stderr])
+    >>> ...  # the process runs
+    >>> publisher.close()
+    """
+
+    def __init__(self, files: Iterable[StagedFile], interval: Optional[float] = None,
+                 check: Optional[Callable[[], None]] = None) -> None:
+        self.files = [output for output in files if output.staged]
+        self.interval = publish_interval_s() if interval is None else interval
+        self._check = check
+        self._lock = threading.Lock()  # one round at a time: a late one must not undo the last
+        self._closed = threading.Event()
+        self._fenced = False
+        if self.files:
+            threading.Thread(target=self._run, name="ftnb-publish-output", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._closed.wait(self.interval):
+            self._publish(final=False)
+
+    def close(self) -> None:
+        """Stop publishing periodically and publish each file whole (if it changed)."""
+        self._closed.set()
+        self._publish(final=True)
+
+    def _publish(self, final: bool) -> None:
+        from .lease import FencedError
+
+        with self._lock:
+            if self._fenced or (self._closed.is_set() and not final):
+                return
+            due = [output for output in self.files if output.pending(whole=final)]
+            if not due:
+                return
+            try:
+                if self._check is not None:
+                    self._check()
+            except FencedError:
+                self._fenced = True
+                return
+            except Exception:  # storage did not answer: the next round tries again
+                return
+            for output in due:
+                try:
+                    output.publish(None if final else RUNNING_TAIL_BYTES)
+                except Exception:  # output is a convenience; never fail a trial for it
+                    pass

@@ -9,9 +9,18 @@ The lease is ``owner.json`` in the experiment folder::
 
 * A driver **acquires** it before it touches the experiment (a new experiment, or a restore). A
   lease held by a live owner is refused (:class:`ExperimentLockedError`) unless the caller asks
-  to take over. On local disks the read-check-write is serialized with ``flock`` on
-  ``.owner.lock``; on object stores (no compare-and-swap) the winner is whoever's token reads
-  back after a settle delay.
+  to take over. Every change of ``owner.json`` (acquiring, a heartbeat, releasing) is a
+  read-check-write that no other can split: on local disks it is serialized with ``flock`` on
+  ``.owner.lock``; on S3 the write is a compare-and-swap (``If-Match`` the ETag read, or
+  ``If-None-Match: *`` for a new lease: :meth:`Storage.write_if`), so of two simultaneous
+  acquisitions one is refused at once, and a heartbeat or release refused because a takeover
+  landed after its read finds the new token and stops (:class:`LeaseLostError`). An
+  acquisition refused because the lease it read beat (or was released) meanwhile judges it
+  again, once. On other object stores (GCS, and an S3 server that does not honour the
+  conditions, found out by a probe) there is neither: the winner of an acquisition is
+  whoever's token reads back after a settle delay (:attr:`Lease.SETTLE_S`), and a takeover
+  landing between a heartbeat's read and its PUT is overwritten: both drivers write until the
+  new one's next heartbeat finds the old token and stops it.
 * **Liveness.** On the owner's own machine (same host id: hostname, boot id and PID namespace)
   the owner is alive exactly while its process is (pid and start time). From another machine it
   is alive while its heartbeat is younger than ``ttl_s``; the owner refreshes it every
@@ -23,15 +32,16 @@ The lease is ``owner.json`` in the experiment folder::
   counts as alive until ``ttl_s``, but every view says for how long it has been silent and
   when it will count as dead, and offers the takeover. A driver on this machine whose process
   is stopped (SIGSTOP, Ctrl+Z) is silent too, and never counts as dead while it exists.
-* **Taking over** (:func:`take_over_now`, what ``ftnb resume --takeover`` does): at once, with
+* **Taking over** (:func:`take_over_now`, what ``ftnb resume --takeover`` does, and
+  ``Lease.acquire(takeover=True)``, what ``Tuner.restore(takeover=True)`` does): at once, with
   a new epoch and token, unless the driver is provably alive on this machine (same host id,
   its process there and neither a zombie nor stopped): that one is refused
   (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first,
-  with its trials: it may be stopped inside a heartbeat, holding the lease lock, and continued
-  it could only be a driver without a lease. Taking over a driver that is in fact alive on
-  another machine is safe: fencing makes it stop writing (a driver there stopped inside a
-  heartbeat holds the lock of a shared disk until it is continued or killed, and the takeover
-  waits for it).
+  with its trials (:func:`end_stopped_driver`): it may be stopped inside a heartbeat, holding
+  the lease lock, and continued it could only be a driver without a lease. Taking over a
+  driver that is in fact alive on another machine is safe: fencing makes it stop writing (a
+  driver there stopped inside a heartbeat holds the lock of a shared disk until it is
+  continued or killed, and the takeover waits for it, saying so after 5 s).
 * **Fencing.** Every trial process carries its driver's token and checks it
   (:class:`Fence`) before it persists anything; a trial whose token was replaced, or whose
   driver on another machine went silent for half the TTL, ends without writing. On the same
@@ -41,6 +51,7 @@ The lease is ``owner.json`` in the experiment folder::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,6 +72,7 @@ __all__ = [
     "LeaseInfo",
     "LeaseLostError",
     "Liveness",
+    "end_stopped_driver",
     "fence_out",
     "host_id",
     "process_name",
@@ -305,20 +317,63 @@ def refuse_if_owned(paths: ExperimentPaths, what: str) -> Optional[LeaseInfo]:
     """The current lease, after raising :class:`ExperimentLockedError` if a live driver holds
     it (``what``: the refused action, for the message)."""
     current = read_lease(paths)
+    _refuse_live(paths, current, what)
+    return current
+
+
+def _refuse_live(paths: ExperimentPaths, current: Optional[LeaseInfo], what: str) -> None:
+    """Raise :class:`ExperimentLockedError` if ``current`` is a live driver's lease."""
     if current is not None:
         alive, why = current.liveness()
         if alive:
             raise ExperimentLockedError(_locked_message(paths, current, why, what))
-    return current
 
 
 def read_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
     """The current lease, or None when there is none (or it is unreadable)."""
     try:
-        data = json.loads(paths.storage.read_bytes(paths.lease))
-        return LeaseInfo.from_json(data)
-    except (FileNotFoundError, ValueError, TypeError):
+        return _parse_lease(paths.storage.read_bytes(paths.lease))
+    except FileNotFoundError:
         return None
+
+
+def _read_lease_versioned(paths: ExperimentPaths) -> tuple[Optional[LeaseInfo], Optional[str]]:
+    """The current lease (as :func:`read_lease`) and the version of ``owner.json`` it was read
+    from, for a conditional write of the next one (:meth:`Storage.write_if`)."""
+    data, version = paths.storage.read_versioned(paths.lease)
+    return _parse_lease(data), version
+
+
+def _parse_lease(data: Optional[bytes]) -> Optional[LeaseInfo]:
+    if data is None:
+        return None
+    try:
+        return LeaseInfo.from_json(json.loads(data))
+    except (ValueError, TypeError):
+        return None
+
+
+def _lease_json(info: LeaseInfo) -> str:
+    return json.dumps(asdict(info)) + "\n"
+
+
+def _new_lease_info(current: Optional[LeaseInfo]) -> LeaseInfo:
+    """A lease for this process, one epoch past ``current`` (the lease it replaces, if any)."""
+    now = time.time()
+    ttl = _ttl()
+    return LeaseInfo(
+        token=uuid.uuid4().hex,
+        epoch=(current.epoch + 1) if current is not None else 1,
+        host=socket.gethostname(),
+        host_id=host_id(),
+        pid=os.getpid(),
+        pid_start=pid_start_time(os.getpid()),
+        acquired=now,
+        heartbeat=now,
+        ttl_s=ttl,
+        command=_command_line(),
+        heartbeat_s=_heartbeat_interval(ttl),
+    )
 
 
 def live_lease(paths: ExperimentPaths) -> Optional[LeaseInfo]:
@@ -361,18 +416,26 @@ def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[L
     if current is None or not current.liveness()[0]:
         return None
     refuse_takeover_of_live_driver(paths, current, what)
-    if current.host_id == host_id():
-        # Stopped on this machine (a running one was refused above): it may be stopped inside
-        # a heartbeat, holding the lease lock that the takeover needs, and continued it could
-        # only be a driver without a lease. End it, and its trials, first.
-        _kill_and_wait(current.pid, current.pid_start)
-        reap_processes(current.token)
     lease = Lease.acquire(paths, takeover=True, what=what)
     try:
         fence_out(paths, lease.previous)
     finally:
         lease.release()
     return lease.previous
+
+
+def end_stopped_driver(paths: ExperimentPaths) -> None:
+    """Before a takeover: SIGKILL the experiment's driver, and its trials, if it is stopped
+    (SIGSTOP, Ctrl+Z) on this machine. It may be stopped inside a heartbeat, holding the lease
+    lock that the takeover needs (which would then wait forever), and continued it could only
+    be a driver without a lease. A driver running on this machine is left alone (a takeover of
+    it is refused before: :func:`refuse_takeover_of_live_driver`)."""
+    current = read_lease(paths)
+    if (current is None or current.released or current.host_id != host_id()
+            or not _stopped(current.pid)):
+        return
+    _kill_and_wait(current.pid, current.pid_start)
+    reap_processes(current.token)
 
 
 def _kill_and_wait(pid: int, pid_start: Optional[int], timeout_s: float = 10.0) -> None:
@@ -405,7 +468,8 @@ def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
 class Lease:
     """A driver's hold on an experiment; see the module docstring."""
 
-    SETTLE_S = 0.5  # object stores: how long to wait before reading our write back
+    SETTLE_S = 0.5  # storage without lock or compare-and-swap: the wait before reading back
+    LOCK_WAIT_NOTE_S = 5.0  # how long to wait for the lease lock before saying so
 
     def __init__(self, paths: ExperimentPaths, info: LeaseInfo,
                  previous: Optional[LeaseInfo]) -> None:
@@ -427,39 +491,53 @@ class Lease:
                 what: str = "run") -> "Lease":
         """Become the experiment's owner, or raise :class:`ExperimentLockedError`."""
         storage = paths.storage
-        # Acquisitions are serialized where the storage has a lock (a local or NFS disk); on
-        # object stores the winner is whoever's token reads back after a settle delay.
-        with storage.exclusive_lock(paths.lease_lock) as serialized:
-            current = read_lease(paths) if takeover else refuse_if_owned(paths, what)
-            now = time.time()
-            ttl = _ttl()
-            info = LeaseInfo(
-                token=uuid.uuid4().hex,
-                epoch=(current.epoch + 1) if current is not None else 1,
-                host=socket.gethostname(),
-                host_id=host_id(),
-                pid=os.getpid(),
-                pid_start=pid_start_time(os.getpid()),
-                acquired=now,
-                heartbeat=now,
-                ttl_s=ttl,
-                command=_command_line(),
-                heartbeat_s=_heartbeat_interval(ttl),
-            )
-            # A new experiment's folder may not exist yet, and a filesystem with real folders
-            # (an sftp server, a DirFileSystem over a disk) does not create parents on a write.
-            storage.makedirs(storage.parent(paths.lease))
-            storage.write_atomic(paths.lease, json.dumps(asdict(info)) + "\n")
-        if not serialized:
-            time.sleep(cls.SETTLE_S)
+        if takeover:
+            end_stopped_driver(paths)
+        # Acquisitions are serialized where the storage has a lock (a local or NFS disk), and
+        # are a compare-and-swap of owner.json where it has conditional writes (S3); elsewhere
+        # the winner is whoever's token reads back after a settle delay. A driver of another
+        # machine stopped inside a heartbeat holds that lock until it runs again: say so,
+        # rather than wait in silence.
+        waiting = threading.Timer(cls.LOCK_WAIT_NOTE_S, _say_waiting_for_lock, (paths,))
+        waiting.daemon = True
+        waiting.start()
+        for last_try in (False, True):
+            with contextlib.ExitStack() as stack:
+                stack.callback(waiting.cancel)
+                serialized = stack.enter_context(storage.exclusive_lock(paths.lease_lock))
+                waiting.cancel()
+                current, version = _read_lease_versioned(paths)
+                if not takeover:
+                    _refuse_live(paths, current, what)
+                info = _new_lease_info(current)
+                # A new experiment's folder may not exist yet, and a filesystem with real
+                # folders (an sftp server, a DirFileSystem over a disk) does not create parents
+                # on a write.
+                storage.makedirs(storage.parent(paths.lease))
+                written = storage.write_if(paths.lease, _lease_json(info), version)
+            if written is None:  # no compare-and-swap here
+                if not serialized:
+                    cls._settle(paths, info)
+                break
+            if written:
+                break
+            # owner.json changed between the read and the conditional write. The lease read
+            # beat (or was released) meanwhile: judge it again, once. Another token: another
+            # driver acquired it first.
             won = read_lease(paths)
-            if won is None or won.token != info.token:
-                other = won.describe() if won else "another driver"
-                raise ExperimentLockedError(
-                    f"Another driver ({other}) took the experiment at {paths.uri} at the same "
-                    "moment. Only one driver may run an experiment; let that one run."
-                )
+            if last_try or won is None or current is None or won.token != current.token:
+                raise ExperimentLockedError(_lost_race_message(paths, won))
         return cls(paths, info, current)
+
+    @classmethod
+    def _settle(cls, paths: ExperimentPaths, info: LeaseInfo) -> None:
+        """On storage with neither a lock nor conditional writes: wait :attr:`SETTLE_S`, then
+        raise :class:`ExperimentLockedError` unless our token reads back (the last of
+        simultaneous writers wins)."""
+        time.sleep(cls.SETTLE_S)
+        won = read_lease(paths)
+        if won is None or won.token != info.token:
+            raise ExperimentLockedError(_lost_race_message(paths, won))
 
     # -- while running -------------------------------------------------------------------------
     def start_heartbeat(self) -> None:
@@ -480,22 +558,27 @@ class Lease:
     def _write_if_ours(self, released: bool) -> bool:
         """Refresh (or release) the lease if it is still ours; False once it is not.
 
-        Under the acquisition lock on local disks, so a take-over can never land between the
-        read and the write and be overwritten. Object stores have no such lock: there the
-        window is one read and one PUT.
+        A take-over can never land between the read and the write and be overwritten: on
+        local disks both happen under the acquisition lock; on S3 the write is conditional on
+        owner.json being unchanged since the read, and a refused write reads it again (a
+        takeover's token: the lease is lost). On other object stores there is no such guard:
+        there the window is one read and one PUT.
         """
-        with self.paths.storage.exclusive_lock(self.paths.lease_lock):
-            current = read_lease(self.paths)
-            if current is None or current.token != self.token:
-                self._mark_lost(current)
-                return False
-            self.info.heartbeat = time.time()
-            self.info.released = released
-            self._write()
-            return True
-
-    def _write(self) -> None:
-        self.paths.storage.write_atomic(self.paths.lease, json.dumps(asdict(self.info)) + "\n")
+        storage = self.paths.storage
+        with storage.exclusive_lock(self.paths.lease_lock):
+            while True:
+                current, version = _read_lease_versioned(self.paths)
+                if current is None or current.token != self.token:
+                    self._mark_lost(current)
+                    return False
+                self.info.heartbeat = time.time()
+                self.info.released = released
+                if storage.write_if(self.paths.lease, _lease_json(self.info),
+                                    version) is not False:
+                    return True
+                # Refused: owner.json changed since the read. Read it again: another token is
+                # a takeover; ours is a write of this driver's (a release beside a heartbeat),
+                # to write over.
 
     def _mark_lost(self, current: Optional[LeaseInfo]) -> None:
         who = current.describe() if current else "someone who removed owner.json"
@@ -568,12 +651,31 @@ class _LeaseWatcher:
         return self._info
 
 
+def _say_waiting_for_lock(paths: ExperimentPaths) -> None:
+    """One line on stderr: an acquisition has waited :attr:`Lease.LOCK_WAIT_NOTE_S` for the
+    lease lock, and who holds it."""
+    import sys
+
+    current = read_lease(paths)
+    who = f"its driver ({current.describe()})" if current is not None else "another driver"
+    print(f"ftnb: waiting for the lease lock of {paths.uri} (.owner.lock), which {who} has "
+          f"held for over {Lease.LOCK_WAIT_NOTE_S:g} s: a driver stopped inside a heartbeat "
+          "(SIGSTOP, a frozen container or machine) holds it until it runs again or is "
+          "killed; this goes on then.", file=sys.stderr, flush=True)
+
+
 def _command_line() -> str:
     try:
         with open("/proc/self/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
     except OSError:
         return ""
+
+
+def _lost_race_message(paths: ExperimentPaths, won: Optional[LeaseInfo]) -> str:
+    other = won.describe() if won else "another driver"
+    return (f"Another driver ({other}) took the experiment at {paths.uri} at the same moment. "
+            "Only one driver may run an experiment; let that one run.")
 
 
 def _locked_message(paths: ExperimentPaths, current: LeaseInfo, why: str, what: str) -> str:

@@ -31,8 +31,28 @@ from .file_names import (
     SUPERVISOR_LOG,
     TRIAL_RECORD_FILE,
     checkpoint_index,
+    rank_output_name,
 )
 from .json_lines import read_json_lines
+
+
+def read_last_lines(path: str, count: int, max_bytes: int = 16384,
+                    storage: Optional[Storage] = None) -> list[str]:
+    """The last ``count`` lines of the file ``path`` on ``storage`` (default: a file of this
+    machine), read from at most its last ``max_bytes``, a line cut there left out. Raises what
+    reading it raises (OSError when it is missing)."""
+    if storage is None or storage.is_local:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    else:
+        size = storage.fs.info(path)["size"]
+        _, data = storage.read_from(path, max(0, size - max_bytes), size)
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first may be cut
+    return lines[-count:]
 
 
 def default_storage_path() -> str:
@@ -48,7 +68,8 @@ class TrialPaths:
     """Every file of one trial, by name. Nobody joins trial paths by hand elsewhere.
 
     ``<trial dir>/``: ``trial.json`` (:attr:`record`), ``params.json``, ``result.json``
-    (:attr:`results`), ``progress.csv``, ``error.txt``, ``stdout``, ``stderr``, and
+    (:attr:`results`), ``progress.csv``, ``error.txt``, ``stdout``, ``stderr`` (rank 0's in a
+    group; ``stdout.rank1``, ``stderr.rank1`` ... the other ranks', :meth:`rank_stdout`), and
     ``checkpoint_000000/`` ... (:meth:`checkpoint`, each complete once it holds its
     :meth:`checkpoint_marker`).
     """
@@ -99,6 +120,23 @@ class TrialPaths:
     def stderr(self) -> str:
         """``stderr``: the same for the error stream."""
         return self._file(STDERR_FILE)
+
+    def rank_stdout(self, rank: int) -> str:
+        """What rank ``rank`` of a group printed, over all attempts: :attr:`stdout` for rank 0,
+        ``stdout.rank1`` for rank 1 ..."""
+        return self._file(rank_output_name(STDOUT_FILE, rank))
+
+    def rank_stderr(self, rank: int) -> str:
+        """The same for the error stream: :attr:`stderr`, ``stderr.rank1`` ..."""
+        return self._file(rank_output_name(STDERR_FILE, rank))
+
+    def last_lines(self, path: str, count: int, max_bytes: int = 16384) -> list[str]:
+        """The last ``count`` lines of the output file ``path`` (:meth:`rank_stdout`...),
+        read from at most its last ``max_bytes``; [] when it is missing or unreadable."""
+        try:
+            return read_last_lines(path, count, max_bytes, self.storage)
+        except Exception:  # output is a convenience; never fail a reader for it
+            return []
 
     def checkpoint(self, dir_name: str) -> str:
         """The checkpoint folder ``dir_name`` (see :func:`checkpoint_dir_name`)."""

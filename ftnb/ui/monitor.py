@@ -257,7 +257,7 @@ class ExperimentMonitor:
         self._verdict: tuple[bool, bool] = (False, False)
         self._supervisor_log: Optional[str] = None  # the experiment's supervisor.log, once found
         self._record_version: Optional[FileVersion] = None
-        self._recorded_log: Optional[str] = None  # the log supervisor.json names
+        self._record: dict = {}  # supervisor.json, as last read
         self._generation = 0
         self._dirty = True
         self._snapshot: Optional[ExperimentSnapshot] = None
@@ -295,7 +295,7 @@ class ExperimentMonitor:
                 changed = True
         if self._refresh_driver(state, versions):
             changed = True
-        if self._supervisor_log is None and self._refresh_supervisor_log(versions):
+        if self._refresh_supervisor(versions):
             changed = True
         if changed or self._dirty or self._snapshot is None:
             self._generation += 1
@@ -403,25 +403,29 @@ class ExperimentMonitor:
         self._verdict = verdict
         return changed
 
-    def _refresh_supervisor_log(self, versions: FileVersions) -> bool:
-        """The supervisor's log as :func:`ftnb.ui.read_model.supervisor_log` finds it: the
-        experiment's ``supervisor.log`` once it is there (then never looked for again), else
-        the file ``supervisor.json`` names (on the supervisor's machine, while it runs)."""
-        path = self.paths.supervisor_log
-        if versions.get(path) is not None:
-            self._supervisor_log = self.storage.uri(path)
-            return True
+    def _refresh_supervisor(self, versions: FileVersions) -> bool:
+        """``supervisor.json`` (read again only when it changed: a supervisor writes it when it
+        starts and when it ends), and the supervisor's log as
+        :func:`ftnb.ui.read_model.supervisor_log` finds it: the experiment's
+        ``supervisor.log`` once it is there (then never looked for again), else the file
+        ``supervisor.json`` names (on the supervisor's machine, while it runs)."""
+        changed = False
+        if self._supervisor_log is None and versions.get(self.paths.supervisor_log) is not None:
+            self._supervisor_log = self.storage.uri(self.paths.supervisor_log)
+            changed = True
         version = versions.get(self.paths.supervisor)
         if version == self._record_version:
-            return False
+            return changed
         self._record_version = version
         data = self._read_changed(self.paths.supervisor, version)
         try:
-            log = json.loads(data).get("log") if data is not None else None
-        except (ValueError, AttributeError):
-            log = None
-        changed = log != self._recorded_log
-        self._recorded_log = log
+            record = json.loads(data) if data is not None else {}
+        except ValueError:
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        if record != self._record:
+            self._record = record
+            changed = True
         return changed
 
     # -- building a snapshot -------------------------------------------------------------------
@@ -436,16 +440,20 @@ class ExperimentMonitor:
             header, trials, paths=self.paths, rows=rows, metric_names=self._names,
             version=version, generation=self._generation, driver=self._driver,
             metric=self._metric, resume=self._resume_line, resume_context=self._resume_context,
-            supervisor_log=self._supervisor_log or self._recorded_log)
+            supervisor_log=self._supervisor_log or self._record.get("log"),
+            supervisor=self._record)
 
 
 def text_view(snap: ExperimentSnapshot, max_rows: int = 50) -> str:
-    """The snapshot as plain text: the table of ``ftnb status`` (and its group failures), plus
-    how to resume it, or to take it over from a silent driver."""
+    """The snapshot as plain text: the table of ``ftnb status`` (and its group failures), the
+    supervisor's launcher and where it runs, plus how to resume it, or to take it over from a
+    silent driver."""
     text = render_table(snap.view, max_rows=max_rows)
     failures = group_failures_text(snap.state.trials)
     if failures:
         text += f"\n{failures}"
+    if snap.supervisor_line:  # its launcher, and where it runs
+        text += f"\n{snap.supervisor_line}"
     if snap.driver_gone and snap.driver:
         text += f"\n{snap.driver}"
     elif snap.takeover is not None:  # silent: for how long, when dead, and the way out now

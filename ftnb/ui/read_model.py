@@ -34,7 +34,9 @@ resume line) differently.
 
 from __future__ import annotations
 
-from .listing import ListedExperiment, ListingMemory, list_folder, read_experiment
+from typing import Any
+
+from ..lazy_names import lazy_attribute
 from .location import (
     Found,
     Location,
@@ -46,68 +48,48 @@ from .location import (
     same_storage_path,
 )
 from .resume_lines import ResumeContext, ftnb_magics_loaded, resume_line, tuner_restore_line
-from .snapshot import (
-    SNAPSHOT_FORMAT,
-    SNAPSHOT_FORMAT_VERSION,
-    ExperimentSnapshot,
-    Restart,
-    ResultColumns,
-    finite,
-    read_snapshot,
-    with_rows,
-)
-from .status import (
-    DriverStatus,
-    ExperimentSummary,
-    as_read,
-    merge_trial_records,
-    newer_record,
-    parse_trial_record,
-    read_driver,
-    read_state,
-    read_status,
-    summarize,
-    supervisor_log,
-    supervisor_record,
-    without_driver,
-)
 
-__all__ = [
-    "SNAPSHOT_FORMAT",
-    "SNAPSHOT_FORMAT_VERSION",
-    "DriverStatus",
-    "ExperimentSnapshot",
-    "ExperimentSummary",
-    "Found",
-    "ListedExperiment",
-    "ListingMemory",
-    "Location",
-    "Restart",
-    "ResultColumns",
-    "ResumeContext",
-    "as_read",
-    "experiment_names",
-    "experiment_paths",
-    "finite",
-    "ftnb_magics_loaded",
-    "is_experiment",
-    "list_folder",
-    "locate",
-    "merge_trial_records",
-    "names_a_folder",
-    "newer_record",
-    "parse_trial_record",
-    "read_driver",
-    "read_experiment",
-    "read_snapshot",
-    "read_state",
-    "read_status",
-    "resume_line",
-    "same_storage_path",
-    "summarize",
-    "supervisor_log",
-    "supervisor_record",
-    "tuner_restore_line",
-    "with_rows",
-    "without_driver",
-]
+#: Imported on first use, not with this module: a driver imports it for its resume line alone
+#: (:mod:`ftnb.tuner`), and needs neither the listing (with the folder's index) nor the
+#: snapshot and status readers. Public name -> its module in this package.
+_LAZY = {
+    "ListedExperiment": "listing",
+    "ListingMemory": "listing",
+    "list_folder": "listing",
+    "read_experiment": "listing",
+    "SNAPSHOT_FORMAT": "snapshot",
+    "SNAPSHOT_FORMAT_VERSION": "snapshot",
+    "ExperimentSnapshot": "snapshot",
+    "Restart": "snapshot",
+    "ResultColumns": "snapshot",
+    "finite": "snapshot",
+    "read_snapshot": "snapshot",
+    "with_rows": "snapshot",
+    "DriverStatus": "status",
+    "ExperimentSummary": "status",
+    "as_read": "status",
+    "merge_trial_records": "status",
+    "newer_record": "status",
+    "parse_trial_record": "status",
+    "read_driver": "status",
+    "read_state": "status",
+    "read_status": "status",
+    "summarize": "status",
+    "supervisor_log": "status",
+    "supervisor_record": "status",
+    "without_driver": "status",
+}
+
+# (The names above, and those imported above from location and resume_lines.)
+__all__ = [*_LAZY, "Found", "Location", "ResumeContext", "experiment_names", "experiment_paths",
+           "ftnb_magics_loaded", "is_experiment", "locate", "names_a_folder", "resume_line",
+           "same_storage_path", "tuner_restore_line"]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(globals(), _LAZY, name)
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+

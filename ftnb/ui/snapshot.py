@@ -33,7 +33,13 @@ The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end s
        "driver_dead_in_s": 34.7,  # when it will count as dead (null: never on its own)
        "takeover": "ftnb resume sweep1 --takeover",  # the line that takes it over now
        "resume_line": null,       # the line that resumes it, when it is INTERRUPTED
-       "supervisor_log": null},   # the supervisor's log, when one ran it
+       "supervisor_log": null,    # the supervisor's log, when one ran it
+       # The supervisor that ran it (supervisor.json), else null: the launcher it was started
+       # with, where it runs (a Ray actor: its name, namespace and node), when it ended:
+       "supervisor": {"launcher": "local", "host": "node1", "pid": 4242, "actor": null,
+                      "namespace": null, "node_id": null, "started": 1767000000.0,
+                      "ended": null, "outcome": null,
+                      "line": "Supervisor: local launcher, pid 4242 on node1"}},
      "metrics": ["loss", "acc"],  # every numeric metric reported, first seen first
      "restarts": {"3f2a1_00000": [{"iteration": 4, "attempt": 2, "time": 1767000000.0,
                                    "restored_from": "checkpoint_000003"}]},
@@ -75,7 +81,7 @@ from ..storage import ExperimentPaths
 from ..storage.result_log import flatten_row
 from .failures import failure_json
 from .resume_lines import ResumeContext, resume_line
-from .status import DriverStatus, without_driver
+from .status import DriverStatus, supervisor_line, without_driver
 from .view import ExperimentView
 
 __all__ = [
@@ -94,6 +100,9 @@ SNAPSHOT_FORMAT = "ftnb.snapshot"
 SNAPSHOT_FORMAT_VERSION = 1
 
 _RUNNING = ExperimentStatus.RUNNING
+#: What the snapshot's JSON gives of ``supervisor.json``.
+_SUPERVISOR_KEYS = ("launcher", "host", "pid", "actor", "namespace", "node_id", "started",
+                    "ended", "outcome")
 
 
 # -- one trial's rows ------------------------------------------------------------------------------
@@ -212,6 +221,8 @@ class ExperimentSnapshot:
         takeover_line: the line that takes it over from its driver and resumes it (shown while
             the driver is silent: :attr:`takeover`).
         supervisor_log: the supervisor's log file, if a supervisor ran the experiment.
+        supervisor: its ``supervisor.json`` (empty when none ran it); :attr:`supervisor_line`
+            words it.
         path: the experiment folder as a user can paste it.
     """
 
@@ -220,7 +231,8 @@ class ExperimentSnapshot:
                  version: dict[str, int], generation: int, driver_status: DriverStatus,
                  driver_gone: bool, driver: str, resume_line: str,
                  supervisor_log: Optional[str], path: str, series: dict[str, ResultColumns],
-                 lengths: dict[str, int], takeover_line: str = "") -> None:
+                 lengths: dict[str, int], takeover_line: str = "",
+                 supervisor: Optional[dict] = None) -> None:
         self.view = view
         self.state = state
         self.metrics = metrics
@@ -234,6 +246,7 @@ class ExperimentSnapshot:
         self.resume_line = resume_line
         self.takeover_line = takeover_line
         self.supervisor_log = supervisor_log
+        self.supervisor = dict(supervisor or {})
         self.path = path
         self._series = series
         self._lengths = lengths
@@ -244,7 +257,8 @@ class ExperimentSnapshot:
               version: dict[str, int], generation: int, driver: DriverStatus,
               metric: Optional[str] = None, resume: Optional[str] = None,
               resume_context: Optional[ResumeContext] = None,
-              supervisor_log: Optional[str] = None) -> "ExperimentSnapshot":
+              supervisor_log: Optional[str] = None,
+              supervisor: Optional[dict] = None) -> "ExperimentSnapshot":
         """The snapshot of an experiment whose state's ``header`` (its trials aside) and
         trial records (with their rows: :func:`with_rows`) were read, ``rows`` being each
         trial's result columns. ``resume``: a resume line that replaces :func:`resume_line`."""
@@ -272,7 +286,8 @@ class ExperimentSnapshot:
             resume_line=resume or resume_line(paths, header, resume_context),
             supervisor_log=supervisor_log, path=paths.uri, series=rows,
             lengths={t: len(r.iterations) for t, r in rows.items()},
-            takeover_line=resume_line(paths, header, resume_context, takeover=True))
+            takeover_line=resume_line(paths, header, resume_context, takeover=True),
+            supervisor=supervisor)
 
     @property
     def status(self) -> str:
@@ -287,6 +302,12 @@ class ExperimentSnapshot:
         if self.driver_status.offers_takeover(self.state.status) and self.takeover_line:
             return self.takeover_line
         return None
+
+    @property
+    def supervisor_line(self) -> str:
+        """One line on the supervisor that ran it: its launcher and where it runs
+        (:func:`ftnb.ui.status.supervisor_line`); "" when none did."""
+        return supervisor_line(self.supervisor)
 
     @property
     def finished(self) -> bool:
@@ -366,8 +387,8 @@ class ExperimentSnapshot:
         :meth:`to_json`): the view model (each row's ``num_workers``: its ranks), each row's last
         error in full and its last failure (traceback, ranks and restart included), when it was
         updated, its driver (while it is silent: for how long, when it counts as dead, and the
-        line that takes it over), the line that resumes it (None unless it is interrupted) and
-        its supervisor's log."""
+        line that takes it over), the line that resumes it (None unless it is interrupted), and
+        its supervisor's log and record (its launcher, where it runs)."""
         data = dataclasses.asdict(self.view)
         trials = {t.trial_id: t for t in self.state.trials}
         for row in data["rows"]:
@@ -389,6 +410,9 @@ class ExperimentSnapshot:
         data["takeover"] = self.takeover
         data["resume_line"] = self.resume_line if self.status == INTERRUPTED else None
         data["supervisor_log"] = self.supervisor_log
+        record = self.supervisor
+        data["supervisor"] = None if not record.get("pid") else dict(
+            {key: record.get(key) for key in _SUPERVISOR_KEYS}, line=self.supervisor_line)
         return finite(data)
 
     def failures_json(self) -> dict:

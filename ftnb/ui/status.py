@@ -6,13 +6,14 @@ the stored state is never changed, so a resume continues from it. :class:`Driver
 who the driver is, and why it counts as alive or gone. Each trial's record from the state is
 replaced by its own ``trial.json`` when that is newer (:func:`newer_record`; the controller
 writes it at every transition, the whole state at most once a second). Also: the supervisor
-that ran it (:func:`supervisor_log`) and the one-experiment summary of a listing
-(:func:`summarize`). Part of the read model (:mod:`ftnb.ui.read_model`).
+that ran it (:func:`supervisor_log`, :func:`supervisor_line`) and the one-experiment summary of
+a listing (:func:`summarize`). Part of the read model (:mod:`ftnb.ui.read_model`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,6 +40,7 @@ __all__ = [
     "read_state",
     "read_status",
     "summarize",
+    "supervisor_line",
     "supervisor_log",
     "supervisor_record",
     "without_driver",
@@ -142,6 +144,31 @@ def supervisor_record(paths: ExperimentPaths) -> dict:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def supervisor_line(record: dict) -> str:
+    """One line on the supervisor that ran the experiment, as ``supervisor.json`` (``record``)
+    says: the launcher it was started with (local, command, ray), where it runs (its host and
+    pid; a Ray actor's name and node too), and, once it ended, when and how. "" when no
+    supervisor ran it (a script's ``fit()``, a foreground ``ftnb run``).
+
+        Supervisor: local launcher, pid 4242 on node1
+        Supervisor: ray launcher, actor ftnb-sweep1-3f2a (namespace ftnb) on node
+        9c1e0b2f77aa, pid 4242 on node3; ended 2026-01-01 12:00:00 (finished)   (one line)
+    """
+    if not record.get("pid"):
+        return ""
+    where = f"pid {record['pid']} on {record.get('host') or 'an unknown host'}"
+    if record.get("actor"):
+        namespace = f" (namespace {record['namespace']})" if record.get("namespace") else ""
+        node = f" on node {str(record['node_id'])[:12]}" if record.get("node_id") else ""
+        where = f"actor {record['actor']}{namespace}{node}, {where}"
+    line = f"Supervisor: {record.get('launcher') or 'local'} launcher, {where}"
+    ended = record.get("ended")
+    if isinstance(ended, (int, float)):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ended))
+        line += f"; ended {when} ({record.get('outcome') or 'ended'})"
+    return line
 
 
 def supervisor_log(paths: ExperimentPaths) -> Optional[str]:
