@@ -119,10 +119,10 @@ class SupervisorStart:
 def launch_bytes(spec: LaunchSpec) -> bytes:
     """What a supervisor reads to run ``spec`` (:func:`load_launch`): a JSON line (the caller's
     ``sys.path`` and working directory, needed before unpickling), then the cloudpickled spec."""
-    import cloudpickle
+    from .objects.cell_source import dumps
 
     header = json.dumps({"sys_path": spec.sys_path, "cwd": spec.cwd}).encode() + b"\n"
-    return header + cloudpickle.dumps(spec)
+    return header + dumps(spec)
 
 
 def write_launch_file(spec: LaunchSpec, folder: Optional[str] = None) -> str:

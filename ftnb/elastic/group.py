@@ -178,7 +178,7 @@ class WorkerGroup:
         executor: Optional[str] = None,
         spare_workers: int = 0,
     ) -> None:
-        import cloudpickle
+        from ..objects.cell_source import dumps
 
         self._closed = True  # until there are workers to close
         if not callable(factory):
@@ -207,7 +207,7 @@ class WorkerGroup:
         executor = _executor_name(executor)
         resources, custom = _resources(resources_per_worker, executor)
         try:
-            self._factory = cloudpickle.dumps((factory, takes_index, get_state is not None))
+            self._factory = dumps((factory, takes_index, get_state is not None))
         except Exception as exc:
             raise TypeError(
                 f"WorkerGroup(factory=...) cannot be sent to a worker: "
@@ -621,11 +621,11 @@ def _is_time(deadline: Any) -> bool:
 
 
 def _call_payload(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
-    import cloudpickle
+    from ..objects.cell_source import dumps
 
     if not callable(fn):
         raise TypeError(f"WorkerGroup.map(fn={fn!r}): fn must be a function fn(worker, ...).")
-    return cloudpickle.dumps((fn, args, kwargs))
+    return dumps((fn, args, kwargs))
 
 
 def _check_whole(name: str, value: Any, minimum: int) -> None:

@@ -50,9 +50,7 @@ class OneMachineExecutor:
         here), then ``spec`` pickled to travel and its resources taken from the pool, one
         allocation per rank (or :class:`NoRoomError`). The caller releases them if it cannot
         start."""
-        import cloudpickle
-
-        from ..objects.cell_source import carry_cell_source
+        from ..objects.cell_source import carry_cell_source, dumps
 
         if self._closed:
             raise RuntimeError("this executor was shut down: it starts nothing more")
@@ -60,7 +58,7 @@ class OneMachineExecutor:
         if spec.trial_id in self.running():
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         carry_cell_source(spec.trainable)  # a notebook trainable's traceback shows its lines
-        payload = cloudpickle.dumps(spec)
+        payload = dumps(spec)
         return payload, self._allocate(spec)
 
     def _allocate(self, spec: AttemptSpec) -> list[Allocation]:

@@ -873,13 +873,12 @@ def _dump_attempt(spec: AttemptSpec) -> tuple[bytes, dict]:
     the trainable by value (a notebook's function)."""
     import io
 
-    import cloudpickle
-
     from ..objects import ObjectRef
+    from ..objects.cell_source import pickler_class
 
     refs: dict[str, ObjectRef] = {}
 
-    class NotingRefs(cloudpickle.Pickler):
+    class NotingRefs(pickler_class()):  # type: ignore[misc, valid-type]
         def persistent_id(self, obj: Any) -> None:
             if isinstance(obj, ObjectRef):
                 refs[obj.id] = obj

@@ -9,6 +9,13 @@ nested functions, and the notebook functions and classes it uses) and attaches t
 trainable as a small :class:`CellSource`; cloudpickle, which carries a notebook function by
 value with its ``__dict__``, carries them along, and unpickling registers them in the
 receiving process's ``linecache`` (the supervisor's, then each trial's), before any code runs.
+
+The lines are found by the code's file name, which must travel too: since cloudpickle 3.1.3 every
+code object shipped by value is written under the file name ``<dynamic-code>`` (for payloads that
+do not depend on where the code was defined), so a traceback through it names no file and shows
+no line, a notebook cell's or a module's. :func:`dumps` (and :func:`pickler_class`, for a pickler
+of one's own) pickles as cloudpickle does but keeps each code object's file name, as cloudpickle
+did before 3.1.3; everything ftnb sends to run elsewhere goes through it.
 """
 
 from __future__ import annotations
@@ -18,10 +25,48 @@ import os
 import types
 from typing import Any, Iterator
 
-__all__ = ["CellSource", "carry_cell_source", "cell_lines"]
+__all__ = ["CellSource", "carry_cell_source", "cell_lines", "dumps", "pickler_class"]
 
 ATTRIBUTE = "__ftnb_cell_source__"
 _MAX_OBJECTS = 500  # a walk through a notebook's namespace stops there
+_NO_FILE = "<dynamic-code>"  # what cloudpickle >= 3.1.3 writes for a code object's file name
+_PICKLER: Any = None
+
+
+def pickler_class() -> type:
+    """``cloudpickle.Pickler`` that keeps each code object's file name (see the module
+    docstring); made on first use, so importing this module does not import cloudpickle."""
+    global _PICKLER
+    if _PICKLER is None:
+        from collections import ChainMap
+
+        import cloudpickle
+
+        reduce_code = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+        def reduce_keeping_file(code: types.CodeType) -> tuple:
+            constructor, args, *rest = reduce_code(code)
+            if code.co_filename != _NO_FILE:
+                args = tuple(code.co_filename if type(arg) is str and arg == _NO_FILE else arg
+                             for arg in args)
+            return (constructor, args, *rest)
+
+        class KeepingFileNames(cloudpickle.Pickler):
+            dispatch_table = ChainMap({types.CodeType: reduce_keeping_file},
+                                      cloudpickle.Pickler.dispatch_table)
+
+        _PICKLER = KeepingFileNames
+    return _PICKLER
+
+
+def dumps(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)``, keeping the file names of the code it ships by value (read
+    back with ``cloudpickle.loads``)."""
+    import io
+
+    out = io.BytesIO()
+    pickler_class()(out).dump(obj)
+    return out.getvalue()
 
 
 class CellSource:

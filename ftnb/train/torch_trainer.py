@@ -372,10 +372,10 @@ def trainer_from_settings(loop: Callable[..., Any], settings: Mapping[str, Any])
 def trainer_pickle(trainer: TorchTrainer) -> Optional[bytes]:
     """The trainer's code and settings, cloudpickled, for ``trainer.pkl`` (None when they do not
     pickle: then only a restore that passes ``train_loop_per_worker`` works)."""
-    import cloudpickle
+    from ..objects.cell_source import dumps
 
     try:
-        return cloudpickle.dumps({
+        return dumps({
             "loop": trainer.train_loop_per_worker,
             "train_loop_config": trainer.train_loop_config,
             "scaling_config": trainer.scaling_config,
