@@ -104,11 +104,17 @@ def test_the_experiment_outlives_its_launcher_and_any_process_attaches_to_it(tmp
 def test_a_killed_supervisor_actor_is_restarted_by_ray_and_resumes_the_experiment(
         tmp_path, ray_cluster):
     # Its space holds a 2.4 MB array: the launch file must outlive the actor's first start.
+    # Attempt 1 waits at step 3 and is never released: what happens after is the restart's.
     driver, marks, path = _launch(tmp_path, ray_cluster, "phoenix", steps=10, sleep=0.3,
-                                  blob=300_000)
+                                  blob=300_000, hold_at=3)
     first = _supervisor(path)
-    wait_for(lambda: (p := _progress(marks)) and p[1] >= 3, timeout=120, what="step 3")
+    wait_for(lambda: (p := _progress(marks)) and p == (1, 3), timeout=120,
+             what="attempt 1 held at step 3")
+    ghost = int((marks / "progress-0").read_text().split()[3])  # attempt 1's actor's pid
     os.kill(first["pid"], signal.SIGKILL)
+    # The trial's actor was the supervisor's: Ray ends it with its owner, so no ghost of the
+    # dead supervisor goes on beside the restarted one's attempt.
+    wait_for(lambda: not pid_alive(ghost), timeout=60, what="the dead supervisor's trial actor")
     # Ray starts it again: a new process that owns the experiment and resumes it.
     restarted = wait_for(lambda: (r := _supervisor(path)).get("pid") != first["pid"]
                          and "outcome" not in r and r, timeout=120, what="the restarted actor")
