@@ -322,7 +322,10 @@ class RayWorkers:
                 value = ray.get(ref)
             except self._ray.exceptions.RayActorError as exc:
                 dead.add(slot)
-                answers.append((slot, None, False, self._error(slot, exc)))
+                # The map waits for a cause no longer than the slot's calls may take.
+                deadline = min((d for d in slot.in_flight.values() if isinstance(d, float)),
+                               default=None)
+                answers.append((slot, None, False, self._error(slot, exc, deadline)))
                 continue
             except Exception as exc:  # Ray could not return the value (unpicklable)
                 answers.append((slot, call_id, False, describe_error(exc)))
@@ -341,16 +344,20 @@ class RayWorkers:
             return self._error(slot, exc)
         return None
 
-    def _error(self, slot: WorkerSlot, exc: BaseException) -> dict:
+    def _error(self, slot: WorkerSlot, exc: BaseException,
+               deadline: Optional[float] = None) -> dict:
         """What an exception of Ray's about a worker's actor means (see the module
-        docstring)."""
+        docstring). A death Ray has not explained yet is waited on until ``deadline`` (the
+        ``time.monotonic()`` by which the slot's calls were due; None: up to
+        ``DEATH_SETTLE_S``), so a map during which a worker dies still ends by the call
+        timeout; unexplained by then, it reads as ``signal``."""
         ray = self._ray
         message = str(exc)
         if not isinstance(exc, ray.exceptions.RayActorError):
             return describe_error(exc)
         if getattr(exc, "actor_init_failed", False):
             return dict(describe_error(exc), kind="exception")
-        from ..execution.ray import dead_node_named, death_untold, settle_death
+        from ..execution.ray import DEATH_SETTLE_S, dead_node_named, death_untold, settle_death
 
         node_id = slot.handle.node_id
 
@@ -360,7 +367,10 @@ class RayWorkers:
         if node_id is not None and death_untold(ray, exc) and node_id in alive():
             # Gone with no cause told, its node still listed (a node lost under load): wait
             # for Ray to say (see death_untold).
-            exc = settle_death(ray, slot.handle.actor, exc, lambda: node_id in alive())
+            wait_s = DEATH_SETTLE_S if deadline is None else \
+                min(DEATH_SETTLE_S, max(0.0, deadline - time.monotonic()))
+            exc = settle_death(ray, slot.handle.actor, exc, lambda: node_id in alive(),
+                               timeout=wait_s)
             message = str(exc)
         if getattr(exc, "preempted", False):
             kind, what = "preemption", "its node was drained for preemption"
