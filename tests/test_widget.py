@@ -528,7 +528,10 @@ def test_updater_in_a_real_kernel(tmp_path):
     assert figures["unviewed_comm_msgs"] == 0  # no view: nothing sent
     assert 0 < figures["display_kb"] < 300 and not figures["plotly_imported"]
     assert figures["updates_per_s"] > 0 and figures["comm_msgs_per_s"] > 0
-    # Never more than 2 updates a second (one more for where the window starts and ends).
+    # The updater never polls more than twice a second: 2 a second, one more for where the
+    # window starts and ends, and one more for the poll at the end of the cell that read the
+    # window's first stats (a cell's end shows the experiment as it is then, however recent the
+    # updater's last poll: under load the two came within milliseconds in a CI rehearsal).
     window = figures["stats_window_s"]
-    assert window >= 3.0 and figures["polls_per_s"] * window <= 2 * window + 1
+    assert window >= 3.0 and figures["polls_per_s"] * window <= 2 * window + 2
     assert 0 <= figures["kernel_cpu_pct"] < 100
