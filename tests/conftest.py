@@ -313,10 +313,38 @@ def _patient_ray_cluster_class():
 
     class PatientCluster(Cluster):
         """``ray.cluster_utils.Cluster`` whose ``add_node`` (the head's too) starts a node again
-        when it misses Ray's start-up waits on a loaded machine (``_start_ray_node``)."""
+        when it misses Ray's start-up waits on a loaded machine (``_start_ray_node``), and
+        whose ``remove_node(allow_graceful=False)`` loses the node as a machine is lost: its
+        worker processes (the actors on it) go with it."""
 
         def add_node(self, wait: bool = True, **node_args):
             return _start_ray_node(lambda: super(PatientCluster, self).add_node(wait, **node_args))
+
+        def remove_node(self, node, allow_graceful: bool = True):
+            # Ray's removal kills the node's daemons only; each worker exits once it notices
+            # its raylet is gone. Until then (a second or more under load) it still serves
+            # calls and writes to shared storage: a trial held on the node and released
+            # right after the removal went on to end its attempt normally (a CI rehearsal),
+            # which is no lost node. A lost machine's processes are gone at once.
+            import psutil
+
+            from procs import pid_alive, wait_for
+
+            workers = []
+            raylet = node.all_processes.get("raylet") or []
+            if raylet and not allow_graceful:
+                try:
+                    workers = psutil.Process(raylet[0].process.pid).children(recursive=True)
+                except psutil.Error:
+                    pass
+            super().remove_node(node, allow_graceful)
+            for worker in workers:
+                try:
+                    worker.kill()
+                except psutil.Error:
+                    pass
+            wait_for(lambda: not any(pid_alive(w.pid) for w in workers), 60,
+                     "the removed node's worker processes to be gone")
 
     return PatientCluster
 

@@ -66,12 +66,11 @@ def _checkpoint(w: float, iteration: int | None = None) -> tuple[str, ftnb.Check
 def _hold(marks: pathlib.Path) -> None:
     """The first caller (of all trials) writes its Ray node to ``marks/held`` and waits for
     ``marks/release``; later callers go on."""
-    try:
-        fd = os.open(marks / "held.tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    try:  # (a claim that stays: held.tmp is renamed away, so it cannot be the claim)
+        os.close(os.open(marks / "held.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return
-    os.write(fd, sys.modules["ray"].get_runtime_context().get_node_id().encode())
-    os.close(fd)
+    (marks / "held.tmp").write_text(sys.modules["ray"].get_runtime_context().get_node_id())
     os.rename(marks / "held.tmp", marks / "held")  # (whole when seen)
     wait_for_release(marks)
 
