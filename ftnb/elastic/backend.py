@@ -43,6 +43,15 @@ class WorkerSlot:
     in_flight: dict = field(default_factory=dict)
 
 
+#: The deadline of a call queued behind another one in its worker: set when that one ends.
+NOT_STARTED = object()
+
+
+def is_time(deadline: Any) -> bool:
+    """Whether an ``in_flight`` deadline is a time (not None, not :data:`NOT_STARTED`)."""
+    return deadline is not None and deadline is not NOT_STARTED
+
+
 #: ``(slot, call_id, ok, value or error)``; ``call_id`` None: the worker died (``error``).
 Answer = tuple[WorkerSlot, Optional[int], bool, Any]
 

@@ -42,15 +42,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .backend import START_TIMEOUT_S, WorkerBackend, WorkerSlot
+from .backend import NOT_STARTED, START_TIMEOUT_S, WorkerBackend, WorkerSlot, is_time
 
 __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
 #: How long a map waits for the workers being recreated before it goes on without those still
 #: starting (on Ray: not placed yet, no node having room); they join a later map.
 RECREATE_WAIT_S = 30.0
-#: The deadline of a call queued behind another one in its worker: set when that one ends.
-_NOT_STARTED = object()
 _EXECUTORS = ("local", "ray")
 _CPU_GPU = {"cpu": "cpu", "CPU": "cpu", "gpu": "gpu", "GPU": "gpu"}
 
@@ -459,7 +457,7 @@ class WorkerGroup:
             # A call queued behind another one (map_async) starts when that one ends: its
             # clock starts then (_collect), or a worker doing two calls of 0.6 x the timeout
             # would time out.
-            slot.in_flight[call_id] = self._deadline() if not slot.in_flight else _NOT_STARTED
+            slot.in_flight[call_id] = self._deadline() if not slot.in_flight else NOT_STARTED
         return ids
 
     def _deadline(self) -> Optional[float]:
@@ -480,7 +478,7 @@ class WorkerGroup:
             if not busy:
                 return []
             now = time.monotonic()
-            deadlines = [d for s in busy for d in s.in_flight.values() if _is_time(d)]
+            deadlines = [d for s in busy for d in s.in_flight.values() if is_time(d)]
             wait = min([*deadlines, *([end] if end is not None else [])], default=None)
             results: list[WorkerResult] = []
             for slot, call_id, ok, value in self._backend.wait(
@@ -492,7 +490,7 @@ class WorkerGroup:
                     continue
                 del slot.in_flight[call_id]
                 following = next(iter(slot.in_flight), None)
-                if following is not None and slot.in_flight[following] is _NOT_STARTED:
+                if following is not None and slot.in_flight[following] is NOT_STARTED:
                     slot.in_flight[following] = self._deadline()
                 if ok:
                     results.append(WorkerResult(slot.index, True, value, None, call_id))
@@ -500,7 +498,7 @@ class WorkerGroup:
                     results.extend(self._fail(slot, value, first=call_id))
             now = time.monotonic()
             for slot in busy:
-                expired = [c for c, d in slot.in_flight.items() if _is_time(d) and d <= now]
+                expired = [c for c, d in slot.in_flight.items() if is_time(d) and d <= now]
                 if expired and slot.healthy:
                     error = {"kind": "timeout", "type": None, "traceback": None,
                              "message": f"the call took longer than call_timeout_s="
@@ -614,10 +612,6 @@ def _backend(executor: str, resources: Any, custom: dict) -> WorkerBackend:
     from .local_workers import LocalWorkers
 
     return LocalWorkers(resources)
-
-
-def _is_time(deadline: Any) -> bool:
-    return deadline is not None and deadline is not _NOT_STARTED
 
 
 def _call_payload(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .backend import START_TIMEOUT_S, Answer, WorkerSlot
+from .backend import START_TIMEOUT_S, Answer, WorkerSlot, is_time
 from .worker import WorkerBody, describe_error, load_factory
 
 __all__ = ["RayWorkers", "in_ray_worker"]
@@ -323,8 +323,7 @@ class RayWorkers:
             except self._ray.exceptions.RayActorError as exc:
                 dead.add(slot)
                 # The map waits for a cause no longer than the slot's calls may take.
-                deadline = min((d for d in slot.in_flight.values() if isinstance(d, float)),
-                               default=None)
+                deadline = min(filter(is_time, slot.in_flight.values()), default=None)
                 answers.append((slot, None, False, self._error(slot, exc, deadline)))
                 continue
             except Exception as exc:  # Ray could not return the value (unpicklable)
