@@ -112,12 +112,17 @@ def test_a_killed_supervisor_actor_is_restarted_by_ray_and_resumes_the_experimen
              what="attempt 1 held at step 3")
     ghost = int((marks / "progress-0").read_text().split()[3])  # attempt 1's actor's pid
     os.kill(first["pid"], signal.SIGKILL)
+    # Ray starts it again: a new process that owns the experiment and resumes it. Its record
+    # may already say it finished (attempt 2's 7 steps take about 2 s).
+    try:
+        restarted = wait_for(lambda: (r := _supervisor(path)).get("pid") != first["pid"] and r,
+                             timeout=120, what="the restarted actor")
+    except AssertionError:  # (CI keeps only this test's output: say what the supervisor did)
+        print(_supervisor(path), (path / "supervisor.log").read_text()[-4000:], sep="\n")
+        raise
     # The trial's actor was the supervisor's: Ray ends it with its owner, so no ghost of the
     # dead supervisor goes on beside the restarted one's attempt.
     wait_for(lambda: not pid_alive(ghost), timeout=60, what="the dead supervisor's trial actor")
-    # Ray starts it again: a new process that owns the experiment and resumes it.
-    restarted = wait_for(lambda: (r := _supervisor(path)).get("pid") != first["pid"]
-                         and "outcome" not in r and r, timeout=120, what="the restarted actor")
     assert restarted["actor"] == first["actor"]
     handle = ftnb.attach(str(path))
     results = handle.wait(timeout=150)
