@@ -527,8 +527,7 @@ def _scripts_end_with_their_test():
 # =================================================================================================
 
 _RAY_MODULES = {"test_elastic_ray.py", "test_pbt_ray.py", "test_ray_cluster.py", "test_ray_s3.py",
-                "test_ray_drain.py", "test_ray_objects.py", "test_ray_supervisor.py",
-                "test_ray_oom.py"}
+                "test_ray_drain.py", "test_ray_objects.py", "test_ray_supervisor.py"}
 _LAB_MODULES = {"test_browser_lab.py", "test_widget_chart.py"}
 
 

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..execution.ray import killed_for_memory, memory_kill_message
 from .backend import START_TIMEOUT_S, Answer, WorkerSlot, is_time
 from .worker import WorkerBody, describe_error, load_factory
 
@@ -321,16 +320,14 @@ class RayWorkers:
                 del slot.handle.calls[call_id]
             try:
                 value = ray.get(ref)
-            except Exception as exc:
-                if not (isinstance(exc, ray.exceptions.RayActorError)
-                        or killed_for_memory(ray, exc)):  # (Ray's OutOfMemoryError)
-                    # Ray could not return the value (unpicklable)
-                    answers.append((slot, call_id, False, describe_error(exc)))
-                    continue
+            except self._ray.exceptions.RayActorError as exc:
                 dead.add(slot)
                 # The map waits for a cause no longer than the slot's calls may take.
                 deadline = min(filter(is_time, slot.in_flight.values()), default=None)
                 answers.append((slot, None, False, self._error(slot, exc, deadline)))
+                continue
+            except Exception as exc:  # Ray could not return the value (unpicklable)
+                answers.append((slot, call_id, False, describe_error(exc)))
                 continue
             if call_id is not None:
                 answers.append((slot, call_id, *value))
@@ -355,17 +352,13 @@ class RayWorkers:
         timeout; unexplained by then, it reads as ``signal``."""
         ray = self._ray
         message = str(exc)
-        from ..execution.ray import DEATH_SETTLE_S, dead_node_named, death_untold, settle_death
-
-        node_id = slot.handle.node_id
-        if killed_for_memory(ray, exc):
-            return {"kind": "oom", "type": type(exc).__name__, "traceback": None,
-                    "message": f"the worker's actor died: {memory_kill_message(exc)}",
-                    "detail": message[-2000:], "node_id": node_id}
         if not isinstance(exc, ray.exceptions.RayActorError):
             return describe_error(exc)
         if getattr(exc, "actor_init_failed", False):
             return dict(describe_error(exc), kind="exception")
+        from ..execution.ray import DEATH_SETTLE_S, dead_node_named, death_untold, settle_death
+
+        node_id = slot.handle.node_id
 
         def alive() -> set:
             return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
@@ -384,8 +377,8 @@ class RayWorkers:
                                                    node_id not in alive()):
             lost = node_id or dead_node_named(exc) or ""
             kind, what = "node_lost", f"its node {lost[:12]} is gone"
-        elif killed_for_memory(ray, exc):
-            kind, what = "oom", memory_kill_message(exc)
+        elif "low on memory" in message or "memory pressure" in message:
+            kind, what = "oom", "Ray's memory monitor killed it"
         else:
             kind, what = "signal", "its process died (killed)"
         return {"kind": kind, "type": type(exc).__name__, "traceback": None,

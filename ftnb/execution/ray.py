@@ -36,10 +36,6 @@ the attempt ends as a preemption (not counted against ``max_failures``), also wh
 dies under it first: a told rank, or one whose actor Ray says was preempted, exits with
 :data:`~ftnb.execution.contract.EXIT_PREEMPTED`, not as a lost node.
 
-A rank that Ray's memory monitor kills (its node's memory use crossed
-``RAY_memory_usage_threshold``) fails as ``oom``, with what Ray said of the node's memory, as
-the kernel's OOM killer makes it on this machine (:func:`killed_for_memory`).
-
 ``ftnb.put`` refs work on any node, wherever the attempt meets them: in its config, its
 datasets, or the trainable's own code (a closure or a global of a notebook's function, which
 cloudpickle ships by value). Pickling the attempt notes every ref it meets; the executor puts
@@ -122,28 +118,6 @@ def death_untold(ray: Any, exc: Optional[BaseException]) -> bool:
     died = getattr(ray.exceptions, "ActorDiedError", None)
     return died is not None and isinstance(exc, died) and \
         str(exc).strip() == getattr(died, "BASE_ERROR_MSG", None)
-
-
-def killed_for_memory(ray: Any, exc: Optional[BaseException]) -> bool:
-    """Whether Ray's memory monitor killed the worker behind ``exc`` (the node ran low on
-    memory): Ray raises its ``OutOfMemoryError`` for that worker's calls (older Ray: an
-    actor error whose message says so, which is all there is to tell it by)."""
-    oom = getattr(ray.exceptions, "OutOfMemoryError", None)
-    if oom is not None and isinstance(exc, oom):
-        return True
-    text = str(exc or "")
-    return "running low on memory" in text or "memory pressure" in text
-
-
-def memory_kill_message(exc: BaseException) -> str:
-    """What Ray's memory monitor said when it killed a worker, in a line: how much memory
-    the node used and the threshold it crossed (Ray's message goes on with its advice and the
-    top memory users)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    told = " ".join(lines[:2])
-    return ("Ray's memory monitor killed it, the node being low on memory (its threshold: "
-            "RAY_memory_usage_threshold, a fraction of the node's memory)"
-            + (f": {told[:600]}" if told else ""))
 
 
 def probe_death(actor: Any) -> Any:
@@ -346,7 +320,6 @@ class _Rank:
     error: Optional[ErrorEvent] = None
     killed_by_us: bool = False
     preempted: bool = False  # its actor died on a node going away: it exits as preempted
-    oom_killed: bool = False  # Ray's memory monitor killed it
     probe_ref: Any = None  # its actor is gone and Ray has not said why yet: the probe asks
     probe_exc: Optional[BaseException] = None  # (what Ray raised first)
     probe_until: float = 0.0  # (time.monotonic()) when the probe gives up
@@ -657,9 +630,10 @@ class RayExecutor:
             rank.probe_ref = None
             try:
                 ray.get(ref)
-            except Exception as exc:
-                if isinstance(exc, ray.exceptions.RayActorError) or killed_for_memory(ray, exc):
-                    return self._rank_gone(ray, attempt, rank, exc)
+            except ray.exceptions.RayActorError as exc:
+                return self._rank_gone(ray, attempt, rank, exc)
+            except Exception:
+                pass
             return self._rank_gone(ray, attempt, rank, rank.probe_exc, told=True)
         if kind == "events":
             rank.events_ref = None
@@ -724,15 +698,6 @@ class RayExecutor:
         elif dead_node_named(exc) is not None or rank.node_id not in (None, *alive):
             rank.node_lost = True
             rank.exit_code = None
-        elif killed_for_memory(ray, exc):
-            rank.exit_code = -9
-            rank.oom_killed = True
-            if rank.error is None:
-                spec = attempt.spec
-                rank.error = ErrorEvent(spec.trial_id, spec.attempt, failure_kind="oom",
-                                        type=type(exc).__name__,
-                                        message=memory_kill_message(exc), rank=rank.index)
-                events.append(rank.error)
         else:
             rank.exit_code = -9
             if not attempt.running and exc is not None and rank.error is None:
@@ -837,12 +802,10 @@ class RayExecutor:
         lost_node = next((r.ip for r in attempt.ranks if r.node_lost), None)
         if not attempt.group:
             rank = attempt.ranks[0]
-            event = ExitEvent.of_one(spec.trial_id, spec.attempt, rank.exit_code,
-                                     rank.oom_killed)
+            event = ExitEvent.of_one(spec.trial_id, spec.attempt, rank.exit_code)
             return [ExitEvent(spec.trial_id, spec.attempt, event.ranks,
                               event.first_failing_rank, node_lost, lost_node)]
-        exits = tuple(RankExit(rank.index, rank.exit_code, rank.oom_killed,
-                               collateral=rank.killed_by_us)
+        exits = tuple(RankExit(rank.index, rank.exit_code, collateral=rank.killed_by_us)
                       for rank in attempt.ranks)
         return [ExitEvent(spec.trial_id, spec.attempt, exits,
                           attempt.failures.first_failing_rank(exits), node_lost, lost_node)]
