@@ -132,12 +132,15 @@ class FailureKind(str, enum.Enum):
     NODE_LOST = "node_lost"  # the machine running the attempt is gone (a cluster's executor)
     HANG = "hang"  # a rank of a group stopped responding (SIGSTOP, a deadlock, a partition)
     USAGE = "usage"  # ftnb's API was misused (bad report() arguments): retrying cannot help
+    #: Storage refused a write (disk full, quota, read-only, permission, I/O error): not the
+    #: trial's fault, and retrying into the same full disk helps nobody (ftnb.storage.faults).
+    STORAGE = "storage"
 
     def counts_as_failure(self) -> bool:
-        """Preemptions are not the trial's fault: they never use up ``max_failures``. A lost
-        node does, as in Ray Tune (a trial that keeps losing its node is not retried for ever);
-        a node drained for preemption is a preemption."""
-        return self is not FailureKind.PREEMPTION
+        """Preemptions are not the trial's fault: they never use up ``max_failures``, nor do
+        storage faults. A lost node does, as in Ray Tune (a trial that keeps losing its node is
+        not retried for ever); a node drained for preemption is a preemption."""
+        return self not in (FailureKind.PREEMPTION, FailureKind.STORAGE)
 
     def __str__(self) -> str:
         return self.value
