@@ -263,9 +263,17 @@ class TrialSession:
             self._check_fence(force=True)
             row["checkpoint_dir_name"] = self._persist_checkpoint(checkpoint, row)
         self._check_fence(force=checkpoint is not None)
-        self.log.append(row)
-        if checkpoint is not None:
-            self.log.sync()
+        try:
+            # Whole, or a StorageFault raised here in the trial with nothing of the row left.
+            self.log.append(row, durable=checkpoint is not None)
+        except OSError:
+            if checkpoint is not None:  # a checkpoint no row names is debris: free its space
+                try:
+                    self.storage.remove(self.paths.checkpoint(row["checkpoint_dir_name"]),
+                                        recursive=True)
+                except OSError:
+                    pass
+            raise
         decision = None
         # Whether the trial ends here anyway (its stop criterion): then it does not wait for a
         # decision (Ray asks no scheduler then), so a driver killed meanwhile never leaves it

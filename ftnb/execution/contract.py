@@ -283,8 +283,10 @@ class ResultEvent(AttemptEvent):
 class ErrorEvent(AttemptEvent):
     """Rank ``rank`` failed in a way it could tell: ``failure_kind`` is ``exception``, ``oom``
     (MemoryError or a framework's OutOfMemoryError), ``usage`` (ftnb's API misused: never
-    retried) or ``exit`` (``sys.exit`` with a non-zero code, in ``exit_code``); ``type``,
-    ``message`` and ``traceback`` describe it, ``iteration`` is where it happened."""
+    retried), ``storage`` (the storage refused a write: ``storage_fault`` is
+    :meth:`ftnb.storage.faults.StorageFault.as_dict`) or ``exit`` (``sys.exit`` with a non-zero
+    code, in ``exit_code``); ``type``, ``message`` and ``traceback`` describe it, ``iteration``
+    is where it happened."""
 
     kind: ClassVar[EventKind] = EventKind.ERROR
     failure_kind: str = "exception"
@@ -294,6 +296,7 @@ class ErrorEvent(AttemptEvent):
     iteration: int = 0
     exit_code: Optional[int] = None
     rank: int = 0
+    storage_fault: Optional[dict] = None
 
     def as_failure(self) -> dict:
         """The error as the failure policy reads it (``ftnb.core.policy.AttemptEnd.error``)."""

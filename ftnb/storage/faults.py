@@ -20,12 +20,14 @@ nothing half-written is ever read as a row or a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
-from typing import Optional
+from typing import Iterator, Optional
 
-__all__ = ["FAULT_ERRNOS", "StorageFault", "free_space", "is_storage_fault", "storage_fault"]
+__all__ = ["FAULT_ERRNOS", "StorageFault", "faults_named", "free_space", "is_storage_fault",
+           "storage_fault"]
 
 #: The errors that make a write a storage fault, with what each means to the user and the fix.
 FAULT_ERRNOS: dict[int, tuple[str, str]] = {
@@ -103,6 +105,19 @@ def storage_fault(exc: BaseException, path: Optional[str] = None) -> BaseExcepti
         return exc
     where = path or exc.filename or "?"
     return StorageFault(exc.errno, str(where), free_space(str(where)))
+
+
+@contextlib.contextmanager
+def faults_named(path: str) -> Iterator[None]:
+    """Within it, an ``OSError`` that is a storage fault is raised as a :class:`StorageFault`
+    naming ``path`` (the file the caller writes, whatever temporary file failed)."""
+    try:
+        yield
+    except OSError as exc:
+        fault = storage_fault(exc, path)
+        if fault is exc:
+            raise
+        raise fault from exc
 
 
 def free_space(path: str) -> Optional[int]:

@@ -20,6 +20,9 @@ import posixpath
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
+from .faults import faults_named
+from .local_disk import _write_all
+
 if TYPE_CHECKING:
     from .backend import Storage
 
@@ -148,19 +151,52 @@ class LineLog:
         self.path = path
         self._contents = contents
         self._fd: Optional[int] = None
+        self._size = 0  # on a local disk: the file's length, every line in it whole
         self._whole: Optional[bytearray] = None  # where appends are replacements: the bytes
 
     def append(self, line: bytes) -> None:
-        """Add ``line`` (newline included) at the end of the file."""
+        """Add ``line`` (newline included) at the end of the file, whole, or raise (a
+        :class:`~ftnb.storage.faults.StorageFault` when the storage refused it) leaving the file
+        as it was: a short write is continued, and a line cut off by a full disk is taken back,
+        so nothing half-written is ever read as a line."""
         if not self.storage.is_local:
             if self._whole is None:
                 self._whole = bytearray(self._contents())
+            self.storage.write_atomic(self.path, bytes(self._whole) + line)
             self._whole += line
-            self.storage.write_atomic(self.path, bytes(self._whole))
             return
-        if self._fd is None:
-            self._fd = self._open_local()
-        os.write(self._fd, line)
+        with faults_named(self.path):
+            if self._fd is None:
+                self._fd = self._open_local()
+            try:
+                _write_all(self._fd, line)
+            except OSError:
+                self._cut_back()
+                raise
+        self._size += len(line)
+
+    def undo(self, line: bytes) -> None:
+        """Take back ``line``, the last one appended (a write that had to go with it failed)."""
+        if not self.storage.is_local:
+            if self._whole is not None and self._whole.endswith(line):
+                del self._whole[len(self._whole) - len(line):]
+                self.storage.write_atomic(self.path, bytes(self._whole))
+            return
+        if self._fd is not None:
+            self._size -= len(line)
+            with faults_named(self.path):
+                self._cut_back()
+
+    def _cut_back(self) -> None:
+        # Back to the last whole line. Should even this fail (a filesystem turned read-only),
+        # the file ends in a fragment without its newline, which readers skip and the next
+        # writer repairs (a line is never whole until its newline is written, which comes last).
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None  # the next append reopens it, repairing a torn end
 
     def _open_local(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -171,10 +207,13 @@ class LineLog:
             os.close(fd)
             raise
         if not torn:
+            self._size = size
             return fd
         os.close(fd)
         self.storage.write_atomic(self.path, self._contents())
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND, 0o644)
+        self._size = os.fstat(fd).st_size
+        return fd
 
     def replace(self, data: bytes) -> None:
         """Replace the whole file with ``data`` (readers see the old or the new file)."""
@@ -190,7 +229,8 @@ class LineLog:
         """Make the appended lines survive a machine crash (a no-op where each append is a
         durable replacement already)."""
         if self._fd is not None:
-            os.fsync(self._fd)
+            with faults_named(self.path):
+                os.fsync(self._fd)
 
     def close(self) -> None:
         """Release the file (a later append opens it again)."""

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 
+from .faults import FAULT_ERRNOS
 from .file_names import CHECKPOINT_MARKER, temporary_file_path, temporary_folder_name
 
 
@@ -41,8 +42,16 @@ def append_file_durably(path: str, data: bytes) -> None:
     know the committed length never read."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        _write_all(fd, data)
-        os.fsync(fd)
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except OSError:
+            # A full disk took part of it: cut it off, so that the next append (once there is
+            # space) does not follow bytes that no reader should ever take for a record.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
     finally:
         os.close(fd)
 
@@ -65,9 +74,14 @@ def persist_folder(source: str, dest: str, marker_bytes: bytes) -> None:
     so ``dest`` either does not exist or is complete."""
     parent = os.path.dirname(dest)
     tmp = os.path.join(parent, temporary_folder_name(os.path.basename(dest)))
-    _copy_tree_fsync(source, tmp)
-    _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes)
-    _fsync_dir(tmp)
+    try:
+        _copy_tree_fsync(source, tmp)
+        _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes)
+        _fsync_dir(tmp)
+    except BaseException:
+        # (a full disk, most often: what was copied would only hold the space the next try needs)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if os.path.exists(dest):
         # Debris of an attempt that died after renaming but before its result line.
         shutil.rmtree(dest)
@@ -124,7 +138,9 @@ def _copy_file_fsync(src: str, dst: str) -> None:
                     # 1.5x raw write+fsync for 100 MB checkpoints). Durability is unchanged.
                     advise(fout.fileno(), offset, n, os.POSIX_FADV_DONTNEED)
                 offset += n
-        except (AttributeError, OSError):
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno in FAULT_ERRNOS:
+                raise  # the disk refused the bytes: copying another way cannot help
             fin.seek(offset)
             fout.seek(offset)
             shutil.copyfileobj(fin, fout, 8 << 20)

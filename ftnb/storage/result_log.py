@@ -79,17 +79,33 @@ class ResultLog:
     def _progress_text(self) -> bytes:
         return _csv_text(self.header, (flatten_row(r) for r in self.rows), True).encode("utf-8")
 
-    def append(self, row: dict) -> None:
+    def append(self, row: dict, durable: bool = False) -> None:
+        """Add ``row`` to both files, whole, or raise leaving both as they were (a
+        :class:`~ftnb.storage.faults.StorageFault` when the storage refused a write).
+        ``durable``: also make it survive a machine crash (a row that names a checkpoint)."""
         flat = flatten_row(row)
+        line = json_line(row)
+        header = list(self.header)
         # The result line first: it is the record of truth, progress.csv only mirrors it. Each
         # file gets its line before ``rows`` has the row: what a LineLog's ``contents()`` reads.
-        self._results.append(json_line(row))
-        widened = self._extend_header(flat)
-        if not widened:
-            self._progress.append(_csv_text(self.header, [flat], False).encode("utf-8"))
-        self.rows.append(row)
-        if widened:
-            self._progress.replace(self._progress_text())
+        self._results.append(line)
+        try:
+            widened = self._extend_header(flat)
+            if not widened:
+                self._progress.append(_csv_text(self.header, [flat], False).encode("utf-8"))
+            self.rows.append(row)
+            try:
+                if widened:
+                    self._progress.replace(self._progress_text())
+                if durable:
+                    self._results.sync()
+            except BaseException:
+                self.rows.pop()
+                raise
+        except BaseException:
+            self.header = header
+            self._results.undo(line)  # a row is acknowledged whole, with its mirror, or not at all
+            raise
 
     def sync(self) -> None:
         """Make the rows appended so far survive a machine crash."""
