@@ -84,16 +84,22 @@ class FailureConfig:
         preemption_grace_period_s: after a trial process receives SIGTERM it has this long to
             report a checkpoint (``get_context().should_checkpoint`` turns True) before it is
             killed. It is then restarted from its latest checkpoint.
+        hang_timeout_s: off by default (None). A number of seconds: an attempt that has not
+            reported for that long (counted from its start, then from its latest report) is
+            taken for hung: it is killed and fails with kind ``hang``, retried from its latest
+            checkpoint like any failure (counted against ``max_failures``). Set it above the
+            longest time between two reports, start-up and restoring a checkpoint included.
 
     Example:
         >>> FailureConfig(max_failures=3)
-        FailureConfig(max_failures=3, fail_fast=False, stop_on_repeated_error=True, preemption_grace_period_s=30.0)
+        FailureConfig(max_failures=3, fail_fast=False, stop_on_repeated_error=True, preemption_grace_period_s=30.0, hang_timeout_s=None)
     """
 
     max_failures: int = 0
     fail_fast: Union[bool, str] = False
     stop_on_repeated_error: bool = True
     preemption_grace_period_s: float = 30.0
+    hang_timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int):
@@ -116,6 +122,14 @@ class FailureConfig:
             raise ValueError(
                 "FailureConfig(preemption_grace_period_s=...) must be a number of seconds >= 0; "
                 f"got {self.preemption_grace_period_s!r}."
+            )
+        if self.hang_timeout_s is not None and (
+                not _is_number(self.hang_timeout_s) or not self.hang_timeout_s > 0
+                or self.hang_timeout_s == float("inf")):
+            raise ValueError(
+                f"FailureConfig(hang_timeout_s={self.hang_timeout_s!r}) is invalid. Fix: a "
+                "number of seconds > 0 (longer than the longest time between two reports), or "
+                "None to never take a silent trial for hung."
             )
 
     def allows_retry(self, failures_so_far: int) -> bool:

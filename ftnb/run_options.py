@@ -376,6 +376,9 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
                  "iteration (default: it is ERRORED at once, since retrying will not fix it)"),
         opt("--preemption-grace", type=amount, metavar="SECONDS",
             help="how long a preempted (SIGTERMed) trial may take to checkpoint (default 30)"),
+        opt("--hang-timeout", type=amount, metavar="SECONDS",
+            help="a trial that has not reported for this long is killed and fails as hung, "
+                 "then is retried from its latest checkpoint (default: never)"),
         opt("--restart-errored", action="store_true",
             help="when resuming an existing experiment, start its errored trials over from "
                  "scratch (default: continue them from their latest checkpoint)"),
@@ -683,6 +686,8 @@ def run_config_of(args: argparse.Namespace, defaults: Any, own: Any = None, *,
         failure["stop_on_repeated_error"] = False
     if a.preemption_grace is not None:
         failure["preemption_grace_period_s"] = float(a.preemption_grace)
+    if a.hang_timeout is not None:
+        failure["hang_timeout_s"] = float(a.hang_timeout)
     checkpoint = {key: value for key, value in (
         ("num_to_keep", a.num_to_keep),
         ("checkpoint_score_attribute", a.checkpoint_score_attribute),

@@ -39,6 +39,7 @@ from ..storage import ExperimentPaths, TrialPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
 from ..storage.lease import Lease, LeaseLostError
 from . import exploits, policy
+from .hang_watch import silent_attempts
 from .index_upkeep import index_entry_writer
 from .records import (
     AttemptRecord,
@@ -127,6 +128,11 @@ class _Live:
     reported: bool = False  # a result of this attempt arrived
     #: The scheduler paused the trial: its attempt ends at a report, the trial waits PAUSED.
     pausing: bool = False
+    #: When (time.monotonic()) the attempt's process started (None: not yet; on Ray it may
+    #: wait for room) or last reported: FailureConfig(hang_timeout_s) counts from there; and
+    #: how long it had been silent, once killed for it.
+    heard_at: Optional[float] = None
+    silent_for_s: Optional[float] = None
 
 
 class Controller:
@@ -259,6 +265,7 @@ class Controller:
                     self._handle(event)
                 self._answer_decisions()
                 self._enforce_stop_deadlines()
+                self._kill_hung()
                 self._take_control_requests()
                 if self.lease is not None and self.lease.lost:
                     raise LeaseLostError(self.lease.lost)
@@ -527,6 +534,7 @@ class Controller:
         kind = event.kind
         if kind is EventKind.RESULT:
             assert isinstance(event, ResultEvent)
+            live.heard_at = time.monotonic()
             if not live.reported:
                 live.reported = True
                 self._note_recovery(trial)
@@ -534,6 +542,7 @@ class Controller:
         elif kind is EventKind.STARTED:
             assert isinstance(event, StartedEvent)
             trial.attempts[-1].pid = event.pids[0] if event.pids else None
+            live.heard_at = time.monotonic()
             if len(event.pids) > 1:
                 trial.attempts[-1].pids = list(event.pids)
         elif kind is EventKind.ERROR:
@@ -610,6 +619,7 @@ class Controller:
             preempted=live.preempted,
             exit_code=exit_event.exit_code, oom_killed=exit_event.oom_killed,
             stop_requested=live.stop_requested_at is not None,
+            silent_for_s=live.silent_for_s,
             node_lost=exit_event.node_lost, node=exit_event.node,
             rank=exit_event.first_failing_rank if group else None,
             hung=bool(group and cause is not None and cause.hung),
@@ -903,6 +913,18 @@ class Controller:
         for trial_id, live in list(self.live.items()):
             if live.stop_requested_at is not None and now - live.stop_requested_at > grace:
                 self.executor.kill(trial_id)
+
+    def _kill_hung(self) -> None:
+        """Kill the attempts silent for longer than FailureConfig(hang_timeout_s): each ends
+        as a failure of kind ``hang`` (see policy.classify_end), retried like any other."""
+        watched = {trial_id: live.heard_at if live.stop_requested_at is None
+                   and live.silent_for_s is None else None
+                   for trial_id, live in self.live.items()}
+        silent = silent_attempts(watched, now=time.monotonic(),
+                                 timeout_s=self.failure_config.hang_timeout_s)
+        for trial_id, silent_for_s in silent.items():
+            self.live[trial_id].silent_for_s = round(silent_for_s, 1)
+            self.executor.kill(trial_id)
 
     def _interrupt(self, exc: BaseException) -> None:
         """The loop itself was interrupted (Ctrl+C, an error in a listener): stop every trial,

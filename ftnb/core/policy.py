@@ -68,6 +68,9 @@ class AttemptEnd:
     rank: Optional[int] = None
     hung: bool = False
     ranks: tuple = ()
+    #: Set when the controller killed the attempt because it had not reported for this many
+    #: seconds (FailureConfig(hang_timeout_s)): it hung, however its process then ended.
+    silent_for_s: Optional[float] = None
 
     @property
     def signal_number(self) -> Optional[int]:
@@ -96,6 +99,14 @@ def classify_end(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -
     sig = end.signal_number
     if end.outcome == AttemptOutcome.FINISHED:
         return Ending(AttemptOutcome.FINISHED)
+    if end.silent_for_s is not None:
+        # Killed for hanging: its signal (SIGKILL, or a SIGTERM it got meanwhile) is ours.
+        return Ending(AttemptOutcome.FAILED, FailureRecord(
+            attempt=attempt, time=now, iteration=iteration, kind=FailureKind.HANG.value,
+            message=f"it had not reported for {end.silent_for_s:g} s and was killed "
+                    "(FailureConfig(hang_timeout_s))",
+            exit_code=end.exit_code,
+            signal=signal_name(sig) if sig is not None else None))
     if end.outcome == AttemptOutcome.STOPPED or (end.stop_requested and end.error is None):
         # Stopped by the controller: at a report, or killed after its grace period ran out.
         return Ending(AttemptOutcome.STOPPED if end.outcome == AttemptOutcome.STOPPED else AttemptOutcome.INTERRUPTED,

@@ -1,0 +1,125 @@
+"""FailureConfig(hang_timeout_s): a trial that stops reporting is killed, fails as ``hang`` and
+is retried from its checkpoint. The decision is a table; one experiment runs real processes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import pytest
+
+import ftnb
+from ftnb.core.hang_watch import silent_attempts
+from ftnb.core.policy import AttemptEnd, classify_end
+from ftnb.core.records import ExperimentState, FailureKind
+from ftnb.restore import plan_restore
+from ftnb.run_options import run_config_of
+from ftnb.storage import ExperimentPaths
+from procs import pid_alive, wait_for
+from scripted import report_step, restored_step
+
+
+# -- the decision, without processes ---------------------------------------------------------------
+@pytest.mark.parametrize("heard_at, now, timeout_s, expected", [
+    ({"a": 0.0}, 10.0, None, {}),  # off: nothing ever hangs
+    ({"a": 0.0}, 10.0, 10.0, {}),  # exactly the limit: not yet
+    ({"a": 0.0}, 10.5, 10.0, {"a": 10.5}),
+    ({"a": 0.0, "b": 9.0}, 12.0, 5.0, {"a": 12.0}),  # b reported lately
+    ({"a": None, "b": 0.0}, 12.0, 5.0, {"b": 12.0}),  # a is not watched (asked to stop)
+    ({}, 12.0, 5.0, {}),
+])
+def test_silent_attempts(heard_at, now, timeout_s, expected):
+    assert silent_attempts(heard_at, now=now, timeout_s=timeout_s) == expected
+
+
+@pytest.mark.parametrize("end", [
+    AttemptEnd(exit_code=-9, silent_for_s=2.3),
+    # Killed for hanging while a stop was also asked, or a SIGTERM reached it meanwhile: still
+    # a hang, counted (neither a clean stop nor an uncounted preemption).
+    AttemptEnd(exit_code=-9, stop_requested=True, silent_for_s=2.3),
+    AttemptEnd(exit_code=-15, silent_for_s=2.3),
+])
+def test_a_killed_silent_attempt_is_a_counted_hang(end):
+    ending = classify_end(end, attempt=1, iteration=2, now=0.0)
+    assert ending.outcome.value == "failed"
+    failure = ending.failure
+    assert failure.kind == FailureKind.HANG.value and failure.counted
+    assert "2.3 s" in failure.message and "hang_timeout_s" in failure.message
+
+
+def test_a_silent_attempt_that_finished_meanwhile_finished():
+    ending = classify_end(AttemptEnd(outcome="finished", exit_code=0, silent_for_s=2.0),
+                          attempt=1, iteration=5, now=0.0)
+    assert ending.outcome.value == "finished" and ending.failure is None
+
+
+@pytest.mark.parametrize("value", [0, -1, "10", True, float("nan"), float("inf")])
+def test_hang_timeout_is_checked_at_construction(value):
+    with pytest.raises(ValueError) as err:
+        ftnb.FailureConfig(hang_timeout_s=value)
+    text = str(err.value)
+    assert "hang_timeout_s=" in text and repr(value) in text and "Fix:" in text
+
+
+def test_hang_timeout_option():
+    args = argparse.Namespace(max_failures=None, fail_fast=False, retry_repeated_errors=False,
+                              preemption_grace=None, hang_timeout=90, num_to_keep=None,
+                              checkpoint_score_attribute=None, checkpoint_score_order=None,
+                              verbose=None, executor=None)
+    defaults = argparse.Namespace(verbose=1, max_failures=0)
+    rc = run_config_of(args, defaults)
+    assert rc.failure_config.hang_timeout_s == 90.0
+
+
+# -- real processes -------------------------------------------------------------------------------
+def _hangs_in_attempt_one(config):
+    """Reports (with a checkpoint) steps 1..n; its first attempt, after two reports, writes its
+    pid and sleeps forever."""
+    ctx, config = ftnb.get_context(), config["case"]
+    for step in range(restored_step() + 1, config["n"] + 1):
+        if config["hang"] and ctx.attempt == 1 and step == 3:
+            with open(os.path.join(ctx.trial_dir, "hung.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(60)  # forever, next to the timeout: a test without the watch ends
+        time.sleep(config["sleep"])
+        report_step({"step": step}, step, True)
+
+
+def test_hung_trial_is_killed_and_retried_from_its_checkpoint(tmp_path):
+    failure = ftnb.FailureConfig(hang_timeout_s=2, max_failures=1)
+    started = time.monotonic()
+    results = ftnb.Tuner(
+        _hangs_in_attempt_one,
+        param_space={"case": ftnb.grid_search([
+            {"hang": True, "n": 5, "sleep": 0.0},
+            # Slow but steady: 8 reports 0.5 s apart outlast the timeout, never hung.
+            {"hang": False, "n": 8, "sleep": 0.5},
+        ])},
+        tune_config=ftnb.TuneConfig(max_concurrent_trials=2),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="hang", verbose=0,
+                                  failure_config=failure),
+    ).fit()
+    assert time.monotonic() - started < 50
+    state = ExperimentState.load(ExperimentPaths.at(results.experiment_path))
+    hung, steady = state.trials
+    assert results.num_errors == 0 and results.num_terminated == 2
+
+    assert [f.kind for f in hung.failures] == ["hang"]
+    record = hung.failures[0]
+    assert record.counted and record.iteration == 2 and record.signal == "SIGKILL"
+    assert "hang_timeout_s" in record.message
+    assert len(hung.attempts) == 2
+    assert hung.attempts[1].start_iteration == 2  # from the checkpoint of its second report
+    hung_result = next(r for r in results if r.config["case"]["hang"])
+    assert [r["training_iteration"] for r in hung_result.rows] == [1, 2, 3, 4, 5]
+    error_txt = open(os.path.join(hung_result.path, "error.txt")).read()
+    assert "hang" in error_txt
+    pid = int(open(os.path.join(hung_result.path, "hung.pid")).read())
+    wait_for(lambda: not pid_alive(pid), timeout=10, what=f"the hung trial's pid {pid} gone")
+
+    assert steady.failures == [] and len(steady.attempts) == 1
+    # Kept with the experiment: a restore watches as the first run did.
+    assert state.settings["failure_config"]["hang_timeout_s"] == 2
+    restored = plan_restore(results.experiment_path, _hangs_in_attempt_one, verbose=0)
+    assert restored.run_config.failure_config.hang_timeout_s == 2
