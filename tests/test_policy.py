@@ -241,7 +241,7 @@ def test_statuses_and_kinds_have_behaviour_and_are_stored_as_values():
 
     assert [s.is_finished() for s in ExperimentStatus] == [False, True, True, False]
     assert [s.is_finished() for s in TrialStatus] == [False, False, False, True, True]
-    assert [k.value for k in FailureKind if not k.counts_as_failure()] == ["preemption"]
+    assert [k.value for k in FailureKind if not k.counts_as_failure()] == ["preemption", "storage"]
     ending = classify_end(AttemptEnd(outcome="finished"), attempt=1, iteration=3, now=0.0)
     assert ending.outcome is AttemptOutcome.FINISHED
     state = ExperimentState(name="x", trainable="train", trials=[TrialRecord(
@@ -255,3 +255,19 @@ def test_statuses_and_kinds_have_behaviour_and_are_stored_as_values():
     again = ExperimentState.from_json(stored)
     assert ExperimentStatus(again.status).is_finished()
     assert again.trials[0].trial_status is TrialStatus.TERMINATED
+
+
+# -- storage faults -------------------------------------------------------------------------------
+@pytest.mark.parametrize("stopping, config", [
+    (False, {}), (False, {"max_failures": -1}), (True, {}), (False, {"fail_fast": True})])
+def test_a_storage_fault_pauses_the_trial_stops_the_experiment_and_is_not_counted(stopping, config):
+    end = AttemptEnd(error={"kind": "storage", "type": "StorageFault", "iteration": 4,
+                            "message": "writing /x/result.json failed: no space left"},
+                     exit_code=1)
+    failure = classify_end(end, attempt=1, iteration=3, now=0.0).failure
+    assert failure.kind == "storage" and not failure.counted and failure.iteration == 4
+    decision = _decide(_trial(failure), stopping=stopping, **config)
+    # Retrying into the same full disk helps nobody: the whole experiment stops, resumable.
+    assert decision.status is TrialStatus.PAUSED
+    assert decision.stop_experiment == "storage fault"
+    assert experiment_status(decision.stop_experiment, ["PAUSED"]).value == "INTERRUPTED"

@@ -175,11 +175,27 @@ def _first_run(tmp_path, store, acks, mode, during=None):
     return proc.returncode, out
 
 
-def _assert_stopped_cleanly(code, out, words: str) -> None:
+def _assert_stopped_cleanly(code, out, words: str, exp, recorded: bool = True) -> None:
+    """The driver ended cleanly, saying why and how to resume; ``recorded``: the storage could
+    still take the record of it (not a read-only one), which ``ftnb status`` shows."""
     assert code == 0, out[-3000:]
     assert words in out, out[-3000:]
     assert "Once the storage is fixed, resume it with:" in out, out[-3000:]
     assert "Traceback (most recent call last)" not in out, out[-3000:]
+    shown = subprocess.run([sys.executable, "-m", "ftnb", "status", str(exp)],
+                           capture_output=True, text=True, timeout=120)
+    assert "INTERRUPTED" in shown.stdout, shown.stdout + shown.stderr
+    assert "Resume it with:" in shown.stdout or "Resume with" in shown.stdout, shown.stdout
+    if not recorded:
+        return
+    # What the views read (the driver's space reserve let it record this on a full disk too).
+    state = _state(exp)
+    assert state["status"] == "INTERRUPTED", state["status"]
+    assert words in state["storage_fault"]["message"], state["storage_fault"]
+    assert state["storage_fault"]["trial_id"] == state["trials"][0]["trial_id"], state
+    assert [t["status"] for t in state["trials"]] == ["PAUSED", "PAUSED"], state["trials"]
+    assert "Stopped: its storage refused a write" in shown.stdout, shown.stdout + shown.stderr
+    assert words in shown.stdout, shown.stdout
 
 
 def _rerun_and_check(tmp_path, store, acks, exp) -> None:
@@ -213,7 +229,9 @@ def test_a_full_disk_mid_run_stops_the_experiment_cleanly_and_a_rerun_completes_
     try:
         code, out = _first_run(tmp_path, store, acks, mode)
         exp = store / "exp"
-        _assert_stopped_cleanly(code, out, "no space left on the device (ENOSPC)")
+        _assert_stopped_cleanly(code, out, "no space left on the device (ENOSPC)", exp)
+        if mode == "inodes":
+            assert "no inodes" in out, out[-3000:]
         _check_acknowledged(exp, acks)
         assert not list(exp.glob("*/.tmp-checkpoint*")), "a half-copied checkpoint was left"
         # Space again: the filler goes, and the same script finishes the experiment.
@@ -253,7 +271,8 @@ def test_a_filesystem_turned_read_only_mid_run_stops_cleanly_and_resumes(tmp_pat
 
         code, out = _first_run(tmp_path, store, acks, "external", during=turn_read_only)
         exp = store / "exp"
-        _assert_stopped_cleanly(code, out, "the filesystem is read-only (EROFS)")
+        _assert_stopped_cleanly(code, out, "the filesystem is read-only (EROFS)", exp,
+                                recorded=False)
         _check_acknowledged(exp, acks)
         # Repaired: unmounted, checked, mounted again read-write.
         subprocess.run(["umount", str(store)], check=True)
@@ -296,7 +315,7 @@ def test_a_trial_folder_made_unwritable_mid_run_stops_cleanly_and_resumes(tmp_pa
     (acks / "go").touch()
     out, _ = proc.communicate(timeout=180)
     exp = store / "exp"
-    _assert_stopped_cleanly(proc.returncode, out, "permission denied (EACCES)")
+    _assert_stopped_cleanly(proc.returncode, out, "permission denied (EACCES)", exp)
     assert str(folder["path"]) in out, out
     _check_acknowledged(exp, acks)
     os.chmod(folder["path"], 0o755)

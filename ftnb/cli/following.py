@@ -338,6 +338,8 @@ def watch_text(snap: Any, size: Optional[os.terminal_size], show_all: bool,
     lines_after += [snap.driver] if snap.driver else []
     if snap.takeover is not None:
         lines_after.append(f"Take it over now with: {snap.takeover}")
+    if snap.storage_fault_line:
+        lines_after.append(snap.storage_fault_line)
     if snap.status == ExperimentStatus.INTERRUPTED:
         lines_after.append(f"Resume it with: {snap.resume_line}")
     if live:

@@ -232,6 +232,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     owner = _owner_line(snap)
     if owner:
         print(owner)
+    if snap.storage_fault_line:
+        print(snap.storage_fault_line)
     if snap.status == ExperimentStatus.INTERRUPTED and (not owner or "Resume with" not in owner):
         print(f"Resume it with: {snap.resume_line}")
     if args.metric and not any(args.metric in (t.last_result or {}) for t in state.trials):

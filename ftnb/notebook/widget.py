@@ -501,6 +501,7 @@ class ExperimentWidget(widgets.VBox):
             "stoppable": stoppable,
             "resume_line": snap.resume_line if snap.status == ExperimentStatus.INTERRUPTED
             else "",
+            "storage_fault": snap.storage_fault_line or "",
             "path": snap.path,
             "takeover": takeover,
         })

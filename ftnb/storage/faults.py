@@ -23,11 +23,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 from typing import Iterator, Optional
 
-__all__ = ["FAULT_ERRNOS", "StorageFault", "faults_named", "free_space", "is_storage_fault",
-           "storage_fault"]
+__all__ = ["FAULT_ERRNOS", "StorageFault", "faults_named", "free_inodes", "free_space",
+           "is_storage_fault", "storage_fault"]
 
 #: The errors that make a write a storage fault, with what each means to the user and the fix.
 FAULT_ERRNOS: dict[int, tuple[str, str]] = {
@@ -55,12 +54,13 @@ class StorageFault(OSError):
     cannot be told, on remote storage)."""
 
     def __init__(self, err: int, path: str, free_bytes: Optional[int] = None,
-                 detail: str = "") -> None:
+                 detail: str = "", free_inodes: Optional[int] = None) -> None:
         words, fix = FAULT_ERRNOS.get(err, (os.strerror(err), "fix the storage"))
         super().__init__(err, os.strerror(err), path)
         self.words = words
         self.fix = fix
         self.free_bytes = free_bytes
+        self.free_inodes = free_inodes
         self.detail = detail
 
     @property
@@ -72,21 +72,25 @@ class StorageFault(OSError):
         free = ""
         if self.free_bytes is not None:
             free = f"; {_size(self.free_bytes)} free there"
+            if self.free_inodes == 0:  # a filesystem out of inodes is full however many bytes
+                free += " but no inodes (no new file can be made)"
         detail = f" ({self.detail})" if self.detail else ""
         return (f"writing {self.filename} failed: {self.words} ({self.errno_name}){detail}"
                 f"{free}. Fix: {self.fix}.")
 
     def __reduce__(self):  # survives a trip through pickle (from a trial to its driver)
-        return (_rebuild, (self.errno, self.filename, self.free_bytes, self.detail))
+        return (_rebuild, (self.errno, self.filename, self.free_bytes, self.detail,
+                           self.free_inodes))
 
     def as_dict(self) -> dict:
         """What a failure record keeps of it."""
         return {"path": self.filename, "errno": self.errno_name, "words": self.words,
-                "free_bytes": self.free_bytes, "fix": self.fix}
+                "free_bytes": self.free_bytes, "free_inodes": self.free_inodes, "fix": self.fix}
 
 
-def _rebuild(err: int, path: str, free_bytes: Optional[int], detail: str) -> StorageFault:
-    return StorageFault(err, path, free_bytes, detail)
+def _rebuild(err: int, path: str, free_bytes: Optional[int], detail: str,
+             free_inodes: Optional[int] = None) -> StorageFault:
+    return StorageFault(err, path, free_bytes, detail, free_inodes)
 
 
 def is_storage_fault(exc: BaseException) -> bool:
@@ -103,8 +107,8 @@ def storage_fault(exc: BaseException, path: Optional[str] = None) -> BaseExcepti
         return exc
     if exc.errno not in FAULT_ERRNOS:
         return exc
-    where = path or exc.filename or "?"
-    return StorageFault(exc.errno, str(where), free_space(str(where)))
+    where = str(path or exc.filename or "?")
+    return StorageFault(exc.errno, where, free_space(where), free_inodes=free_inodes(where))
 
 
 @contextlib.contextmanager
@@ -123,6 +127,18 @@ def faults_named(path: str) -> Iterator[None]:
 def free_space(path: str) -> Optional[int]:
     """Free bytes on the local filesystem holding ``path`` (its nearest existing folder), None
     for remote paths or where it cannot be told."""
+    stat = _statvfs(path)
+    return None if stat is None else stat.f_bavail * stat.f_frsize
+
+
+def free_inodes(path: str) -> Optional[int]:
+    """Free inodes (new files) on the local filesystem holding ``path``, as :func:`free_space`;
+    None where the filesystem does not count them."""
+    stat = _statvfs(path)
+    return None if stat is None or stat.f_files == 0 else stat.f_favail
+
+
+def _statvfs(path: str) -> Optional[os.statvfs_result]:
     if "://" in path:
         return None
     probe = os.path.abspath(path)
@@ -132,7 +148,7 @@ def free_space(path: str) -> Optional[int]:
             return None
         probe = parent
     try:
-        return shutil.disk_usage(probe).free
+        return os.statvfs(probe)
     except OSError:
         return None
 

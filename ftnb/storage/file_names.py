@@ -22,9 +22,14 @@ CONTROL_DIR = "control"
 CONTROL_REQUEST_SUFFIX = ".json"
 SUPERVISOR_FILE = "supervisor.json"
 SUPERVISOR_LOG = "supervisor.log"
+#: Space a driver holds on a local disk so that, when the disk fills, it can still record why
+#: it stopped (its state, the trials' records): released at the first storage fault.
+SPACE_RESERVE_DIR = ".ftnb-reserve"
 #: A search algorithm's state (ftnb.core.searching) and OptunaSearch's study (its journal).
 SEARCHER_STATE_FILE = "searcher_state.json"
 OPTUNA_JOURNAL_FILE = "optuna_journal.jsonl"
+#: A TorchTrainer's code, for ``TorchTrainer.restore(path)``.
+TRAINER_FILE = "trainer.pkl"
 TRIAL_RECORD_FILE = "trial.json"
 PARAMS_FILE = "params.json"
 RESULTS_FILE = "result.json"

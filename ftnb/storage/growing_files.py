@@ -20,7 +20,7 @@ import posixpath
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from .faults import faults_named
+from .faults import faults_named, storage_fault
 from .local_disk import _write_all
 
 if TYPE_CHECKING:
@@ -165,14 +165,19 @@ class LineLog:
             self.storage.write_atomic(self.path, bytes(self._whole) + line)
             self._whole += line
             return
-        with faults_named(self.path):
-            if self._fd is None:
+        if self._fd is None:
+            with faults_named(self.path):
                 self._fd = self._open_local()
-            try:
-                _write_all(self._fd, line)
-            except OSError:
-                self._cut_back()
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):  # a short write: the rest, or the error that stopped it
+                _write_all(self._fd, memoryview(line)[written:])
+        except OSError as exc:
+            self._cut_back()
+            fault = storage_fault(exc, self.path)
+            if fault is exc:
                 raise
+            raise fault from exc
         self._size += len(line)
 
     def undo(self, line: bytes) -> None:

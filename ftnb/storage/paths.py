@@ -18,6 +18,7 @@ from .file_names import (
     ERROR_FILE,
     LEASE_FILE,
     LEASE_LOCK_FILE,
+    SPACE_RESERVE_DIR,
     OPTUNA_JOURNAL_FILE,
     PARAMS_FILE,
     PROGRESS_FILE,
@@ -29,6 +30,7 @@ from .file_names import (
     STDOUT_FILE,
     SUPERVISOR_FILE,
     SUPERVISOR_LOG,
+    TRAINER_FILE,
     TRIAL_RECORD_FILE,
     checkpoint_index,
     rank_output_name,
@@ -214,7 +216,7 @@ class ExperimentPaths:
     def trainer(self) -> str:
         """``trainer.pkl``: a TorchTrainer's code, kept so that ``TorchTrainer.restore(path)``
         needs only the datasets (a convenience: the state itself holds no code)."""
-        return self._file("trainer.pkl")
+        return self._file(TRAINER_FILE)
 
     @property
     def name(self) -> str:
@@ -259,6 +261,12 @@ class ExperimentPaths:
     def lease(self) -> str:
         """``owner.json``: the owner lease (token, epoch, host, pid, heartbeat)."""
         return self._file(LEASE_FILE)
+
+    @property
+    def space_reserve(self) -> str:
+        """``.ftnb-reserve/``: space the driver holds for its last words on a full disk
+        (:meth:`Storage.reserve_space <ftnb.storage.backend.Storage.reserve_space>`)."""
+        return self._file(SPACE_RESERVE_DIR)
 
     @property
     def lease_lock(self) -> str:
@@ -307,7 +315,7 @@ class ExperimentPaths:
         atomically, whose temporary files a dead owner may leave behind. Not ``owner.json``
         (a would-be owner writes it before it owns) nor ``control/`` (its senders')."""
         return frozenset((STATE_FILE, STATE_BACKUP_FILE, SUPERVISOR_FILE, SEARCHER_STATE_FILE,
-                          OPTUNA_JOURNAL_FILE))
+                          OPTUNA_JOURNAL_FILE, TRAINER_FILE))
 
     def remove_leftover_temps(self) -> list[str]:
         """See :meth:`Storage.remove_leftover_temps` (the same rules: as the owner only)."""

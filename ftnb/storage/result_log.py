@@ -85,27 +85,25 @@ class ResultLog:
         ``durable``: also make it survive a machine crash (a row that names a checkpoint)."""
         flat = flatten_row(row)
         line = json_line(row)
-        header = list(self.header)
         # The result line first: it is the record of truth, progress.csv only mirrors it. Each
         # file gets its line before ``rows`` has the row: what a LineLog's ``contents()`` reads.
         self._results.append(line)
         try:
-            widened = self._extend_header(flat)
-            if not widened:
+            new = [k for k in flat if k not in self.header]
+            if new:  # progress.csv again, with the wider header
+                header = self.header + new
+                self._progress.replace(_csv_text(
+                    header, (flatten_row(r) for r in (*self.rows, row)), True).encode("utf-8"))
+            else:
                 self._progress.append(_csv_text(self.header, [flat], False).encode("utf-8"))
-            self.rows.append(row)
-            try:
-                if widened:
-                    self._progress.replace(self._progress_text())
-                if durable:
-                    self._results.sync()
-            except BaseException:
-                self.rows.pop()
-                raise
+            if durable:
+                self._results.sync()
         except BaseException:
-            self.header = header
             self._results.undo(line)  # a row is acknowledged whole, with its mirror, or not at all
             raise
+        if new:
+            self.header = header
+        self.rows.append(row)
 
     def sync(self) -> None:
         """Make the rows appended so far survive a machine crash."""

@@ -33,6 +33,8 @@ The snapshot's JSON (:meth:`ExperimentSnapshot.to_json`), what a web front end s
        "driver_dead_in_s": 34.7,  # when it will count as dead (null: never on its own)
        "takeover": "ftnb resume sweep1 --takeover",  # the line that takes it over now
        "resume_line": null,       # the line that resumes it, when it is INTERRUPTED
+       # Why it stopped, when its storage refused a write (a full disk, read-only, denied):
+       "storage_fault": "Stopped: its storage refused a write: writing /x failed: ...",
        "supervisor_log": null,    # the supervisor's log, when one ran it
        # The supervisor that ran it (supervisor.json), else null: the launcher it was started
        # with, where it runs (a Ray actor: its name, namespace and node), when it ended:
@@ -295,6 +297,15 @@ class ExperimentSnapshot:
         return self.view.status
 
     @property
+    def storage_fault_line(self) -> Optional[str]:
+        """What stopped the experiment when its storage refused a write (the path, the error in
+        words, the free space and the fix), while it stands INTERRUPTED by it; else None."""
+        fault = self.state.storage_fault
+        if not fault or self.status != INTERRUPTED:
+            return None
+        return f"Stopped: its storage refused a write: {fault.get('message')}"
+
+    @property
     def takeover(self) -> Optional[str]:
         """While the driver is silent (:meth:`ftnb.ui.status.DriverStatus.offers_takeover`):
         the line that takes the experiment over now and resumes it; else None. A front end's
@@ -409,6 +420,7 @@ class ExperimentSnapshot:
         data["driver_dead_in_s"] = self.driver_status.dead_in_s if silent else None
         data["takeover"] = self.takeover
         data["resume_line"] = self.resume_line if self.status == INTERRUPTED else None
+        data["storage_fault"] = self.storage_fault_line
         data["supervisor_log"] = self.supervisor_log
         record = self.supervisor
         data["supervisor"] = None if not record.get("pid") else dict(

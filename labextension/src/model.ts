@@ -78,6 +78,8 @@ export interface Snapshot {
     rows: TrialRow[];
     driver?: DriverInfo | null;
     resume_line?: string | null;
+    /** Why it stopped when its storage refused a write (the path, the error and the fix). */
+    storage_fault?: string | null;
     /** While its driver is silent (no heartbeat, death unproven), else null: */
     driver_silent_s?: number | null;
     driver_dead_in_s?: number | null;

@@ -397,6 +397,12 @@ export class ExperimentsPanel extends Widget {
         },
         'Copy path'
       ),
+      s.experiment.storage_fault &&
+        h(
+          'div',
+          { class: 'ftnb-error', 'data-testid': 'ftnb-lab-storage-fault' },
+          s.experiment.storage_fault
+        ),
       !resume?.available &&
         resume?.line &&
         h(

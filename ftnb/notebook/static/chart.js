@@ -287,6 +287,8 @@ function renderControls(view) {
   controls.stopTrial.disabled = !(ctl.stoppable || []).length;
   controls.resumeRow.style.display = ctl.interrupted ? "" : "none";
   controls.resumeLine.textContent = ctl.resume_line || "";
+  controls.fault.style.display = ctl.storage_fault ? "" : "none";
+  controls.fault.textContent = ctl.storage_fault || "";
   const tk = ctl.takeover;
   controls.takeoverRow.style.display = tk ? "" : "none";
   if (tk) controls.takeoverText.textContent = tk.text;
@@ -339,6 +341,8 @@ function buildControls(view, root) {
   const resumeLine = el("code", { "data-testid": "ftnb-resume-line" }, resumeRow);
   const resume = el("button", { "data-testid": "ftnb-resume", type: "button" }, resumeRow);
   resume.textContent = "Resume";
+  const fault = el("div", { class: "ftnb-error", "data-testid": "ftnb-storage-fault" }, bar);
+  fault.style.display = "none";
   const takeoverRow = el("span", { class: "ftnb-row", "data-testid": "ftnb-takeover-row" }, bar);
   const takeoverText = el("span", { "data-testid": "ftnb-takeover-countdown" }, takeoverRow);
   const takeover = el("button", { "data-testid": "ftnb-takeover", type: "button" }, takeoverRow);
@@ -354,7 +358,7 @@ function buildControls(view, root) {
   takeover.onclick = () => act(view, "takeover");
   logBox.checked = !!view.model.get("log_y");
   logBox.onchange = () => { view.model.set("log_y", logBox.checked); view.model.save_changes(); };
-  view.controls = { select, stopTrial, stop, stopRow, resumeRow, resumeLine, resume, takeoverRow,
+  view.controls = { select, stopTrial, stop, stopRow, resumeRow, resumeLine, resume, fault, takeoverRow,
     takeoverText, takeover, logBox, mode, status };
 }
 
