@@ -37,6 +37,7 @@ from ..execution.contract import (
 from ..execution.resources import TrialResources
 from ..storage import ExperimentPaths, TrialPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
+from ..storage.faults import StorageFault, is_storage_fault, storage_fault
 from ..storage.lease import Lease, LeaseLostError
 from . import exploits, policy
 from .hang_watch import silent_attempts
@@ -45,6 +46,7 @@ from .records import (
     AttemptRecord,
     ExperimentState,
     ExperimentStatus,
+    FailureKind,
     FailureRecord,
     TrialRecord,
     TrialStatus,
@@ -161,6 +163,7 @@ class Controller:
         self.paths = paths
         self.storage = paths.storage
         self.state = state
+        state.storage_fault = None  # (a fault that stopped an earlier driver was fixed since)
         self.trainable = trainable
         self.configs = configs
         self.run_config = run_config
@@ -216,6 +219,7 @@ class Controller:
         #: a save keeps the stored record: a restore saves before the loop runs).
         self._scheduler_ready = False
         self.live: dict[str, _Live] = {}
+        self._reserved = False  # whether the driver holds space in the experiment's folder
         self.stopping: Optional[str] = None  # None, or why the experiment is being stopped
         self._dirty = False
         self._last_save = 0.0
@@ -235,6 +239,15 @@ class Controller:
             self.executor.shutdown()
 
     def _run(self) -> ExperimentState:
+        # Space for the driver's last words should the disk fill (released at the first fault).
+        self._reserved = self.storage.reserve_space(self.paths.space_reserve)
+        try:
+            return self._run_reserved()
+        finally:
+            if self._reserved:
+                self.storage.release_space(self.paths.space_reserve)
+
+    def _run_reserved(self) -> ExperimentState:
         self.state.begin_driver_session()
         if self.scheduler is not None:
             self._restore_scheduler()
@@ -256,22 +269,15 @@ class Controller:
         self._emit("on_experiment_start", self.state)
         try:
             while True:
-                if self.stopping is None:
-                    self._schedule()
-                if not self.live and (self.stopping or (
-                        self._next_pending() is None and not self._may_search())):
-                    break
-                for event in self.executor.poll(0.1):
-                    self._handle(event)
-                self._answer_decisions()
-                self._enforce_stop_deadlines()
-                self._kill_hung()
-                self._take_control_requests()
-                if self.lease is not None and self.lease.lost:
-                    raise LeaseLostError(self.lease.lost)
-                self._emit("on_tick", self.state)
-                if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
-                    self.save()
+                try:
+                    if self._step():
+                        break
+                except OSError as exc:
+                    # The storage refused one of the driver's own writes: not a crash. The
+                    # experiment stops as when a trial's write was refused (see _storage_fault).
+                    if not is_storage_fault(exc):
+                        raise
+                    self._storage_fault(storage_fault(exc))
         except BaseException as exc:
             self._interrupt(exc)
             raise
@@ -283,7 +289,78 @@ class Controller:
             self.search.close({t.trial_id for t in self.state.trials})
         self.save(final=True)
         self._emit("on_experiment_end", self.state)
+        if self.state.storage_fault is not None:
+            self._say_storage_fault()
         return self.state
+
+    def _step(self) -> bool:
+        """One turn of the loop; True when the experiment is over."""
+        if self.stopping is None:
+            self._schedule()
+        if not self.live and (self.stopping or (
+                self._next_pending() is None and not self._may_search())):
+            return True
+        for event in self.executor.poll(0.1):
+            self._handle(event)
+        self._answer_decisions()
+        self._enforce_stop_deadlines()
+        self._kill_hung()
+        self._take_control_requests()
+        if self.lease is not None and self.lease.lost:
+            raise LeaseLostError(self.lease.lost)
+        self._emit("on_tick", self.state)
+        if self._dirty and time.time() - self._last_save >= STATE_SAVE_INTERVAL_S:
+            self.save()
+        return False
+
+    # -- storage faults ------------------------------------------------------------------------
+    def _storage_fault(self, fault: Any, trial_id: Optional[str] = None) -> None:
+        """The storage refused a write (``fault``: a :class:`~ftnb.storage.faults.StorageFault`,
+        or a trial's record of one): retrying into a full, read-only or forbidden storage helps
+        nobody. No attempt starts any more; running trials end at their next report (their
+        own writes may fail the same way: that ends them too); the experiment ends
+        INTERRUPTED, its fault recorded, what can be saved saved, and the line that resumes it
+        said. Only the first fault is recorded: the rest follow from it."""
+        if self.state.storage_fault is not None:
+            return
+        if isinstance(fault, StorageFault):
+            record = {**fault.as_dict(), "message": str(fault)}
+        else:
+            record = dict(fault)
+        record.update(trial_id=trial_id, time=time.time())
+        if self._reserved:  # room for the records that say what happened
+            self._reserved = False
+            self.storage.release_space(self.paths.space_reserve)
+        self.state.storage_fault = record
+        self._dirty = True
+        whose = f"trial {trial_id}'s" if trial_id else "the driver's"
+        print(f"\nftnb: {whose} storage refused a write: {record.get('message')}\nftnb: "
+              f"stopping experiment {self.state.name!r}: no trial starts; running trials "
+              "end at their next report.", file=sys.stderr, flush=True)
+        self.stop(policy.STORAGE_FAULT)
+
+    def _tolerating_storage_faults(self, write: Callable[[], Any]) -> None:
+        """``write()``; a storage fault it raises stops the experiment (once) and is otherwise
+        swallowed: the driver goes on draining its trials and saves what it can."""
+        try:
+            write()
+        except OSError as exc:
+            if not is_storage_fault(exc):
+                raise
+            self._storage_fault(storage_fault(exc))
+
+    def _say_storage_fault(self) -> None:
+        fault = self.state.storage_fault or {}
+        counts = self.state.counts()
+        done = counts.get(TrialStatus.TERMINATED.value, 0) + counts.get(
+            TrialStatus.ERRORED.value, 0)
+        print(f"\nftnb: experiment {self.state.name!r} stopped: its storage refused a write.\n"
+              f"    {fault.get('message')}\n"
+              f"ftnb: {done} of {len(self.state.trials)} trials finished; the others were "
+              "paused with their checkpoints, every acknowledged report kept. Once the "
+              "storage is fixed, resume it with:\n"
+              f"    {self.resume_hint or 'the same call again'}",
+              file=sys.stderr, flush=True)
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop the experiment cleanly: running trials end at their next report and are PAUSED
@@ -627,6 +704,12 @@ class Controller:
         )
         ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
                                      now=time.time())
+        if ending.failure is not None and ending.failure.kind == FailureKind.STORAGE.value:
+            # Recorded before the driver writes anything of it (error.txt may meet the same
+            # full disk): the trial's own fault is the cause.
+            fault = error.storage_fault if error is not None else None
+            self._storage_fault({**(fault or {}), "message": ending.failure.message},
+                                trial.trial_id)
         attempt.outcome = ending.outcome.value
         if ending.failure is not None:
             self._record_failure(trial, ending.failure)
@@ -655,7 +738,8 @@ class Controller:
         text = failure.describe()
         if failure.rank is not None:  # a group's: where the failing rank's output is
             text += _rank_output_text(paths, failure)
-        self.storage.write_atomic(paths.error, text)
+        # (the failure is in the trial's record whatever becomes of this copy for readers)
+        self._tolerating_storage_faults(lambda: self.storage.write_atomic(paths.error, text))
         self._emit("on_trial_failure", self.state, trial, failure)
 
     def _carry_out(self, trial: TrialRecord, failure: FailureRecord,
@@ -667,7 +751,9 @@ class Controller:
         if decision.status is TrialStatus.ERRORED:
             trial.error = {"reason": decision.reason, "failure": failure.__dict__.copy()}
         self._complete(trial, decision.status)
-        if decision.stop_experiment:
+        if decision.stop_experiment == policy.STORAGE_FAULT:
+            self._storage_fault({"message": failure.message}, trial.trial_id)
+        elif decision.stop_experiment:
             self.stop(decision.stop_experiment)
 
     def _complete(self, trial: TrialRecord, status: TrialStatus) -> None:
@@ -981,7 +1067,8 @@ class Controller:
         self._guard()
         trial.seq += 1
         data = json.dumps(trial.to_json(), default=str, allow_nan=True)
-        self.storage.write_atomic(self.paths.trial(trial.dir_name).record, data, durable=False)
+        self._tolerating_storage_faults(lambda: self.storage.write_atomic(
+            self.paths.trial(trial.dir_name).record, data, durable=False))
         self._changed.add(trial.trial_id)
         if self.search is not None and not self._adopting and trial.status in (
                 TrialStatus.TERMINATED, TrialStatus.ERRORED):
@@ -995,10 +1082,12 @@ class Controller:
         if self.scheduler is not None and self._scheduler_ready:
             self.state.scheduler = self._scheduler_record()
         if final:
-            self.state.save(self.paths, final=True)
+            self._tolerating_storage_faults(lambda: self.state.save(self.paths, final=True))
         else:
-            self.state.save_changes(self.paths, self._changed, durable=durable)
-        self.index_entry.update(self.state, changed=bool(self._changed), final=final)
+            self._tolerating_storage_faults(lambda: self.state.save_changes(
+                self.paths, self._changed, durable=durable))
+        self._tolerating_storage_faults(lambda: self.index_entry.update(
+            self.state, changed=bool(self._changed), final=final))
         self._changed = set()
         self._dirty = False
         self._last_save = time.time()

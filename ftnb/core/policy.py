@@ -29,6 +29,7 @@ from .records import (
 )
 
 __all__ = [
+    "STORAGE_FAULT",
     "AttemptEnd",
     "Ending",
     "FailureDecision",
@@ -40,6 +41,10 @@ __all__ = [
     "signal_name",
 ]
 
+
+
+#: Why an experiment stops when its storage refused a write (``Controller.stopping``).
+STORAGE_FAULT = "storage fault"
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ def _failure(end: AttemptEnd, *, attempt: int, iteration: int, now: float) -> Fa
             attempt=attempt, time=now, iteration=max(iteration, err.get("iteration") or 0),
             kind=kind, type=err.get("type"), message=err.get("message", ""),
             traceback=err.get("traceback"), exit_code=err.get("exit_code", end.exit_code),
+            counted=kind != FailureKind.STORAGE.value,
         )
     sig = end.signal_number
     if sig is not None:
@@ -173,7 +179,8 @@ class FailureDecision:
 
     ``status`` is PENDING (start it again from its latest checkpoint), PAUSED (the experiment is
     stopping: it resumes with the experiment) or ERRORED (with ``reason``);
-    ``stop_experiment`` is "fail_fast" when the whole experiment must stop now.
+    ``stop_experiment`` is "fail_fast" when the whole experiment must stop now, or
+    :data:`STORAGE_FAULT` when the storage refused a write.
     """
 
     status: TrialStatus
@@ -185,6 +192,10 @@ def decide_after_failure(trial: TrialRecord, failure: FailureRecord, config: Fai
                          *, stopping: bool) -> FailureDecision:
     """Decide what a failed attempt means for ``trial``, whose ``failures`` already include
     ``failure``. ``stopping``: the experiment is being stopped (the trial pauses with it)."""
+    if failure.kind == FailureKind.STORAGE.value:
+        # Retrying into a full (read-only, forbidden) disk helps nobody, and the other trials
+        # write to the same storage: the experiment stops, resumable once it is fixed.
+        return FailureDecision(TrialStatus.PAUSED, stop_experiment=STORAGE_FAULT)
     if stopping:
         return FailureDecision(TrialStatus.PAUSED)
     if not failure.counted:

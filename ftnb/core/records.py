@@ -350,6 +350,11 @@ class ExperimentState:
     #: :mod:`ftnb.schedulers`), saved with the state before each of its decisions is carried
     #: out; None for the default (FIFO).
     scheduler: Optional[dict] = None
+    #: Why the last driver stopped the experiment when its storage refused a write: ``message``
+    #: (the path, the error in words, the free space and the fix), ``path``, ``errno``,
+    #: ``free_bytes``, ``trial_id`` (None: the driver's own write), ``time``. None otherwise;
+    #: a driver that runs the experiment again clears it.
+    storage_fault: Optional[dict] = None
     # Which file load() read: the state file, or the previous generation when it fell back.
     loaded_from: Optional[str] = field(default=None, repr=False, compare=False)
     _files: _StateFiles = field(default_factory=_StateFiles, init=False, repr=False,
@@ -411,6 +416,7 @@ class ExperimentState:
             "settings": self.settings,
             "param_space": self.param_space,
             **({"scheduler": self.scheduler} if self.scheduler is not None else {}),
+            **({"storage_fault": self.storage_fault} if self.storage_fault is not None else {}),
         }
 
     def to_json(self) -> dict:
@@ -442,6 +448,8 @@ class ExperimentState:
             generation=data.get("generation", 0),
             driver_sessions=_sessions(data.get("driver_sessions")),
             scheduler=data.get("scheduler") if isinstance(data.get("scheduler"), dict) else None,
+            storage_fault=(data.get("storage_fault")
+                           if isinstance(data.get("storage_fault"), dict) else None),
         )
 
     # -- persistence ---------------------------------------------------------------------------

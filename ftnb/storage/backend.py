@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator, Optional
 
+from .faults import faults_named
 from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
 from .file_versions import FileVersions
 from .growing_files import LineLog, StagedFile
@@ -273,7 +274,8 @@ class Storage:
     # -- writes --------------------------------------------------------------------------------
     def makedirs(self, path: str) -> None:
         if self.is_local:
-            os.makedirs(path, exist_ok=True)
+            with faults_named(path):
+                os.makedirs(path, exist_ok=True)
         elif _is_object_store(self.fs):
             # Folders are implicit there; s3fs's makedirs would *create a bucket* for a
             # mistyped storage_path (and fail where HeadBucket is denied but the prefix is not).
@@ -291,7 +293,8 @@ class Storage:
         if isinstance(data, str):
             data = data.encode("utf-8")
         if self.is_local:
-            write_file_atomically(path, data, durable)
+            with faults_named(path):
+                write_file_atomically(path, data, durable)
         else:
             # One PUT of the complete object: object stores never expose a partial object.
             self._retrying(f"writing {self.uri(path)}", self.fs.pipe_file, path, data,
@@ -310,7 +313,8 @@ class Storage:
         ValueError there (write a new object instead)."""
         if not self.is_local:
             raise ValueError(f"{self.uri(path)}: object stores cannot append to a file")
-        append_file_durably(path, data)
+        with faults_named(path):
+            append_file_durably(path, data)
 
     def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``, retried through an outage of remote storage (see
@@ -470,7 +474,8 @@ class Storage:
         """Replace ``path`` with a copy of the local file ``local_path`` (readers see the old
         or the new file, whole)."""
         if self.is_local:
-            copy_file_atomically(local_path, path)
+            with faults_named(path):
+                copy_file_atomically(local_path, path)
         else:
             self._retrying(f"uploading {self.uri(path)}", self.fs.put_file, local_path, path,
                            **self._deadline(os.path.getsize(local_path)))
@@ -496,6 +501,31 @@ class Storage:
                 "set FTNB_STORAGE_PATH."
             ) from exc
 
+    def reserve_space(self, folder: str, nbytes: int = 1 << 20, files: int = 8) -> bool:
+        """Hold ``nbytes`` of disk space and ``files`` inodes in ``folder`` (allocated, not
+        merely sized) on a local disk, so that :meth:`release_space` can give them back when the
+        disk fills: whoever held them can then still write what it must (a driver: why it
+        stopped). False, holding nothing, where it cannot (remote storage, too little space)."""
+        if not self.is_local:
+            return False
+        try:
+            os.makedirs(folder, exist_ok=True)
+            for i in range(files):
+                fd = os.open(os.path.join(folder, str(i)), os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    os.posix_fallocate(fd, 0, max(1, nbytes // files))
+                finally:
+                    os.close(fd)
+            return True
+        except OSError:
+            self.release_space(folder)
+            return False
+
+    def release_space(self, folder: str) -> None:
+        """Give back what :meth:`reserve_space` held in ``folder``."""
+        if self.is_local:
+            shutil.rmtree(folder, ignore_errors=True)
+
     # -- checkpoints ---------------------------------------------------------------------------
     def persist_directory(self, source: str, dest: str, marker: dict) -> None:
         """Copy the local folder ``source`` to ``dest`` durably, then write the marker.
@@ -506,7 +536,8 @@ class Storage:
         """
         marker_bytes = json.dumps(marker).encode("utf-8")
         if self.is_local:
-            persist_folder(source, dest, marker_bytes)
+            with faults_named(dest):
+                persist_folder(source, dest, marker_bytes)
         else:
             # Both steps are idempotent: a retry after an outage uploads the folder again.
             size = sum(os.path.getsize(os.path.join(root, name))
