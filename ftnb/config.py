@@ -89,10 +89,17 @@ class FailureConfig:
             taken for hung: it is killed and fails with kind ``hang``, retried from its latest
             checkpoint like any failure (counted against ``max_failures``). Set it above the
             longest time between two reports, start-up and restoring a checkpoint included.
+        storage_wait_s: off by default (None): a write that the storage refuses (a full disk,
+            a quota, a read-only filesystem, a permission denied, an I/O error) stops the
+            experiment at once, INTERRUPTED and resumable. A number of seconds: writers (a
+            trial in ``report()``, the driver saving its state) wait up to that long for the
+            storage to take the write again, retrying with backoff (0.5 s doubling to 30 s) and
+            saying so on stderr, so that freeing space meanwhile loses nothing and stops
+            nothing; past it, the experiment stops as without it.
 
     Example:
         >>> FailureConfig(max_failures=3)
-        FailureConfig(max_failures=3, fail_fast=False, stop_on_repeated_error=True, preemption_grace_period_s=30.0, hang_timeout_s=None)
+        FailureConfig(max_failures=3, fail_fast=False, stop_on_repeated_error=True, preemption_grace_period_s=30.0, hang_timeout_s=None, storage_wait_s=None)
     """
 
     max_failures: int = 0
@@ -100,6 +107,7 @@ class FailureConfig:
     stop_on_repeated_error: bool = True
     preemption_grace_period_s: float = 30.0
     hang_timeout_s: Optional[float] = None
+    storage_wait_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int):
@@ -123,6 +131,12 @@ class FailureConfig:
                 "FailureConfig(preemption_grace_period_s=...) must be a number of seconds >= 0; "
                 f"got {self.preemption_grace_period_s!r}."
             )
+        if self.storage_wait_s is not None and (
+                not _is_number(self.storage_wait_s) or not self.storage_wait_s > 0):
+            raise ValueError(
+                "FailureConfig(storage_wait_s=...) must be None (a storage fault stops the "
+                f"experiment at once) or a number of seconds > 0; got {self.storage_wait_s!r}. "
+                "Fix: storage_wait_s=600 waits up to 10 minutes for space to be freed.")
         if self.hang_timeout_s is not None and (
                 not _is_number(self.hang_timeout_s) or not self.hang_timeout_s > 0
                 or self.hang_timeout_s == float("inf")):

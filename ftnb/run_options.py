@@ -379,6 +379,10 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
         opt("--hang-timeout", type=amount, metavar="SECONDS",
             help="a trial that has not reported for this long is killed and fails as hung, "
                  "then is retried from its latest checkpoint (default: never)"),
+        opt("--storage-wait", type=amount, metavar="SECONDS",
+            help="how long writers wait for storage that refused a write (disk full, "
+                 "read-only, permission denied) to take it (default: the experiment stops at "
+                 "once, resumable)"),
         opt("--restart-errored", action="store_true",
             help="when resuming an existing experiment, start its errored trials over from "
                  "scratch (default: continue them from their latest checkpoint)"),
@@ -688,6 +692,8 @@ def run_config_of(args: argparse.Namespace, defaults: Any, own: Any = None, *,
         failure["preemption_grace_period_s"] = float(a.preemption_grace)
     if a.hang_timeout is not None:
         failure["hang_timeout_s"] = float(a.hang_timeout)
+    if a.storage_wait is not None:
+        failure["storage_wait_s"] = float(a.storage_wait)
     checkpoint = {key: value for key, value in (
         ("num_to_keep", a.num_to_keep),
         ("checkpoint_score_attribute", a.checkpoint_score_attribute),

@@ -17,6 +17,7 @@ from .checkpoint import Checkpoint
 from .config import metric_value
 from .core.records import encode_metrics
 from .storage import AUTO_KEYS, NONFINITE_KEY
+from .storage.faults import waiting_out_faults
 from .storage.result_log import flatten_row
 
 #: A metric that is not in a report (None is a value a trainable may report).
@@ -171,9 +172,12 @@ class TrialSession:
         group: Any = None,
         decision_points: Any = None,
         wait_decision: Optional[Callable[[int], str]] = None,
+        storage_wait_s: Optional[float] = None,
     ) -> None:
         self.context = context
         self.context._session = self
+        #: How long a report waits for storage that refused it (FailureConfig(storage_wait_s)).
+        self.storage_wait_s = storage_wait_s
         self.storage = storage
         self.paths = paths
         self.log = log
@@ -265,7 +269,8 @@ class TrialSession:
         self._check_fence(force=checkpoint is not None)
         try:
             # Whole, or a StorageFault raised here in the trial with nothing of the row left.
-            self.log.append(row, durable=checkpoint is not None)
+            waiting_out_faults(lambda: self.log.append(row, durable=checkpoint is not None),
+                               self.storage_wait_s, f"report({self.iteration})")
         except OSError:
             if checkpoint is not None:  # a checkpoint no row names is debris: free its space
                 try:
@@ -325,7 +330,8 @@ class TrialSession:
             "attempt": self.context.attempt,
         }
         with checkpoint.as_directory() as local:
-            self.storage.persist_directory(local, dest, marker)
+            waiting_out_faults(lambda: self.storage.persist_directory(local, dest, marker),
+                               self.storage_wait_s, f"report({row['training_iteration']})")
         return name
 
     def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[_AttemptEnd]:

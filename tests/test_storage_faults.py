@@ -320,3 +320,66 @@ def test_a_trial_folder_made_unwritable_mid_run_stops_cleanly_and_resumes(tmp_pa
     _check_acknowledged(exp, acks)
     os.chmod(folder["path"], 0o755)
     _rerun_and_check(tmp_path, store, acks, exp)
+
+
+WAITING_DRIVER = r'''
+import json, os, sys, time
+import ftnb
+
+store, acks = sys.argv[1], sys.argv[2]
+
+
+def train(config):
+    for step in range(1, 9):
+        if step == 4 and not os.path.exists(os.path.join(acks, "filled")):
+            fd = os.open(os.path.join(store, "filler"), os.O_WRONLY | os.O_CREAT, 0o644)
+            for chunk in (1 << 16, 4096, 1):
+                try:
+                    while True:
+                        os.write(fd, b"f" * chunk)
+                except OSError:
+                    pass
+            os.close(fd)
+            open(os.path.join(acks, "filled"), "w").close()
+        ftnb.report({"step": step, "pad": "x" * 6000})
+
+
+ftnb.run(train, name="exp", storage_path=store,
+         run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(
+             max_failures=0, storage_wait_s=120)))
+print("ENDED")
+'''
+
+
+def test_with_storage_wait_a_full_disk_waits_for_space_and_loses_nothing(tmp_path):
+    store = tmp_path / "store"
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    _mount_tmpfs(store, "size=3m")
+    try:
+        proc = run_script(tmp_path, WAITING_DRIVER, str(store), str(acks))
+        lines = []
+
+        def saw_waiting():
+            line = proc.stdout.readline()
+            lines.append(line)
+            return "waits up to 120 s" in line or (not line and proc.poll() is not None)
+
+        wait_for(saw_waiting, timeout=120, what="the trial to say it waits for space")
+        assert "waits up to 120 s" in lines[-1], "".join(lines)
+        assert proc.poll() is None, "".join(lines)
+        (store / "filler").unlink()  # space again
+        out, _ = proc.communicate(timeout=120)
+        out = "".join(lines) + out
+        assert proc.returncode == 0, out[-3000:]
+        assert "the storage took the write again" in out, out[-3000:]
+        state = _state(store / "exp")
+        assert state["status"] == "FINISHED", out[-3000:]
+        (trial,) = state["trials"]
+        assert trial["status"] == "TERMINATED" and not trial.get("failures"), trial
+        (trial_dir,) = _trial_dirs(store / "exp")
+        rows = _rows(trial_dir)
+        assert [r["training_iteration"] for r in rows] == list(range(1, 9))
+        assert {r["attempt"] for r in rows} == {1}  # nothing redone
+    finally:
+        _umount(store)

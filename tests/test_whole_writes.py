@@ -115,3 +115,12 @@ def test_other_errors_are_not_storage_faults():
     assert storage_fault(exc, "/x") is exc
     value = ValueError("no")
     assert storage_fault(value, "/x") is value
+
+
+@pytest.mark.parametrize("value", [0, -5, "soon", float("nan")])
+def test_storage_wait_s_is_checked_when_the_config_is_made(value):
+    import ftnb
+
+    with pytest.raises(ValueError, match=r"FailureConfig\(storage_wait_s=\.\.\.\)") as caught:
+        ftnb.FailureConfig(storage_wait_s=value)
+    assert repr(value) in str(caught.value) and "Fix:" in str(caught.value)

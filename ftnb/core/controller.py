@@ -37,7 +37,7 @@ from ..execution.contract import (
 from ..execution.resources import TrialResources
 from ..storage import ExperimentPaths, TrialPaths, checkpoint_index
 from ..storage.control import STOP_TRIAL, ControlInbox
-from ..storage.faults import StorageFault, is_storage_fault, storage_fault
+from ..storage.faults import StorageFault, is_storage_fault, storage_fault, waiting_out_faults
 from ..storage.lease import Lease, LeaseLostError
 from . import exploits, policy
 from .hang_watch import silent_attempts
@@ -343,7 +343,8 @@ class Controller:
         """``write()``; a storage fault it raises stops the experiment (once) and is otherwise
         swallowed: the driver goes on draining its trials and saves what it can."""
         try:
-            write()
+            waiting_out_faults(write, None if self.stopping else self.failure_config.storage_wait_s,
+                               "the driver")
         except OSError as exc:
             if not is_storage_fault(exc):
                 raise
@@ -586,6 +587,7 @@ class Controller:
             fence=fence,
             collective_timeout_s=self.collective_timeout_s,
             decision_points=self._decision_points(trial),
+            storage_wait_s=self.failure_config.storage_wait_s,
         )
         self.live[trial.trial_id] = _Live(attempt.number)
         try:

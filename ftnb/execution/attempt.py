@@ -152,6 +152,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         # (asked only with a scheduler's decision points: a channel written before the
         # decisions, an executor's own, need not have it)
         wait_decision=channel.decision if spec.decision_points is not None else None,
+        storage_wait_s=spec.storage_wait_s,
     )
     session_mod._set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:

@@ -193,6 +193,9 @@ class AttemptSpec:
     trial_name: Optional[str] = None
     #: The reports that wait for the controller's decision (its scheduler's), None: none.
     decision_points: Optional[DecisionPoints] = None
+    #: How long a report waits for storage that refused its write (full, read-only, denied)
+    #: to take it (FailureConfig(storage_wait_s)); None: it raises at once.
+    storage_wait_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from typing import Iterator, Optional
+import sys
+import time
+from typing import Callable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["FAULT_ERRNOS", "StorageFault", "faults_named", "free_inodes", "free_space",
-           "is_storage_fault", "storage_fault"]
+           "is_storage_fault", "storage_fault", "waiting_out_faults"]
 
 #: The errors that make a write a storage fault, with what each means to the user and the fix.
 FAULT_ERRNOS: dict[int, tuple[str, str]] = {
@@ -122,6 +126,37 @@ def faults_named(path: str) -> Iterator[None]:
         if fault is exc:
             raise
         raise fault from exc
+
+
+def waiting_out_faults(write: Callable[[], T], wait_s: Optional[float], what: str) -> T:
+    """``write()``; with ``wait_s``, a storage fault it raises is retried with backoff (0.5 s,
+    doubling to 30 s) for up to ``wait_s`` seconds, said once on stderr when the waiting starts
+    and once when the storage took the write, so that space freed meanwhile costs nothing.
+    Past ``wait_s`` (or with None) the fault is raised."""
+    if not wait_s:
+        return write()
+    deadline = time.monotonic() + wait_s
+    delay = 0.5
+    waiting_since = None
+    while True:
+        try:
+            result = write()
+        except OSError as exc:
+            if not is_storage_fault(exc) or time.monotonic() + delay > deadline:
+                raise
+            if waiting_since is None:
+                waiting_since = time.monotonic()
+                print(f"ftnb: {storage_fault(exc)}\nftnb: {what} waits up to {wait_s:g} s for "
+                      "the storage to take it (FailureConfig(storage_wait_s))",
+                      file=sys.stderr, flush=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            continue
+        if waiting_since is not None:
+            print(f"ftnb: the storage took the write again after "
+                  f"{time.monotonic() - waiting_since:.1f} s; {what} goes on",
+                  file=sys.stderr, flush=True)
+        return result
 
 
 def free_space(path: str) -> Optional[int]:
