@@ -3,7 +3,6 @@ is retried from its checkpoint. The decision is a table; one experiment runs rea
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -14,7 +13,7 @@ from ftnb.core.hang_watch import silent_attempts
 from ftnb.core.policy import AttemptEnd, classify_end
 from ftnb.core.records import ExperimentState, FailureKind
 from ftnb.restore import plan_restore
-from ftnb.run_options import run_config_of
+from ftnb.run_options import RunDefaults, run_config_of
 from ftnb.storage import ExperimentPaths
 from procs import pid_alive, wait_for
 from scripted import report_step, restored_step
@@ -63,13 +62,14 @@ def test_hang_timeout_is_checked_at_construction(value):
 
 
 def test_hang_timeout_option():
-    args = argparse.Namespace(max_failures=None, fail_fast=False, retry_repeated_errors=False,
-                              preemption_grace=None, hang_timeout=90, num_to_keep=None,
-                              checkpoint_score_attribute=None, checkpoint_score_order=None,
-                              verbose=None, executor=None)
-    defaults = argparse.Namespace(verbose=1, max_failures=0)
-    rc = run_config_of(args, defaults)
-    assert rc.failure_config.hang_timeout_s == 90.0
+    """``--hang-timeout`` of ``ftnb run`` (the same table as %ftrun's), parsed as it is."""
+    from ftnb.cli.running import RUN
+
+    args = RUN.parse("scripted:scripted --hang-timeout 90 --max-failures 2")
+    rc = run_config_of(args, RunDefaults())
+    assert rc.failure_config.hang_timeout_s == 90.0 and rc.failure_config.max_failures == 2
+    assert run_config_of(RUN.parse("scripted:scripted"), RunDefaults()
+                         ).failure_config.hang_timeout_s is None
 
 
 # -- real processes -------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial
 (this process's, plus ``FTNB_TRIAL_ID`` and the lease token), its ``sys.path`` and working
 directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
 staged locally and published when the attempt ends on object stores; in a group, each rank its
-own, rank 0's the trial's plain ``stdout``/``stderr``) and the tailing of rank 0's into output
-events, and the sweep of ``ftnb.put`` files that a killed attempt could not remove.
+own, rank 0's the trial's plain ``stdout``/``stderr``), written through pipes that a thread
+here streams to them, capped, and rank 0's into output events
+(:mod:`ftnb.execution.output_pump`), and the sweep of ``ftnb.put`` files that a killed
+attempt could not remove.
 An attempt is one process, or for a group (``num_workers > 1``) one process per rank, each with
 its own allocation (its own GPU), the rank's variables (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``...) and a fresh rendezvous store per attempt
@@ -53,6 +55,7 @@ from .contract import (
     is_peer_error,
 )
 from .one_machine import OneMachineExecutor
+from .output_pump import PumpedOutput, output_max_bytes
 from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
 from .trial_process import ProcessLaunch, attempt_main
@@ -144,31 +147,19 @@ def _oom_kill_count() -> int:
     return total
 
 
-class _OutputTail:
-    """Whole lines appended to a file since the attempt started (the files are appended to
-    across attempts: only what this attempt writes is handed over)."""
+#: Per stream of rank 0, the most of its output kept for the listeners, and the most handed
+#: over in one poll: what they do not take in time is dropped (the files have it).
+_SHOWN_BYTES = 1 << 20
+_SHOWN_PER_POLL = 256 << 10
+#: How long an ended attempt's pipes are drained before its exit is reported (a process that
+#: escaped its end and holds them is not waited for).
+_OUTPUT_CLOSE_S = 5.0
 
-    def __init__(self, stream: str, path: str) -> None:
-        self.stream = stream
-        self.path = path
-        try:
-            self.offset = os.path.getsize(path)
-        except OSError:
-            self.offset = 0
 
-    def read(self) -> Optional[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return None
-        # Only whole lines: a half-written line is handed over when it is complete.
-        end = data.rfind(b"\n") + 1
-        if not end:
-            return None
-        self.offset += end
-        return data[:end].decode("utf-8", "replace")
+def _close_pumps(pumps: list[PumpedOutput], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for pump in pumps:
+        pump.close(max(0.0, deadline - time.monotonic()))
 
 
 #: How long the first failing rank may take to exit on its own (its traceback printed, its
@@ -200,7 +191,9 @@ class _Running:
     oom_before: int
     outputs: list["StagedFile"]
     timeout_s: float
-    tails: list[_OutputTail] = field(default_factory=list)
+    #: Each rank's stdout and stderr, streamed from its pipes to its files; rank 0's also to
+    #: the listeners.
+    pumps: list[PumpedOutput] = field(default_factory=list)
     started_sent: bool = False
     failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
     kill_cause_at: Optional[float] = None
@@ -259,10 +252,7 @@ class LocalProcessExecutor(OneMachineExecutor):
                 pair.append(output)
             files.append(pair)
         token = spec.fence.token if spec.fence is not None else None
-        tails = []
-        if self._output_events:  # rank 0's, as on Ray: the others' are in their own files
-            tails = [_OutputTail(stream, output.local_path)
-                     for stream, output in zip(("stdout", "stderr"), files[0])]
+        max_bytes = output_max_bytes()  # (a bad $FTNB_OUTPUT_MAX_BYTES: before anything starts)
         ctx = _fork_server_context()
         world = spec.num_workers
         launches = []
@@ -279,8 +269,8 @@ class LocalProcessExecutor(OneMachineExecutor):
                 attempt=spec.attempt,
                 payload=payload,
                 env=env,
-                stdout_path=stdout.local_path,
-                stderr_path=stderr.local_path,
+                stdout_path=None,  # its pipes, handed to the process
+                stderr_path=None,
                 sys_path=list(sys.path),
                 cwd=os.getcwd(),
                 lease_token=token,
@@ -288,27 +278,45 @@ class LocalProcessExecutor(OneMachineExecutor):
             ))
         oom_before = _oom_kill_count()
         ranks: list[_Rank] = []
+        pumps: list[PumpedOutput] = []
         try:
             for index, (launch, allocation) in enumerate(zip(launches, allocations)):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 suffix = f"-rank{index}" if world > 1 else ""
+                # The rank writes its output into pipes, streamed here to its files (capped)
+                # and, rank 0's, to the listeners (as on Ray: the others' are in their files).
+                writers = []
+                for stream, output in zip(("stdout", "stderr"), files[index]):
+                    reader, writer = ctx.Pipe(duplex=False)
+                    writers.append(writer)
+                    read_fd = os.dup(reader.fileno())
+                    reader.close()
+                    pumps.append(PumpedOutput(
+                        read_fd, output.local_path, max_bytes=max_bytes,
+                        name=f"{stream}-{launch.trial_id}{suffix}",
+                        shown_bytes=_SHOWN_BYTES if index == 0 and self._output_events else 0))
                 process = ctx.Process(
                     target=attempt_main,
-                    args=(launch, child_conn),
+                    args=(launch, child_conn, tuple(writers)),
                     name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}{suffix}",
                     daemon=False,
                 )
-                process.start()
+                try:
+                    process.start()
+                finally:
+                    for writer in writers:
+                        writer.close()
                 child_conn.close()
                 ranks.append(_Rank(index, process, parent_conn, allocation))
         except BaseException:
+            _close_pumps(pumps, 0.0)
             for rank in ranks:  # a group starts whole or not at all
                 _kill_group(rank.process.pid)
                 rank.process.join(5)
             raise
         self._running[spec.trial_id] = _Running(
             launches[0], ranks, oom_before, [output for pair in files for output in pair],
-            spec.collective_timeout_s, tails
+            spec.collective_timeout_s, pumps
         )
 
     def running(self) -> list[str]:
@@ -350,7 +358,9 @@ class LocalProcessExecutor(OneMachineExecutor):
             if all(rank.exited for rank in run.ranks):
                 for rank in run.ranks:
                     events.extend(self._drain(run, rank))
-                events.append(self._finish(run))
+                exit_event = self._finish(run)
+                events.extend(self._output(run))  # the end of its output, then its exit
+                events.append(exit_event)
         return events
 
     def _drain(self, run: _Running, rank: _Rank) -> list[AttemptEvent]:
@@ -452,15 +462,19 @@ class LocalProcessExecutor(OneMachineExecutor):
             run.kill_cause_at = time.monotonic() + _ROOT_EXIT_S
 
     def _output(self, run: _Running) -> list[AttemptEvent]:
+        """Rank 0's output for the listeners: at most _SHOWN_PER_POLL per stream and poll."""
         events: list[AttemptEvent] = []
-        for tail in run.tails:
-            text = tail.read()
+        for stream, pump in zip(("stdout", "stderr"), run.pumps[:2]):
+            text = pump.take_text(_SHOWN_PER_POLL)
             if text:
                 events.append(OutputEvent(run.launch.trial_id, run.launch.attempt,
-                                          stream=tail.stream, text=text))
+                                          stream=stream, text=text))
         return events
 
     def _finish(self, run: _Running) -> AttemptEvent:
+        # Its pipes close once it and what it started are gone: their last bytes reach the
+        # files before these are published.
+        _close_pumps(run.pumps, _OUTPUT_CLOSE_S)
         oom_now = _oom_kill_count()
         for rank in run.ranks:
             try:

@@ -282,7 +282,7 @@ class _AttemptActor:
         (the :class:`~ftnb.storage.growing_files.PeriodicPublisher` returned), while ``guard``
         lets this attempt write."""
         from ..storage import ExperimentPaths
-        from .local import _OutputTail
+        from .output_pump import FileTail
         from .trial_process import _redirect_output
 
         paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
@@ -297,7 +297,7 @@ class _AttemptActor:
                 pass
         if output_events:
             for stream, output in (("stdout", stdout), ("stderr", stderr)):
-                tail = _OutputTail(stream, output.local_path)
+                tail = FileTail(stream, output.local_path)
                 tail.ids = (spec.trial_id, spec.attempt)  # type: ignore[attr-defined]
                 self._tails.append(tail)
         _redirect_output(stdout.local_path, stderr.local_path)

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .contract import AttemptEvent, AttemptSpec, StartedEvent
 from .rank_group import RankPlace
@@ -95,10 +95,15 @@ def _name_process(token: Optional[str]) -> None:
         pass
 
 
-def _redirect_output(stdout_path: Optional[str], stderr_path: Optional[str]) -> None:
-    for fd, path in ((1, stdout_path), (2, stderr_path)):
-        if path:
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _redirect_output(stdout: Union[str, int, None], stderr: Union[str, int, None]) -> None:
+    """Make file descriptors 1 and 2 (what the process and its children print) a file, by
+    path, or the write end of a pipe, by descriptor (closed here once duplicated)."""
+    for fd, where in ((1, stdout), (2, stderr)):
+        if isinstance(where, int):
+            os.dup2(where, fd)
+            os.close(where)
+        elif where:
+            target = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(target, fd)
             os.close(target)
     for stream in (sys.stdout, sys.stderr):
@@ -173,8 +178,10 @@ class PipeChannel:
         return self._rendezvous
 
 
-def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
-    """Entry point of a trial process: run one attempt and report how it ended."""
+def attempt_main(launch: ProcessLaunch, conn: Any, outputs: tuple = ()) -> None:
+    """Entry point of a trial process: run one attempt and report how it ended. ``outputs``:
+    the write ends (multiprocessing connections) of the pipes its stdout and stderr go to;
+    none: the files ``launch`` names."""
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -184,7 +191,12 @@ def attempt_main(launch: ProcessLaunch, conn: Any) -> None:
     _name_process(launch.lease_token)
     # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _redirect_output(launch.stdout_path, launch.stderr_path)
+    if outputs:
+        _redirect_output(*(os.dup(writer.fileno()) for writer in outputs))
+        for writer in outputs:
+            writer.close()
+    else:
+        _redirect_output(launch.stdout_path, launch.stderr_path)
     import faulthandler
 
     faulthandler.enable()  # a segfault leaves a Python traceback in the trial's stderr
