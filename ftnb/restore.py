@@ -48,7 +48,7 @@ from .storage import ExperimentPaths
 
 if TYPE_CHECKING:
     from .execution.resources import TrialResources
-    from .storage.lease import Lease
+    from .storage.lease import Lease, LeaseInfo
 
 __all__ = [
     "DifferentTrainableError",
@@ -402,6 +402,7 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     # The dead (or taken over) driver's trials must be gone before anything of ours runs, so
     # no ghost writes after this point.
     fence_out(paths, lease.previous)
+    end_strays_of_driver(lease.previous)
     # Re-read now that we own it: the state may have moved since plan_restore read it.
     state = load_state(paths)
     remove_leftover_temps(paths, state)
@@ -409,6 +410,18 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     lay_out_trial_folders(paths, state, only_missing=True)
     plan.state = state
     return state
+
+
+def end_strays_of_driver(previous: Optional["LeaseInfo"]) -> None:
+    """End what the trials of a driver that did not release its lease started on this machine
+    (a server in its own session, a daemon): they outlive its trial processes, which die with
+    it (:func:`ftnb.execution.process_tree.end_strays_of`)."""
+    from .storage.lease import host_id
+
+    if previous is not None and not previous.released and previous.host_id == host_id():
+        from .execution.process_tree import end_strays_of
+
+        end_strays_of(previous.token)
 
 
 def take_over_driver(paths: ExperimentPaths, what: str = "take over") -> Optional[str]:
@@ -423,6 +436,7 @@ def take_over_driver(paths: ExperimentPaths, what: str = "take over") -> Optiona
     previous = take_over_now(paths, what)
     if previous is None:
         return None
+    end_strays_of_driver(previous)
     silent = max(0.0, time.time() - previous.heartbeat)
     return (f"ftnb: took experiment {paths.name!r} over from its driver ({previous.describe()}, "
             f"last heartbeat {silent:.0f} s ago); should that driver wake up, it finds its lease "

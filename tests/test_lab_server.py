@@ -315,7 +315,8 @@ class TestActions:
 
     @pytest.fixture
     def lab_roots(self, sweep_root, gated):
-        return [str(sweep_root), str(gated.storage)]
+        # The work folder too: a resume imports only code in the server's own folders.
+        return [str(sweep_root), str(gated.storage), str(gated.cwd)]
 
     @pytest.mark.slow
     @on_server_loop

@@ -33,9 +33,11 @@ import traceback
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
+from ..recorded_code import is_code_reference, is_file_reference, split_reference
 from ..run_options import InputError
 
-__all__ = ["SPACE_FORMS", "ReferenceNames", "absolute_reference", "load_reference"]
+__all__ = ["SPACE_FORMS", "ReferenceNames", "absolute_reference", "is_code_reference",
+           "load_reference", "reference_file"]
 
 #: Every form ``--param-space`` takes on the command line.
 SPACE_FORMS = ("a dict literal of plain values, quoted ('{\"lr\": 0.1, \"x\": {\"grid_search\": "
@@ -45,21 +47,6 @@ _FORMS = "MODULE:NAME (mypkg.train:train) or FILE.py:NAME (train.py:train)"
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def is_file_reference(target: str) -> bool:
-    """Whether the part before ``:`` names a file (``x.py``, ``dir/x``) rather than a module."""
-    return target.endswith(".py") or "/" in target or os.sep in target
-
-
-def split_reference(text: str) -> tuple[str, Optional[str]]:
-    """``(module or file, attribute)``; the attribute is None when none is given."""
-    target, sep, attr = text.rpartition(":")
-    if not sep:
-        return text, None
-    if os.name == "nt" and len(target) == 1:  # C:\path\file.py with no attribute
-        return text, None
-    return target, attr
-
-
 def absolute_reference(text: str) -> str:
     """``text`` with a file's path made absolute (what the experiment records, so that
     ``ftnb resume`` finds it from any folder)."""
@@ -67,6 +54,30 @@ def absolute_reference(text: str) -> str:
     if attr is None or not is_file_reference(target):
         return text
     return f"{os.path.abspath(os.path.expanduser(target))}:{attr}"
+
+
+def reference_file(text: str) -> Optional[str]:
+    """The absolute path of the file that importing the reference ``text`` runs, found without
+    running it where that can be done: a ``FILE.py:NAME``'s file; for ``MODULE:NAME``, where
+    Python finds the module from the current folder (its parent packages are imported to find
+    a dotted one's). None when it cannot be found (importing it then says why)."""
+    target, attr = split_reference(text.strip())
+    if attr is None or not target:
+        return None
+    if is_file_reference(target):
+        return os.path.abspath(os.path.expanduser(target))
+    loaded = sys.modules.get(target)
+    if loaded is not None:
+        return _file_of(loaded)
+    if not _DOTTED.match(target):
+        return None
+    _put_first_on_path(os.getcwd())
+    try:
+        spec = importlib.util.find_spec(target)
+    except Exception:  # a parent package that fails to import: importing it says so
+        return None
+    origin = getattr(spec, "origin", None)
+    return os.path.abspath(origin) if origin and os.path.isfile(origin) else None
 
 
 def load_reference(text: str, what: str, kind: str = "function") -> Any:

@@ -41,9 +41,24 @@ from ..run_options import (
     run_options,
     space_from,
 )
+from ..recorded_code import (
+    CODE,
+    TRUSTED_CODE_VARIABLE,
+    RecordedFile,
+    file_sha256,
+    recorded_file,
+    trusted_by_caller,
+)
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError, one_line
-from .references import SPACE_FORMS, ReferenceNames, absolute_reference, load_reference
+from .references import (
+    SPACE_FORMS,
+    ReferenceNames,
+    absolute_reference,
+    is_code_reference,
+    load_reference,
+    reference_file,
+)
 
 __all__ = ["CLI", "RESUME", "RUN", "cmd_resume", "cmd_run", "exit_code_of"]
 
@@ -127,6 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               "source": _source(args), "cwd": os.getcwd()}
     if args.param_space:
         origin["param_space"] = _recorded_space(args.param_space)
+    origin[CODE] = _code_files(args.trainable, args.param_space)
     built = launch_arguments(args, _Names(), trainable=args.trainable,
                              param_space=args.param_space, space_forms=SPACE_FORMS,
                              defaults=RunDefaults.from_environment(), origin=origin)
@@ -137,6 +153,74 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _source(args: argparse.Namespace) -> str:
     return "ftnb " + shlex.join(getattr(args, "argv", None) or sys.argv[1:])
+
+
+def _code_files(trainable_ref: Optional[str], space_text: Optional[str]) -> dict:
+    """What the experiment records of the files its references import: each one's path and
+    sha256 (:mod:`ftnb.recorded_code`), taken before they are imported."""
+    files = {}
+    for role, ref in (("trainable", trainable_ref), ("param_space", space_text)):
+        file = reference_file(ref) if ref and is_code_reference(ref) else None
+        if file and os.path.isfile(file):
+            files[role] = RecordedFile.of(file).to_json()
+    return files
+
+
+def _say_imported(role: str, ref: str, recorded_ref: Optional[str], origin: dict,
+                  as_json: bool) -> None:
+    """Before ``ftnb resume`` imports the reference ``ref``: say which file that runs (on
+    stdout, stderr with ``--json``), and warn (stderr) when it is not the file, or not the
+    content, the experiment recorded (``recorded_ref``: the reference its state names, when the
+    command resumes with it)."""
+    what = "trainable" if role == "trainable" else "search space"
+    out = sys.stderr if as_json else sys.stdout
+    file = reference_file(ref)
+    trusted = trusted_by_caller()
+    if trusted is not None and not _is_trusted(file, trusted):
+        raise CliError(f"ftnb resume: its {what} {ref} imports {file or 'a file not found'}, "
+                       f"which is not one of the files checked before this command ran "
+                       f"(${TRUSTED_CODE_VARIABLE}): nothing imported. Fix: look at the "
+                       "experiment's state, which may have changed meanwhile, then run ftnb "
+                       "resume by hand")
+    if file is None:
+        print(f"ftnb: resuming with the {what} {ref} (its file is found when it is imported)",
+              file=out, flush=True)
+        return
+    print(f"ftnb: resuming with the {what} {ref}: importing {file}", file=out, flush=True)
+    recorded = recorded_file(origin, role)
+    if recorded is None:
+        if recorded_ref is not None:
+            print(f"ftnb: warning: the experiment recorded no hash of its {what}'s file (an "
+                  f"older ftnb started it), so whether {file} changed since cannot be checked",
+                  file=sys.stderr, flush=True)
+        return
+    if os.path.realpath(recorded.file) != os.path.realpath(file):
+        if recorded_ref is not None:
+            print(f"ftnb: warning: the experiment recorded its {what}'s file as "
+                  f"{recorded.file}, but {ref} imports {file}. Fix: if you did not make that "
+                  f"change, stop it (Ctrl+C, or ftnb stop) and check {file}", file=sys.stderr,
+                  flush=True)
+        return
+    try:
+        now = file_sha256(file)
+    except OSError:
+        return  # importing it says why it cannot be read
+    if now != recorded.sha256:
+        print(f"ftnb: warning: {file} changed since the experiment recorded it (sha256 "
+              f"{recorded.sha256[:12]}... then, {now[:12]}... now): it resumes with the "
+              f"{what} as the file is now. Fix: if you did not make that change, stop it "
+              f"(Ctrl+C, or ftnb stop) and check {file}", file=sys.stderr, flush=True)
+
+
+def _is_trusted(file: Optional[str], trusted: list) -> bool:
+    if file is None:
+        return False
+    try:
+        now = file_sha256(file)
+    except OSError:
+        return False
+    return any(os.path.realpath(t.file) == os.path.realpath(file) and t.sha256 == now
+               for t in trusted)
 
 
 def _recorded_space(text: str) -> str:
@@ -185,8 +269,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
             f"where its trainable ({state.trainable}) is. Fix: --trainable FILE.py:"
             f"{state.trainable} (or MODULE:{state.trainable})"
         )
+    if not isinstance(trainable_ref, str):
+        raise CliError(f"ftnb resume {args.target}: its state records the trainable as "
+                       f"{trainable_ref!r}, which names no Python code. Fix: --trainable "
+                       f"FILE.py:{state.trainable} (or MODULE:{state.trainable})")
+    _say_imported("trainable", trainable_ref, None if args.trainable else trainable_ref,
+                  recorded, args.json)
     trainable = names.trainable(trainable_ref)
     space_text = args.param_space or (recorded.get("param_space") if from_cli else None)
+    if isinstance(space_text, str) and is_code_reference(space_text):
+        _say_imported("param_space", space_text, None if args.param_space else space_text,
+                      recorded, args.json)
     space = None
     if args.param_space:
         space = space_from(args.param_space, names, SPACE_FORMS)
@@ -204,6 +297,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
               "source": _source(args), "cwd": os.getcwd()}
     if space_text and space is not None:
         origin["param_space"] = _recorded_space(space_text)
+    origin[CODE] = _code_files(trainable_ref, origin.get("param_space"))
     verbose = args.verbose if args.verbose is not None else RunDefaults.from_environment().verbose
     kwargs = dict(
         param_space=space, name=paths.name, storage_path=paths.parent_uri, tune_config=None,

@@ -2,7 +2,8 @@
 forked from a fork server (a worker starts by a fork of a process that has imported ftnb and
 what the caller uses, not by a Python start-up), talking to the group through a pipe
 (:func:`~ftnb.elastic.worker.worker_main`). Workers ask the kernel to kill them when their
-parent dies, so a SIGKILLed trial, script or kernel leaves no orphan."""
+parent dies, so a SIGKILLed trial, script or kernel leaves no orphan; each is the subreaper of
+what it starts, which ends with it (:mod:`ftnb.execution.process_tree`)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _process_context() -> Any:
 
             skip_main_for_trials()
             ctx = multiprocessing.get_context("forkserver")
-            preload = ["ftnb.elastic.worker", "cloudpickle"]
+            preload = ["ftnb.elastic.worker", "cloudpickle", "ftnb.execution.fork_server_reaper"]
             preload += [m for m in ("numpy", "torch", "gymnasium") if m in sys.modules]
             ctx.set_forkserver_preload(preload)
             _context = ctx
@@ -46,6 +47,7 @@ def _process_context() -> Any:
 class _Process:
     process: Any
     conn: Any
+    started_at: float  # time.monotonic() before it was forked
 
 
 class LocalWorkers:
@@ -59,21 +61,18 @@ class LocalWorkers:
     def __init__(self, resources: Any) -> None:
         self._resources = resources
         self._gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
-        self._oom_before = 0
 
     def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
-        from ..execution.local import _oom_kill_count
-
         ctx = _process_context()
-        self._oom_before = _oom_kill_count()
         for slot in slots:
             parent, child = ctx.Pipe(duplex=True)
+            started_at = time.monotonic()
             process = ctx.Process(target=worker_main,
                                   args=(slot.index, factory, child, self._env(slot.index)),
                                   name=f"ftnb-worker-{slot.index}", daemon=False)
             process.start()
             child.close()
-            slot.handle = _Process(process, parent)
+            slot.handle = _Process(process, parent, started_at)
 
     def started(self, slots: list[WorkerSlot], timeout: float
                 ) -> tuple[list[WorkerSlot], list[tuple[WorkerSlot, dict]]]:
@@ -174,14 +173,14 @@ class LocalWorkers:
     def _death(self, slot: WorkerSlot) -> dict:
         """How a worker process died (it sent no error of its own)."""
         from ..core.policy import signal_name
-        from ..execution.local import _oom_kill_count
+        from ..execution.oom import oom_killed
 
         process = slot.handle.process
         process.join(5)
         code = process.exitcode
         if code is not None and code < 0:
             name = signal_name(-code)
-            oom = code == -signal.SIGKILL and _oom_kill_count() > self._oom_before
+            oom = code == -signal.SIGKILL and oom_killed(process.pid, slot.handle.started_at)
             return {"kind": "oom" if oom else "signal", "type": None, "traceback": None,
                     "message": f"killed by {name}" + (" (the OOM killer)" if oom else ""),
                     "signal": name}
@@ -191,10 +190,9 @@ class LocalWorkers:
     def kill(self, slot: WorkerSlot) -> None:
         process = slot.handle.process if slot.handle is not None else None
         if process is not None and process.pid and process.exitcode is None:
-            try:
-                os.kill(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            from ..execution.process_tree import kill_tree
+
+            kill_tree(process.pid)  # what it started first, while it is still theirs
             process.join(5)
 
     def close(self, slots: list[WorkerSlot]) -> None:

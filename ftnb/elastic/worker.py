@@ -96,8 +96,10 @@ class WorkerBody:
 
 def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> None:
     """Entry point of a local worker process."""
+    from ..execution.process_tree import become_subreaper
     from ..execution.trial_process import _die_with_parent, release_fork_server
 
+    become_subreaper()  # what it starts ends with it (end_descendants, or the group's kill)
     release_fork_server()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is for the caller, which closes us
@@ -106,13 +108,13 @@ def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> Non
         body = WorkerBody(index, factory_payload)
     except BaseException as exc:
         conn.send(("failed", describe_error(exc)))
-        os._exit(1)
+        _leave(1)
     conn.send(("ready", None))
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
-            os._exit(0)  # the group is gone
+            _leave(0)  # the group is gone
         kind = message[0]
         if kind == "close":
             break
@@ -120,7 +122,7 @@ def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> Non
             ok, error = body.set_state(message[1])
             conn.send(("state", ok, error))
             if not ok:
-                os._exit(1)
+                _leave(1)
             continue
         _, call_id, payload = message
         ok, value = body.call(payload)
@@ -131,8 +133,16 @@ def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> Non
             ok = False
         if not ok:
             sys.stderr.flush()
-            os._exit(1)  # its state may be corrupt: the group recreates it (as RLlib does)
+            _leave(1)  # its state may be corrupt: the group recreates it (as RLlib does)
     try:
         body.close()
     finally:
-        os._exit(0)
+        _leave(0)
+
+
+def _leave(code: int) -> None:
+    """End the worker, and every process it started with it (a subreaper's orphans are its own)."""
+    from ..execution.process_tree import end_descendants
+
+    end_descendants()
+    os._exit(code)

@@ -2,13 +2,19 @@
 
 Each attempt runs in its own process, forked from a fork server that has already imported ftnb
 (and the heavy modules the caller has imported, such as torch), so starting an attempt costs a
-fork rather than a Python start-up. Each attempt is the leader of its own process group: stopping
-it kills everything it started (data-loader workers included), and Ctrl+C in a terminal reaches
-the controller only, which then stops the trials itself.
+fork rather than a Python start-up. Each attempt is the leader of its own process group, and
+nothing it starts outlives it: data-loader workers, a server in a new session and a
+double-forked daemon end with the attempt, however it ends (:mod:`ftnb.execution.process_tree`:
+each trial process is the subreaper of what it starts and carries ``FTNB_ATTEMPT`` in its
+environment). Ctrl+C in a terminal reaches the controller only, which then stops the trials
+itself.
 
 Trial processes die with their controller: each asks the kernel for SIGKILL when its parent (the
 fork server) exits, and the fork server exits when the controller's process does. So a SIGKILLed
-driver leaves no ghost trial writing into the experiment directory.
+driver leaves no ghost trial writing into the experiment directory; what the trials had started
+is ended by the driver that takes the experiment over (:func:`ftnb.restore.take_over`).
+A trial dead of SIGKILL is out of memory only when the kernel says so of its own pid
+(:mod:`ftnb.execution.oom`).
 
 Everything of the machine is here, none of it in the controller: the CPU/GPU pool and each
 attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial's environment
@@ -56,8 +62,11 @@ from .contract import (
 )
 from .one_machine import OneMachineExecutor
 from .output_pump import PumpedOutput, output_max_bytes
+from .oom import oom_killed
+from .process_tree import ATTEMPT_VARIABLE, attempt_marker, kill_marked, kill_tree
 from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
+from ..storage.lease import process_name
 from .trial_process import ProcessLaunch, attempt_main
 
 if TYPE_CHECKING:
@@ -72,6 +81,8 @@ _ALWAYS_PRELOAD = [
     # Every trial unpickles its storage (fsspec's local filesystem) and arms faulthandler: in
     # the server once, not in each trial (a quarter of a trial process's own instructions).
     "fsspec.implementations.local", "faulthandler",
+    # Makes the server the subreaper of its children's orphans (see the module).
+    "ftnb.execution.fork_server_reaper",
 ]
 # Imported in the fork server too when the caller has already imported them: a notebook that
 # trains with torch will have trials that need torch, and importing it once saves seconds a trial.
@@ -132,21 +143,6 @@ def _fork_server_context() -> Any:
         return _context
 
 
-def _oom_kill_count() -> int:
-    """How many processes the kernel's OOM killer has killed (machine-wide and in our cgroup)."""
-    total = 0
-    for path, key in (("/proc/vmstat", "oom_kill"), ("/sys/fs/cgroup/memory.events", "oom_kill")):
-        try:
-            with open(path) as f:
-                for line in f:
-                    name, _, value = line.partition(" ")
-                    if name == key:
-                        total += int(value)
-        except (OSError, ValueError):
-            pass
-    return total
-
-
 #: Per stream of rank 0, the most of its output kept for the listeners, and the most handed
 #: over in one poll: what they do not take in time is dropped (the files have it).
 _SHOWN_BYTES = 1 << 20
@@ -188,7 +184,7 @@ class _Rank:
 class _Running:
     launch: ProcessLaunch  # rank 0's
     ranks: list[_Rank]
-    oom_before: int
+    started_at: float  # time.monotonic() before its processes were forked
     outputs: list["StagedFile"]
     timeout_s: float
     #: Each rank's stdout and stderr, streamed from its pipes to its files; rank 0's also to
@@ -276,7 +272,7 @@ class LocalProcessExecutor(OneMachineExecutor):
                 lease_token=token,
                 place=place,
             ))
-        oom_before = _oom_kill_count()
+        started_at = time.monotonic()
         ranks: list[_Rank] = []
         pumps: list[PumpedOutput] = []
         try:
@@ -311,11 +307,11 @@ class LocalProcessExecutor(OneMachineExecutor):
         except BaseException:
             _close_pumps(pumps, 0.0)
             for rank in ranks:  # a group starts whole or not at all
-                _kill_group(rank.process.pid)
+                _end_rank(rank.process.pid)
                 rank.process.join(5)
             raise
         self._running[spec.trial_id] = _Running(
-            launches[0], ranks, oom_before, [output for pair in files for output in pair],
+            launches[0], ranks, started_at, [output for pair in files for output in pair],
             spec.collective_timeout_s, pumps
         )
 
@@ -447,17 +443,17 @@ class LocalProcessExecutor(OneMachineExecutor):
                 continue
             if rank.index != run.failures.cause:
                 rank.killed_by_us = True
-                _kill_group(rank.process.pid)
+                _end_rank(rank.process.pid)
             elif run.kill_cause_at is not None and now >= run.kill_cause_at:
                 run.kill_cause_at = None
-                _kill_group(rank.process.pid)
+                _end_rank(rank.process.pid)
 
     def _decide(self, run: _Running, index: int) -> None:
         """Act on the cause decided: a hung rank is killed now, one that failed gets a moment
         to exit on its own (the others are ended by :meth:`_supervise`)."""
         cause = run.ranks[index]
         if run.failures.hung == index:
-            _kill_group(cause.process.pid)
+            _end_rank(cause.process.pid)
         elif not cause.exited:
             run.kill_cause_at = time.monotonic() + _ROOT_EXIT_S
 
@@ -472,10 +468,10 @@ class LocalProcessExecutor(OneMachineExecutor):
         return events
 
     def _finish(self, run: _Running) -> AttemptEvent:
+        self._end_strays(run)
         # Its pipes close once it and what it started are gone: their last bytes reach the
         # files before these are published.
         _close_pumps(run.pumps, _OUTPUT_CLOSE_S)
-        oom_now = _oom_kill_count()
         for rank in run.ranks:
             try:
                 rank.conn.close()
@@ -499,7 +495,8 @@ class LocalProcessExecutor(OneMachineExecutor):
 
         def oom(rank: _Rank) -> bool:
             return (rank.exit_code == -signal.SIGKILL and not rank.killed_by_us
-                    and rank.index != run.failures.hung and oom_now > run.oom_before)
+                    and rank.index != run.failures.hung and rank.process.pid is not None
+                    and oom_killed(rank.process.pid, run.started_at))
 
         if not run.group:
             rank = run.ranks[0]
@@ -532,7 +529,17 @@ class LocalProcessExecutor(OneMachineExecutor):
             return
         for rank in run.ranks:
             if rank.process.pid:
-                _kill_group(rank.process.pid)
+                _end_rank(rank.process.pid)
+
+    def _end_strays(self, run: _Running) -> None:
+        """The attempt is over: end what its processes started and left behind (their orphans
+        went to the fork server when a rank died before it could end them itself), sparing
+        the processes of the attempts still running."""
+        launch = run.launch
+        live = [rank.process.pid for other in self._running.values() if other is not run
+                for rank in other.ranks if not rank.exited and rank.process.pid]
+        kill_marked(launch.env.get(ATTEMPT_VARIABLE, "") or "-",
+                    process_name(launch.lease_token) if launch.lease_token else None, spare=live)
 
     def shutdown(self) -> None:
         self._closed = True
@@ -553,8 +560,11 @@ def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, s
     if "OMP_NUM_THREADS" in os.environ:  # the user's own setting wins over the pool's default
         env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
     env["FTNB_TRIAL_ID"] = spec.trial_id
-    if spec.fence is not None:
-        env["FTNB_LEASE_TOKEN"] = spec.fence.token
+    token = spec.fence.token if spec.fence is not None else None
+    if token is not None:
+        env["FTNB_LEASE_TOKEN"] = token
+    # Inherited by every program the attempt runs: how its processes are found at its end.
+    env[ATTEMPT_VARIABLE] = attempt_marker(token, spec.trial_id, spec.attempt)
     return env
 
 
@@ -564,6 +574,14 @@ def _is_stopped(pid: Optional[int]) -> bool:
     from ..storage.lease import process_status
 
     return bool(pid) and process_status(pid) in ("T", "t")
+
+
+def _end_rank(pid: Optional[int]) -> None:
+    """SIGKILL a live rank's process and everything it started: its tree first (the rank is a
+    subreaper, so a setsid or double-forked daemon is still in it), then its process group."""
+    if pid:
+        kill_tree(pid)
+    _kill_group(pid)
 
 
 def _kill_group(pid: Optional[int]) -> None:

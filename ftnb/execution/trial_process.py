@@ -1,10 +1,11 @@
 """The trial process's side of the local executor (:mod:`ftnb.execution.local`): what a forked
 trial process does before, around and after the attempt body (:mod:`ftnb.execution.attempt`).
 
-It becomes the leader of its own process group, dies with the fork server, takes its driver's
-lease name (so a driver taking the experiment over can find it), ignores Ctrl+C (the controller
-stops it), writes its output to the trial's files, takes the environment, import path and
-working directory it was given, and talks to its executor through a pipe.
+It becomes the leader of its own process group and the subreaper of what it starts, dies with
+the fork server, takes its driver's lease name (so a driver taking the experiment over can find
+it), ignores Ctrl+C (the controller stops it), writes its output to the trial's files, takes the
+environment, import path and working directory it was given, talks to its executor through a
+pipe, and ends every process it started before it exits (:mod:`ftnb.execution.process_tree`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .contract import AttemptEvent, AttemptSpec, StartedEvent
+from .process_tree import become_subreaper, end_descendants
 from .rank_group import RankPlace
 
 __all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
@@ -186,6 +188,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any, outputs: tuple = ()) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    become_subreaper()
     release_fork_server()
     _die_with_parent()
     _name_process(launch.lease_token)
@@ -212,6 +215,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any, outputs: tuple = ()) -> None:
     code = _run_launch(launch, PipeChannel(conn))
     sys.stdout.flush()
     sys.stderr.flush()
+    end_descendants()  # setsid and double-forked daemons too: they are ours (the subreaper's)
     os._exit(code)
 
 

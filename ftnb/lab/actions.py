@@ -6,6 +6,11 @@ script's ``fit()``, ``ftnb run``, a Ray cluster): no kernel is involved. A resum
 detached supervisor with ``ftnb resume PATH --detach``, which works only where the state
 records where the trainable is (an experiment ``ftnb run`` started); otherwise the user's code
 is needed, and :class:`ActionRefused` (409) says what to run where.
+
+The state is data: anyone who can write one state file in a shared root could name any code.
+So the server imports an experiment's code only when :func:`code_refusal` finds it is the code
+the experiment started with (the sha256 recorded then), in the server's own folders, belonging
+to the server's user; otherwise 409 names the file and the ``ftnb resume`` to run by hand.
 """
 
 from __future__ import annotations
@@ -15,17 +20,25 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..core.records import ExperimentState, ExperimentStatus, TrialStatus
+from ..recorded_code import (
+    TRUSTED_CODE_VARIABLE,
+    files_run_by,
+    is_code_reference,
+    recorded_file,
+    untrusted_file,
+    untrusted_path,
+)
 from ..storage import ExperimentPaths
 from ..storage.control import STOP_EXPERIMENT, STOP_TRIAL, send_request
 from ..storage.lease import live_lease
 from ..ui import read_model
 from ..ui.read_model import DriverStatus, ResumeContext
 
-__all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "resume", "resume_plan",
-           "stop_experiment", "stop_trial"]
+__all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "code_refusal", "resume",
+           "resume_plan", "stop_experiment", "stop_trial"]
 
 #: How long a resume may take to have its supervisor running (it imports the trainable's
 #: modules, torch included) before the request gives up; the supervisor's own limit, plus a bit.
@@ -93,9 +106,11 @@ class ResumePlan:
 
 
 def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
-                driver: DriverStatus, takeover: bool = False) -> ResumePlan:
+                driver: DriverStatus, takeover: bool = False,
+                code_folders: Sequence[str] = ()) -> ResumePlan:
     """How the experiment whose stored ``state`` reads ``status`` (``driver``: its driver now)
-    can be resumed; ``takeover``: by taking it over from its silent driver."""
+    can be resumed; ``takeover``: by taking it over from its silent driver. ``code_folders``:
+    the folders the server may import an experiment's code from (:func:`code_refusal`)."""
     if takeover and not driver.offers_takeover(state.status):
         return ResumePlan(False, "its driver is not silent: there is nothing to take over "
                                  "(a takeover is for a driver that stopped sending heartbeats)",
@@ -109,7 +124,16 @@ def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
     origin = state.settings.get("origin")
     origin = origin if isinstance(origin, dict) else {}
     if origin.get("via") == "cli" and origin.get("trainable"):
-        return ResumePlan(True, None, line)
+        refused = code_refusal(origin, code_folders)
+        if refused is None:
+            return ResumePlan(True, None, line)
+        return ResumePlan(False, (
+            f"{refused}. The server imports only the code an experiment started with, from "
+            f"its own folders ({', '.join(code_folders) or 'none'}) and belonging to its user: "
+            "anyone who can write an experiment's state could name other code. Fix: check "
+            f"that file, then resume it from a terminal, which says which file it imports "
+            f"and warns when it changed: ftnb resume {paths.uri}"
+            + (" --takeover" if takeover else "")), line)
     trainable = origin.get("trainable") or state.trainable.rsplit(".", 1)[-1]
     if origin:
         reason = (f"it was started by %ftrun or ftnb.launch, so its trainable ({trainable!r}) "
@@ -123,29 +147,83 @@ def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
     return ResumePlan(False, reason, line)
 
 
+def code_refusal(origin: Mapping[str, Any], code_folders: Sequence[str],
+                 uid: Optional[int] = None) -> Optional[str]:
+    """Why the server must not run ``ftnb resume`` on what an ``ftnb run`` experiment's
+    ``origin`` names (None when it may): the folder it ran in, its trainable's file and its
+    search space's (when that is code) must lie inside ``code_folders`` and belong to the user
+    ``uid`` (default: the server's), and each file must have the sha256 recorded when the
+    experiment started (:mod:`ftnb.recorded_code`). A module's packages are checked too (their
+    place and owner; only the module's own file has a hash)."""
+    cwd = origin.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        return f"its state names no folder it ran in (cwd={cwd!r})"
+    why = untrusted_path(cwd, code_folders, uid)
+    if why is None and not os.path.isdir(cwd):
+        why = f"{cwd} is not a folder"
+    if why is not None:
+        return f"the folder it ran in, {why}"
+    for role in ("trainable", "param_space"):
+        what = "trainable" if role == "trainable" else "search space"
+        ref = origin.get(role)
+        if role == "param_space" and (ref is None or (isinstance(ref, str)
+                                                      and not is_code_reference(ref))):
+            continue  # no space, or a dict literal or JSON file: data, not code
+        if not isinstance(ref, str):
+            return f"its {what} is recorded as {ref!r}, which names no Python file"
+        files = files_run_by(ref, cwd)
+        if files is None:
+            return (f"its {what} {ref} names no file the server can check (an absolute "
+                    f"FILE.py:NAME, or a module in the folder it ran in, {cwd})")
+        record = recorded_file(origin, role)
+        if record is None:
+            return (f"its state records no sha256 of its {what}'s file {files[-1]} (it was "
+                    "started by an older ftnb, or its state was edited)")
+        if os.path.realpath(record.file) != os.path.realpath(files[-1]):
+            return (f"its {what} {ref} imports {files[-1]}, but the sha256 its state records "
+                    f"is of {record.file}")
+        why = untrusted_file(record, code_folders, uid)
+        for package in files[:-1]:
+            why = why or untrusted_path(package, code_folders, uid)
+        if why is not None:
+            return f"its {what}'s file {why}"
+    return None
+
+
 def resume(paths: ExperimentPaths, takeover: Any = False,
-           timeout_s: float = RESUME_TIMEOUT_S) -> dict:
+           timeout_s: float = RESUME_TIMEOUT_S, code_folders: Sequence[str] = ()) -> dict:
     """Resume the experiment in a new detached supervisor (``ftnb resume PATH --detach``, run
     with this server's Python, in the folder ``ftnb run`` started it from), and return once
     that supervisor runs it. ``takeover``: take it over from its silent driver first
-    (``--takeover``)."""
+    (``--takeover``). ``code_folders``: where its code must be (:func:`code_refusal`: else
+    409, and nothing is imported)."""
     if not isinstance(takeover, bool):
         raise ValueError(f"takeover={takeover!r} is not true or false. Fix: send "
                          "{\"takeover\": true} to take over a silent driver, or leave it out")
     state = read_model.read_state(paths)
     driver = read_model.read_driver(paths)
     status = read_model.as_read(state, driver).status
-    plan = resume_plan(paths, state, status, driver, takeover)
+    plan = resume_plan(paths, state, status, driver, takeover, code_folders)
     if not plan.available:
         what = "take over" if takeover else "resume"
         raise ActionRefused(409, f"cannot {what} {paths.name!r} from the server: {plan.reason}")
     origin = state.settings["origin"]
-    cwd = origin.get("cwd")
-    command = [sys.executable, "-m", "ftnb", "resume", paths.uri, "--detach", "--json"]
+    cwd = origin["cwd"]  # checked by the plan
+    # The command reads the state again: it must import only the files checked here.
+    space = origin.get("param_space")
+    roles = ["trainable"] + (["param_space"] if isinstance(space, str)
+                             and is_code_reference(space) else [])
+    checked = [recorded_file(origin, role).to_json() for role in roles]  # type: ignore[union-attr]
+    env = dict(os.environ, **{TRUSTED_CODE_VARIABLE: json.dumps(checked)})
+    # -P: python -m would put the folder it runs in first on sys.path, where a module named
+    # like the standard library's or ftnb itself would be imported before them.
+    isolated = ["-P"] if sys.version_info >= (3, 11) else []
+    command = [sys.executable, *isolated, "-m", "ftnb", "resume", paths.uri, "--detach",
+               "--json"]
     if takeover:
         command.append("--takeover")
     try:
-        done = subprocess.run(command, cwd=cwd if cwd and os.path.isdir(cwd) else None,
+        done = subprocess.run(command, cwd=cwd, env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,7 +44,13 @@ def load(serverapp: Any) -> None:
     settings = Ftnb(parent=serverapp)
     roots = StorageRoots(settings.storage_roots)
     executor = ThreadPoolExecutor(max(1, settings.io_threads), thread_name_prefix="ftnb-lab")
-    lab = LabState(roots, executor)
+    # A resume imports an experiment's code only from the server's own folders: the local
+    # roots and the folder the Jupyter server serves.
+    code_folders = [r.base for r in roots.roots if r.storage.is_local]
+    root_dir = getattr(serverapp, "root_dir", None)
+    if isinstance(root_dir, str) and root_dir:
+        code_folders.append(os.path.realpath(os.path.expanduser(root_dir)))
+    lab = LabState(roots, executor, code_folders=code_folders)
     web_app = serverapp.web_app
     web_app.add_handlers(".*$", routes(web_app.settings["base_url"], lab))
     serverapp.log.info("ftnb: JupyterLab panel routes serve %s", ", ".join(roots.uris()))

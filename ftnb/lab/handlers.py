@@ -111,21 +111,27 @@ root names, gets **403** with a message that says which roots are served.
     ``{"ok": true, "path": ..., "status": "RUNNING", "supervisor": {...}}``. Possible only for
     an experiment started by ``ftnb run`` (its state records the trainable as MODULE:NAME or
     FILE.py:NAME, and the folder it ran in): the server runs ``ftnb resume PATH --detach`` with
-    its own Python, as its own user. One started by ``%ftrun`` / ``ftnb.launch`` or by a script
-    needs the user's code: **409** with a message naming what to run where (``%ftresume NAME``
-    in the notebook that defines the trainable, or ``Tuner.restore``). 409 too when a live
-    driver owns it or it finished.
+    its own Python (``-P``: the folder is not put first on the module path), as its own user,
+    and only when the code that imports is trusted (:func:`ftnb.lab.actions.code_refusal`):
+    the folder and the files (trainable, and search space when it is code) inside the
+    server's own folders (the local roots and the server's ``root_dir``), belonging to the
+    server's user, each file with the sha256 recorded when the experiment started; else
+    **409** naming the file and the ``ftnb resume`` to run by hand, and nothing is imported.
+    One started by ``%ftrun`` / ``ftnb.launch`` or by a script needs the user's code: **409**
+    with a message naming what to run where (``%ftresume NAME`` in the notebook that defines
+    the trainable, or ``Tuner.restore``). 409 too when a live driver owns it or it finished.
 
 A bad argument (a missing ``path``, ``since`` that is not a JSON object, a body that is not a
-JSON object) is a 400 that names the argument and the fix.
+JSON object, a body field of the wrong type, such as a ``path`` that is a number, a list or an
+object, or a field the route does not take) is a 400 that names the argument and the fix.
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import Executor
-from dataclasses import asdict
-from typing import Any, Callable, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Sequence
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -155,9 +161,15 @@ class LabState:
     thread pool that does all storage I/O (never the event loop)."""
 
     def __init__(self, roots: StorageRoots, executor: Executor,
-                 open_experiments: Optional[OpenExperiments] = None) -> None:
+                 open_experiments: Optional[OpenExperiments] = None,
+                 code_folders: Optional[Sequence[str]] = None) -> None:
         self.roots = roots
         self.executor = executor
+        #: Where a resume may import an experiment's code from (:func:`actions.code_refusal`):
+        #: the local roots, and the folder the Jupyter server serves (its ``root_dir``).
+        self.code_folders: tuple[str, ...] = tuple(
+            code_folders if code_folders is not None
+            else [r.base for r in roots.roots if r.storage.is_local])
         self.open = open_experiments or OpenExperiments()
         self.ended = EndedExperiments()
 
@@ -182,10 +194,11 @@ class LabState:
             "stop": live,
             "stop_trial": [r.trial_id for r in snap.view.rows
                            if live and r.status not in _ENDED],
-            "resume": actions.resume_plan(paths, snap.state, snap.status,
-                                          snap.driver_status).to_json(),
+            "resume": actions.resume_plan(paths, snap.state, snap.status, snap.driver_status,
+                                          code_folders=self.code_folders).to_json(),
             "takeover": (actions.resume_plan(paths, snap.state, snap.status,
-                                             snap.driver_status, takeover=True).to_json()
+                                             snap.driver_status, takeover=True,
+                                             code_folders=self.code_folders).to_json()
                          if snap.driver_status.offers_takeover(snap.state.status) else None),
         }
         data["root"] = root.uri
@@ -207,7 +220,8 @@ class LabState:
         return actions.stop_trial(self._experiment_of(body), body.get("trial_id"))
 
     def resume(self, body: dict) -> dict:
-        return actions.resume(self._experiment_of(body), body.get("takeover", False))
+        return actions.resume(self._experiment_of(body), body.get("takeover", False),
+                              code_folders=self.code_folders)
 
     def _experiment_of(self, body: dict) -> ExperimentPaths:
         _, paths = self.roots.experiment(body.get("path"))
@@ -250,15 +264,77 @@ class _FtnbHandler(APIHandler):
             raise web.HTTPError(500, f"{type(exc).__name__}: {_one_line(exc)}") from None
         self.finish(json.dumps(data, allow_nan=False))
 
-    def _body(self) -> dict:
+    def _body(self, *fields: "_Field") -> dict:
+        """The request's JSON body, which must be an object holding the required ``fields``,
+        each of its type, and no other: else 400 naming the field, what came and the fix."""
         try:
             body = json.loads(self.request.body or b"{}")
         except ValueError as exc:
             raise web.HTTPError(400, f"the request body is not JSON ({exc}). Fix: send a "
                                      "JSON object, e.g. {\"path\": \"...\"}") from None
         if not isinstance(body, dict):
-            raise web.HTTPError(400, f"the request body must be a JSON object; got {body!r}")
+            raise web.HTTPError(400, f"the request body must be a JSON object; got "
+                                     f"{_shown(body)}. Fix: {_example(fields)}")
+        known = {field.name for field in fields}
+        extra = sorted(str(name) for name in body if name not in known)
+        if extra:
+            which = "a field" if len(extra) == 1 else "fields"
+            raise web.HTTPError(400, f"the request body has {which} this route does not take: "
+                                     f"{', '.join(map(repr, extra))}. Fix: send only "
+                                     f"{' and '.join(map(repr, sorted(known)))}, e.g. "
+                                     f"{_example(fields)}")
+        for field in fields:
+            if field.name not in body:
+                if field.required:
+                    raise web.HTTPError(400, f"the request body has no {field.name!r}. Fix: "
+                                             f"{_example(fields)}")
+                continue
+            value = body[field.name]
+            if not field.accepts(value):
+                raise web.HTTPError(400, f"the request body's {field.name!r} must be "
+                                         f"{field.kind}; got {field.name}={_shown(value)} "
+                                         f"({_json_kind(value)}). Fix: {_example(fields)}")
         return body
+
+
+@dataclass(frozen=True)
+class _Field:
+    """A field of a POST body: its ``name``, its JSON ``kind`` in words, an ``example`` value,
+    and whether it is ``required``."""
+
+    name: str
+    kind: str
+    example: Any
+    required: bool = True
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, type(self.example))
+
+
+_PATH = _Field("path", "a string: the experiment's path or URL, as the listing gives it",
+               "/home/u/ftnb_results/sweep1")
+_TRIAL_ID = _Field("trial_id", "a string: the trial's id, as the experiment's page lists it",
+                   "3f2a1_00000")
+_TAKEOVER = _Field("takeover", "true or false", False, required=False)
+
+
+def _example(fields: tuple[_Field, ...]) -> str:
+    return json.dumps({field.name: field.example for field in fields})
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), "?")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class _ReadHandler(_FtnbHandler):
@@ -321,7 +397,7 @@ class StopHandler(_FtnbHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        await self._answer(self.lab.stop, self._body())
+        await self._answer(self.lab.stop, self._body(_PATH))
 
 
 class StopTrialHandler(_FtnbHandler):
@@ -330,7 +406,7 @@ class StopTrialHandler(_FtnbHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        await self._answer(self.lab.stop_trial, self._body())
+        await self._answer(self.lab.stop_trial, self._body(_PATH, _TRIAL_ID))
 
 
 class ResumeHandler(_FtnbHandler):
@@ -339,7 +415,7 @@ class ResumeHandler(_FtnbHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        await self._answer(self.lab.resume, self._body())
+        await self._answer(self.lab.resume, self._body(_PATH, _TAKEOVER))
 
 
 def routes(base_url: str, lab: LabState) -> list[tuple[str, type, dict]]:

@@ -81,6 +81,10 @@ class StorageRoots:
         the root's storage's terms (a local one with its symlinks resolved). Raises
         :class:`PathRefused` unless it is inside a configured root, ValueError when ``text``
         is missing."""
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"the {argument!r} argument must be a string (a path or URL); got "
+                             f"{argument}={text!r} ({type(text).__name__}). Fix: pass a folder "
+                             f"under one of the served roots ({self._served()})")
         if not text:
             raise ValueError(f"the {argument!r} argument is missing. Fix: pass a folder under "
                              f"one of the served roots ({self._served()})")
