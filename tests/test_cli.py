@@ -238,9 +238,10 @@ def test_status_json_is_the_view_model(store, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     # The view model, and what the text adds: when it changed, its driver, how to resume it.
     assert set(data) == {f.name for f in dataclasses.fields(ExperimentView)} | {
-        "updated", "driver", "resume_line", "supervisor_log", "supervisor",
+        "updated", "driver", "resume_line", "storage_fault", "supervisor_log", "supervisor",
         "driver_silent_s", "driver_dead_in_s", "takeover"}
     assert data["resume_line"] is None and data["supervisor_log"] is None
+    assert data["storage_fault"] is None
     assert data["supervisor"] is None  # no supervisor ran it
     assert data["driver"]["alive"] is False
     assert data["name"] == "beta"
