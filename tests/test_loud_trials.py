@@ -95,6 +95,19 @@ def test_pump_drops_what_the_listener_does_not_take(tmp_path):
     assert open(tmp_path / "out", "rb").read() == _lines(0, 200)  # the file has it all
 
 
+def test_a_full_disk_loses_output_not_the_trial(tmp_path, capfd):
+    """The pipe is still drained (the trial is never blocked, nor failed, by its output)."""
+    read_fd, write_fd = os.pipe()
+    pump = PumpedOutput(read_fd, "/dev/full", max_bytes=1 << 20, shown_bytes=1 << 16)
+    with os.fdopen(write_fd, "wb") as w:
+        w.write(_lines(0, 100))
+    wait_for(lambda: pump.ended, timeout=10, what="the pump to see the pipe close")
+    assert pump.take_text() == _lines(0, 100).decode()
+    pump.close()
+    assert pump.error is not None and pump.error.errno == 28  # ENOSPC
+    assert "could not write a trial's output to /dev/full" in capfd.readouterr().err
+
+
 def test_file_tail_reads_bounded_pieces_and_skips_a_backlog(tmp_path):
     """How a Ray actor's output reaches the driver: never more than ``limit`` a read."""
     path = tmp_path / "stdout"

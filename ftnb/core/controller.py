@@ -1005,7 +1005,10 @@ class Controller:
     def _kill_hung(self) -> None:
         """Kill the attempts silent for longer than FailureConfig(hang_timeout_s): each ends
         as a failure of kind ``hang`` (see policy.classify_end), retried like any other."""
+        # Not watched: an attempt asked to stop or preempted (its grace period applies), one
+        # whose trainable returned (ending is ftnb's part), one already killed for hanging.
         watched = {trial_id: live.heard_at if live.stop_requested_at is None
+                   and not live.preempted and live.outcome is None
                    and live.silent_for_s is None else None
                    for trial_id, live in self.live.items()}
         silent = silent_attempts(watched, now=time.monotonic(),

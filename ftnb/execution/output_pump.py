@@ -43,6 +43,8 @@ OUTPUT_MAX_BYTES_ENV = "FTNB_OUTPUT_MAX_BYTES"
 _MIN_MAX_BYTES = 4096
 #: How much is read from the pipe, and copied within the file, at once.
 _CHUNK = 1 << 20
+#: The pipe's buffer asked for (best effort; a user's pipes share a limit, 64 MiB by default).
+_PIPE_BYTES = 256 << 10
 #: How far back from the head's end a line break is looked for (a longer line is cut).
 _LINE_SEARCH = 64 << 10
 _NOTE = re.compile(rb"\[ftnb: (\d+) bytes of output left out here")
@@ -167,7 +169,7 @@ class PumpedOutput:
         try:
             import fcntl
 
-            fcntl.fcntl(fd, 1031, _CHUNK)  # F_SETPIPE_SZ: fewer, larger reads (best effort)
+            fcntl.fcntl(fd, 1031, _PIPE_BYTES)  # F_SETPIPE_SZ: fewer, larger reads
         except (OSError, AttributeError, ImportError):
             pass
         os.set_blocking(fd, False)
@@ -178,9 +180,10 @@ class PumpedOutput:
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._give_up = False
-        #: An error writing the file (a full disk): the pipe is still drained, the file not
-        #: written any more.
+        #: The last error writing the file (a full disk): the pipe is still drained, and what
+        #: could not be written is counted in a line of the file once it can be written again.
         self.error: Optional[OSError] = None
+        self._lost = 0
         self._thread = threading.Thread(target=self._pump, name=f"ftnb-{name}", daemon=True)
         self._thread.start()
 
@@ -203,17 +206,29 @@ class PumpedOutput:
                     break
                 if not data:
                     break  # every writer is gone
-                if self.error is None:
-                    try:
-                        self.file.write(data)
-                    except OSError as exc:
-                        self.error = exc
+                self._write(data)
                 if self._shown_bytes:
                     self._show(data)
         finally:
             with self._lock:
                 self._note_dropped()
             self._ended.set()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            if self._lost:
+                self.file.write(f"[ftnb: {self._lost} bytes of output lost here: "
+                                f"{self.error}]\n".encode())
+                self._lost = 0
+            self.file.write(data)
+        except OSError as exc:
+            if self.error is None:  # said once: the output is a convenience, the trial goes on
+                import sys
+
+                print(f"ftnb: could not write a trial's output to {self.file.path}: {exc}; "
+                      "what it prints meanwhile is left out there", file=sys.stderr)
+            self.error = exc
+            self._lost += len(data)
 
     def _show(self, data: bytes) -> None:
         with self._lock:
