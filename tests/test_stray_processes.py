@@ -1,7 +1,9 @@
 """Nothing a trial starts outlives its attempt: children in its process group, children in a new
 session, daemons forked twice (with and without exec) end when the attempt ends, returns,
 raises or is killed, and after a SIGKILLed driver when the experiment is taken over; the same
-for the ranks of a group and for a WorkerGroup worker's children. Every check is by pid."""
+for the ranks of a group and for a WorkerGroup worker's children. Every check is by pid, once
+with a cgroup per attempt (where this machine lets the test make one) and once with the marks
+alone."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import functools
 import os
 import signal
 import threading
+import uuid
 
 import pytest
 
 import ftnb
 from ftnb.core.records import ExperimentState
+from ftnb.execution.process_tree import AttemptCgroup
 from ftnb.storage import ExperimentPaths
 
 from procs import pid_alive, run_script, wait_for
@@ -22,6 +26,25 @@ from stray_family import families, family_pids, start_family, start_family_into
 
 def _alive(pids):
     return [pid for pid in pids if pid_alive(pid)]
+
+
+@pytest.fixture(autouse=True, params=["cgroup", "marks"])
+def attempt_cgroups(request, monkeypatch):
+    """Each test twice: attempts in cgroups of their own, and without (the subreaper and the
+    marks alone, as where the machine gives no cgroup)."""
+    if request.param == "marks":
+        monkeypatch.setenv("FTNB_ATTEMPT_CGROUPS", "0")
+    else:
+        probe = AttemptCgroup.create(f"probe.{uuid.uuid4().hex}")
+        if probe is None:
+            pytest.skip("this machine gives no cgroup to make")
+        probe.end()
+    return request.param
+
+
+def _own_cgroup():
+    with open("/proc/self/cgroup") as f:
+        return next(line.strip() for line in f if line.startswith("0::"))
 
 
 @pytest.fixture
@@ -41,7 +64,7 @@ def _trial_kinds(results):
 
 def _starts_family_then(config):
     start_family_into(config["pids"])
-    ftnb.report({"step": 1})
+    ftnb.report({"step": 1, "cgroup": _own_cgroup()})
     if config["end"] == "raises":
         raise RuntimeError("the trial fails")
     if config["end"] == "killed":  # as by the OOM killer: no chance to clean up
@@ -50,7 +73,8 @@ def _starts_family_then(config):
 
 @pytest.mark.parametrize("end,kinds", [("returns", []), ("raises", ["exception"]),
                                        ("killed", ["signal"])])
-def test_what_a_trial_starts_ends_with_its_attempt(tmp_path, no_strays_left, end, kinds):
+def test_what_a_trial_starts_ends_with_its_attempt(tmp_path, no_strays_left, end, kinds,
+                                                   attempt_cgroups):
     pids = str(tmp_path / "pids")
     no_strays_left(pids)
     results = ftnb.Tuner(
@@ -59,6 +83,8 @@ def test_what_a_trial_starts_ends_with_its_attempt(tmp_path, no_strays_left, end
                                   failure_config=ftnb.FailureConfig(max_failures=0)),
     ).fit()
     assert _trial_kinds(results) == [kinds]
+    in_its_own = "/ftnb." in results[0].metrics["cgroup"]
+    assert in_its_own is (attempt_cgroups == "cgroup"), results[0].metrics["cgroup"]
     assert len(family_pids(pids)) == 4
     # By the time the attempt's end is known, nothing of it runs: no waiting here.
     assert _alive(family_pids(pids)) == []

@@ -62,8 +62,15 @@ from .contract import (
 )
 from .one_machine import OneMachineExecutor
 from .output_pump import PumpedOutput, output_max_bytes
-from .oom import oom_killed
-from .process_tree import ATTEMPT_VARIABLE, attempt_marker, kill_marked, kill_tree
+from .oom import cgroup_oom_kills, oom_killed
+from .process_tree import (
+    ATTEMPT_VARIABLE,
+    CGROUP_VARIABLE,
+    AttemptCgroup,
+    attempt_marker,
+    kill_marked,
+    kill_tree,
+)
 from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
 from ..storage.lease import process_name
@@ -193,6 +200,8 @@ class _Running:
     started_sent: bool = False
     failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
     kill_cause_at: Optional[float] = None
+    cgroup: Optional[AttemptCgroup] = None  # where this machine gives one
+    cgroup_oom_kills: Optional[int] = None  # counted there, read before it is removed
 
     @property
     def group(self) -> bool:
@@ -272,6 +281,10 @@ class LocalProcessExecutor(OneMachineExecutor):
                 lease_token=token,
                 place=place,
             ))
+        cgroup = AttemptCgroup.create(launches[0].env[ATTEMPT_VARIABLE])
+        if cgroup is not None:
+            for launch in launches:
+                launch.env[CGROUP_VARIABLE] = cgroup.folder
         started_at = time.monotonic()
         ranks: list[_Rank] = []
         pumps: list[PumpedOutput] = []
@@ -309,10 +322,12 @@ class LocalProcessExecutor(OneMachineExecutor):
             for rank in ranks:  # a group starts whole or not at all
                 _end_rank(rank.process.pid)
                 rank.process.join(5)
+            if cgroup is not None:
+                cgroup.end()
             raise
         self._running[spec.trial_id] = _Running(
             launches[0], ranks, started_at, [output for pair in files for output in pair],
-            spec.collective_timeout_s, pumps
+            spec.collective_timeout_s, pumps, cgroup=cgroup
         )
 
     def running(self) -> list[str]:
@@ -496,7 +511,7 @@ class LocalProcessExecutor(OneMachineExecutor):
         def oom(rank: _Rank) -> bool:
             return (rank.exit_code == -signal.SIGKILL and not rank.killed_by_us
                     and rank.index != run.failures.hung and rank.process.pid is not None
-                    and oom_killed(rank.process.pid, run.started_at))
+                    and oom_killed(rank.process.pid, run.started_at, run.cgroup_oom_kills))
 
         if not run.group:
             rank = run.ranks[0]
@@ -535,6 +550,9 @@ class LocalProcessExecutor(OneMachineExecutor):
         """The attempt is over: end what its processes started and left behind (their orphans
         went to the fork server when a rank died before it could end them itself), sparing
         the processes of the attempts still running."""
+        if run.cgroup is not None:
+            run.cgroup_oom_kills = cgroup_oom_kills(run.cgroup.folder)
+            run.cgroup.end()
         launch = run.launch
         live = [rank.process.pid for other in self._running.values() if other is not run
                 for rank in other.ranks if not rank.exited and rank.process.pid]

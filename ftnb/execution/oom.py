@@ -79,15 +79,13 @@ def _kernel_records() -> list[bytes]:
     return records
 
 
-def oom_killed(pid: int, since: float, cgroup_dir: Optional[str] = None,
-               cgroup_before: Optional[int] = None) -> bool:
+def oom_killed(pid: int, since: float, cgroup_kills: Optional[int] = None) -> bool:
     """Whether the process ``pid``, started at ``since`` (``time.monotonic()``) and dead of
-    SIGKILL, was killed by the OOM killer. ``cgroup_dir``, ``cgroup_before``: the process's own
-    memory cgroup and its ``oom_kill`` count when the process started, if it had one."""
-    if cgroup_before is not None:
-        after = cgroup_oom_kills(cgroup_dir)
-        if after is not None:
-            return after > cgroup_before
+    SIGKILL, was killed by the OOM killer. ``cgroup_kills``: the OOM kills counted in a memory
+    cgroup made for the process (:func:`cgroup_oom_kills`; None: it had none, or one without
+    memory accounting)."""
+    if cgroup_kills is not None:
+        return cgroup_kills > 0
     # The kernel writes the record before the kill is delivered, so it is there by the time
     # the death is seen; a moment of grace for a log read in the same instant.
     deadline = time.monotonic() + 0.2

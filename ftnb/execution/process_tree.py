@@ -3,7 +3,13 @@
 A trial may start processes of its own: data-loader workers in its process group, a server in
 a new session (``setsid``), a daemon that forks twice. None of them may outlive the attempt
 (they would hold its GPU, its ports, its files, and could write into the experiment after a
-retry began). Three marks keep every such process findable, with or without a cgroup:
+retry began).
+
+Where this machine lets the driver make cgroups (a cgroup v2 hierarchy it can write), each
+attempt gets one (:class:`AttemptCgroup`, ``ftnb.<FTNB_ATTEMPT>`` under the driver's cgroup):
+its processes join it before the trainable runs, nothing they start can leave it, and its end
+kills everything in it (``cgroup.kill``). ``FTNB_ATTEMPT_CGROUPS=0`` turns this off. With or
+without one, three marks keep every such process findable:
 
 * **A child subreaper.** Each trial process and WorkerGroup worker, and the fork server they
   come from, asks the kernel (``PR_SET_CHILD_SUBREAPER``) to become the parent of its orphaned
@@ -32,10 +38,13 @@ from typing import Iterable, Optional
 
 __all__ = [
     "ATTEMPT_VARIABLE",
+    "CGROUP_VARIABLE",
+    "AttemptCgroup",
     "attempt_marker",
     "become_subreaper",
     "end_descendants",
     "end_strays_of",
+    "join_cgroup",
     "kill_marked",
     "kill_tree",
     "process_table",
@@ -196,4 +205,153 @@ def end_strays_of(token: str) -> list[int]:
     one of its attempts started. Returns their pids."""
     from ..storage.lease import process_name
 
-    return kill_marked(f"{token}.", process_name(token))
+    killed: list[int] = []
+    for cgroup in AttemptCgroup.of_driver(token):
+        killed.extend(cgroup.end())
+    return killed + kill_marked(f"{token}.", process_name(token))
+
+
+#: The environment variable that names the attempt's cgroup folder to its processes.
+CGROUP_VARIABLE = "FTNB_ATTEMPT_CGROUP"
+_CGROUP_PREFIX = "ftnb."
+
+
+def _own_cgroup_folder() -> Optional[str]:
+    """The folder of this process's cgroup in a mounted cgroup v2 hierarchy, or None."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            own = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    if own is None:
+        return None
+    for fields in mounts:
+        # "id parent dev root mount_point options ... - fstype source super_options"
+        if "-" not in fields:
+            continue
+        rest = fields[fields.index("-") + 1:]
+        if not rest or rest[0] != "cgroup2":
+            continue
+        root, mount_point = fields[3], fields[4]
+        if own == root or own.startswith(root.rstrip("/") + "/"):
+            folder = os.path.join(mount_point, own[len(root.rstrip("/")):].lstrip("/"))
+            return folder if os.path.isdir(folder) else None
+    return None
+
+
+class AttemptCgroup:
+    """An attempt's cgroup (see the module docstring): ``create`` it before its processes
+    start, :func:`join_cgroup` in each, :meth:`end` it when the attempt is over."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    @classmethod
+    def create(cls, marker: str) -> Optional["AttemptCgroup"]:
+        """A new cgroup for the attempt ``marker``, or None where none can be made (no cgroup
+        v2, no right to write it, turned off by ``FTNB_ATTEMPT_CGROUPS=0``)."""
+        if os.environ.get("FTNB_ATTEMPT_CGROUPS", "1") == "0":
+            return None
+        parent = _own_cgroup_folder()
+        if parent is None or not os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
+            return None
+        _remove_abandoned(parent)
+        folder = os.path.join(parent, _CGROUP_PREFIX + marker.replace("/", "_"))
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        cgroup = cls(folder)
+        if not os.access(os.path.join(folder, "cgroup.procs"), os.W_OK):
+            cgroup.end()
+            return None
+        return cgroup
+
+    @classmethod
+    def of_driver(cls, token: str) -> list["AttemptCgroup"]:
+        """The attempt cgroups a driver with lease ``token`` left under this process's cgroup."""
+        parent = _own_cgroup_folder()
+        if parent is None:
+            return []
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            return []
+        return [cls(os.path.join(parent, name)) for name in names
+                if name.startswith(f"{_CGROUP_PREFIX}{token}.")]
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.folder, "cgroup.procs")) as f:
+                return [int(line) for line in f if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def end(self, timeout_s: float = _WAIT_S) -> list[int]:
+        """SIGKILL every process in the cgroup, wait until it is empty, remove it. Returns
+        the pids killed."""
+        deadline = time.monotonic() + timeout_s
+        killed: list[int] = []
+        while time.monotonic() < deadline:
+            pids = self.pids()
+            if not pids:
+                break
+            killed.extend(pid for pid in pids if pid not in killed)
+            try:  # the kernel kills them all at once, forks in flight included (Linux 5.14)
+                with open(os.path.join(self.folder, "cgroup.kill"), "w") as f:
+                    f.write("1")
+            except OSError:
+                _kill(pids)
+            _wait_gone(pids, deadline)
+        while True:
+            try:
+                os.rmdir(self.folder)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # EBUSY: the last of them are still exiting
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.005)
+        return killed
+
+
+#: An attempt cgroup empty for this long was left by a driver that ended without removing it
+#: (killed, and not run again): its processes joined it within moments of its making.
+_ABANDONED_S = 60.0
+
+
+def _remove_abandoned(parent: str) -> None:
+    try:
+        names = [name for name in os.listdir(parent) if name.startswith(_CGROUP_PREFIX)]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        folder = os.path.join(parent, name)
+        try:
+            if now - os.stat(folder).st_mtime < _ABANDONED_S:
+                continue
+        except OSError:
+            continue
+        if not AttemptCgroup(folder).pids():
+            try:
+                os.rmdir(folder)  # refused (EBUSY) while anything is in it
+            except OSError:
+                pass
+
+
+def join_cgroup(folder: Optional[str]) -> None:
+    """Move this process into the attempt's cgroup ``folder`` (None: none), before it runs
+    anything of the trainable's."""
+    if not folder:
+        return
+    try:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        pass  # then the marks alone find what it starts

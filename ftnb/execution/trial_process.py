@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .contract import AttemptEvent, AttemptSpec, StartedEvent
-from .process_tree import become_subreaper, end_descendants
+from .process_tree import CGROUP_VARIABLE, become_subreaper, end_descendants, join_cgroup
 from .rank_group import RankPlace
 
 __all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
@@ -188,6 +188,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any, outputs: tuple = ()) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    join_cgroup(launch.env.get(CGROUP_VARIABLE))
     become_subreaper()
     release_fork_server()
     _die_with_parent()
