@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .config import CheckpointConfig, callable_name, describe_stop
 from .core.records import ExperimentState, TrialRecord, encode_value
 from .input_checks import check_picklable
-from .restore import RestoreError, load_state
+from .restore import load_state, refuse_remains
 from .storage import ExperimentPaths, Storage, default_storage_path
 
 if TYPE_CHECKING:
@@ -150,16 +150,25 @@ def _max_concurrent(*limits: Optional[int]) -> Optional[int]:
     return min(given) if given else None
 
 
-def refuse_existing(paths: ExperimentPaths) -> None:
-    """Raise a ValueError that says how to resume it when an experiment is stored at
-    ``paths`` (a RestoreError when its state is newer than this ftnb)."""
+def refuse_existing(paths: ExperimentPaths, check_owner: bool = True) -> None:
+    """Raise when an experiment is, or was, stored at ``paths``:
+
+    * :class:`~ftnb.storage.lease.ExperimentLockedError`, naming the driver (host, pid, since),
+      while a live driver owns it (``check_owner``; another ``ftnb.run`` of the same name that
+      started a moment earlier, say): that driver is running it, and is never to be deleted;
+    * a :class:`~ftnb.restore.RestoreError` when its state is unreadable, newer than this ftnb,
+      or gone while its trial folders remain (the restore's own errors);
+    * a ValueError that says how to resume it otherwise.
+
+    ``check_owner=False``: the caller owns the lease itself."""
+    from .storage.lease import refuse_if_owned
+
+    if check_owner:
+        refuse_if_owned(paths, "start")
     if not paths.has_state():
+        refuse_remains(paths, "start a new experiment at")
         return
-    try:
-        load_state(paths, what="start a new experiment at")
-    except RestoreError as exc:
-        if "newer than this ftnb" in str(exc):
-            raise
+    load_state(paths, what="start a new experiment at")
     raise ValueError(
         f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
         "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "

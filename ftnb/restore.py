@@ -40,11 +40,19 @@ from .core.records import (
     TrialStatus,
     encode_value,
 )
+from .core.recoveries import PREVIOUS_STATE, recovery, say
 from .core.trial_files import TrialFiles, lay_out_trial_folders, remove_leftover_temps
 from .input_checks import check_trainable
 from .objects import ObjectRef, bind_objects, is_placeholder, walk_placeholders
 from .search import encode_space
-from .storage import ExperimentPaths
+from .storage import (
+    PARAMS_FILE,
+    RESULTS_FILE,
+    STATE_BACKUP_FILE,
+    STATE_FILE,
+    ExperimentPaths,
+)
+from .storage.file_names import STATE_SEGMENT
 
 if TYPE_CHECKING:
     from .execution.resources import TrialResources
@@ -62,7 +70,10 @@ __all__ = [
     "load_state",
     "missing_objects_message",
     "needed_objects",
+    "note_fallbacks",
     "plan_restore",
+    "refuse_remains",
+    "remains_of_experiment",
     "resume_trials",
     "space_differences",
     "stored_configs",
@@ -131,23 +142,78 @@ def describe_location(paths: ExperimentPaths) -> str:
     return f"the folder holds no experiment_state.json (it has: {shown})"
 
 
+def remains_of_experiment(paths: ExperimentPaths, limit: int = 5) -> list[str]:
+    """Names of up to ``limit`` files or folders in ``paths.dir`` that belong to an experiment
+    (its state's journal segments, trial folders with their ``params.json`` or
+    ``result.json``): what is left of one whose state files are both gone."""
+    storage = paths.storage
+    if not storage.isdir(paths.dir):
+        return []
+    found = []
+    for name in sorted(storage.listdir(paths.dir)):
+        if STATE_SEGMENT.match(name) or any(
+                storage.exists(storage.join(paths.dir, name, file))
+                for file in (PARAMS_FILE, RESULTS_FILE)):
+            found.append(name)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def refuse_remains(paths: ExperimentPaths, what: str) -> None:
+    """Raise :class:`RestoreError` when ``paths.dir`` holds what is left of an experiment whose
+    state files (the state and its previous generation) are both gone: it cannot be resumed,
+    and a new experiment beside its trial folders would mix two in one folder."""
+    remains = remains_of_experiment(paths)
+    if not remains:
+        return
+    raise RestoreError(
+        f"Cannot {what} {paths.uri}: both generations of its experiment state ({STATE_FILE}, "
+        f"{STATE_BACKUP_FILE}) are gone, but the folder still holds an experiment's files "
+        f"({', '.join(remains)}{' ...' if len(remains) >= 5 else ''}). ftnb cannot resume it "
+        "without its state, and will not start a second experiment beside its trials. Fix: "
+        f"put {STATE_FILE} back from a backup, or run under another name (the trials' "
+        "result.json files and checkpoints stay readable where they are)."
+    )
+
+
 def load_state(paths: ExperimentPaths, what: str = "restore") -> ExperimentState:
     """The experiment's state, or a :class:`RestoreError` naming what was found instead."""
     if not paths.has_state():
+        refuse_remains(paths, what)
         raise RestoreError(
             f"Cannot {what} {paths.uri}: no ftnb experiment there; {describe_location(paths)}. "
             "Fix: pass the experiment's folder, i.e. <storage_path>/<name> (`ftnb ls "
             "<storage_path>` lists them)."
         )
     try:
-        return ExperimentState.load(paths)
+        return _read_state(paths)
     except StateVersionError as exc:
         raise RestoreError(f"Cannot {what} {paths.uri}: {exc}") from None
     except StateFormatError as exc:
         raise RestoreError(
             f"Cannot {what} {paths.uri}: {exc}. The state and its previous generation are both "
-            "unreadable; the trials' result.json files and checkpoints are intact."
+            "unreadable; the trials' result.json files and checkpoints are intact. Fix: put "
+            f"{STATE_FILE} back from a backup, or run under another name; ftnb will not start "
+            "a second experiment in this folder."
         ) from None
+
+
+def _read_state(paths: ExperimentPaths) -> ExperimentState:
+    """The state (or its previous generation); when neither can be read because a journal
+    segment they list is damaged or gone, the state rebuilt from the trials' files
+    (:func:`ftnb.core.state_rebuild.rebuild_state`, said by :func:`note_fallbacks`)."""
+    from .core.state_rebuild import rebuild_state
+
+    try:
+        return ExperimentState.load(paths)
+    except StateVersionError:
+        raise
+    except StateFormatError:
+        rebuilt = rebuild_state(paths)
+        if rebuilt is None:
+            raise
+        return rebuilt
 
 
 def can_restore(path: Any, storage_filesystem: Any = None) -> bool:
@@ -158,7 +224,7 @@ def can_restore(path: Any, storage_filesystem: Any = None) -> bool:
         paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
         if not paths.has_state():
             return False
-        ExperimentState.load(paths)
+        _read_state(paths)
         return True
     except (StateFormatError, OSError, ValueError, TypeError):
         return False
@@ -405,6 +471,7 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     end_strays_of_driver(lease.previous)
     # Re-read now that we own it: the state may have moved since plan_restore read it.
     state = load_state(paths)
+    note_fallbacks(paths, state)
     remove_leftover_temps(paths, state)
     state.merge_trial_records(paths)
     lay_out_trial_folders(paths, state, only_missing=True)
@@ -443,10 +510,33 @@ def take_over_driver(paths: ExperimentPaths, what: str = "take over") -> Optiona
             "taken and stops before writing anything more.")
 
 
+def note_fallbacks(paths: ExperimentPaths, state: ExperimentState) -> None:
+    """Record and say it when ``state`` was not read from the latest state file: from its
+    previous generation (the latest was damaged or missing), or rebuilt from the trials' files
+    (a journal segment both list was); what happened since is taken from the trials' own
+    records and result files, but it must not happen in silence."""
+    from .core.state_rebuild import REBUILT
+
+    if state.loaded_from == REBUILT:
+        say(state.recoveries[-1:])  # (rebuild_state recorded it)
+        return
+    if state.loaded_from != paths.state_backup:
+        return
+    entry = recovery(
+        PREVIOUS_STATE,
+        f"the experiment state {paths.storage.uri(paths.state)} is damaged or missing; read "
+        f"its previous generation ({STATE_BACKUP_FILE}) instead, and the trials' own records "
+        "and result files for what happened since.")
+    state.recoveries.append(entry)
+    say([entry])
+
+
 def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: TrialFiles) -> None:
     """Bring every trial up to date with its files and set it to run (or not) as asked; an
     errored trial that runs again gets a fresh failure budget. Then the state is the
-    controller's to run."""
+    controller's to run. What it fell back to for damaged files is added to
+    ``state.recoveries`` and said (:mod:`ftnb.core.recoveries`)."""
+    recoveries: list[dict] = []
     for trial in state.trials:
         status = trial.status
         if status == TrialStatus.TERMINATED:
@@ -455,19 +545,21 @@ def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: Tria
             if flags.restart_errored:
                 trial_files.reset(trial)
             elif flags.resume_errored:
-                trial_files.reconcile(trial, state.updated)
+                recoveries += trial_files.reconcile(trial, state.updated)
             else:
                 continue
             trial.failures_forgiven = len(trial.failures)
             trial.error = None
             trial.status = TrialStatus.PENDING.value
             continue
-        trial_files.reconcile(trial, state.updated)
+        recoveries += trial_files.reconcile(trial, state.updated)
         if flags.resume_unfinished:
             trial.status = TrialStatus.PENDING.value
         else:
             trial.status = TrialStatus.TERMINATED.value
             trial.note = "not resumed: restored with resume_unfinished=False"
+    state.recoveries += recoveries
+    say(recoveries)
 
 
 # -- comparing search spaces -------------------------------------------------------------------

@@ -9,9 +9,10 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig
-from .core.records import ExperimentState
+from .restore import load_state
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .tuner import Tuner
+from .ui.resume_lines import resuming_line
 
 __all__ = ["start_or_resume"]
 
@@ -48,13 +49,7 @@ def start_or_resume(
         storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
         paths = ExperimentPaths.of(storage, rc.name)
         if Tuner.can_restore(paths.uri, rc.storage_filesystem):
-            state = ExperimentState.load(paths)
-            counts = state.counts()
-            line = (
-                f"ftnb: resuming experiment {rc.name!r} at {paths.uri} "
-                f"({counts.get('TERMINATED', 0)} of {len(state.trials)} trials finished, "
-                f"{counts.get('ERRORED', 0)} errored)"
-            )
+            line = resuming_line(paths, load_state(paths))
             # A stop criterion given here replaces the stored one; none given keeps it.
             stop = {"stop": rc.stop} if rc.stop is not None else {}
             tuner = Tuner.restore(

@@ -173,7 +173,8 @@ class Tuner:
         paths, space = plan.paths, plan.space
         lease = Lease.acquire(paths, what="start")
         try:
-            refuse_existing(paths)  # another driver may have created it while we checked
+            # Another driver may have created it while we checked (the lease is ours now).
+            refuse_existing(paths, check_owner=False)
             state = initial_state(self, plan)
             _name_trials(state, self.tune_config, plan.variants, callable_name(self.trainable))
             if plan.max_concurrent:  # a BasicVariantGenerator's own limit

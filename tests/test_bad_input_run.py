@@ -107,9 +107,10 @@ def _leftovers(exp, trial_dir) -> dict:
                  exp / f".experiment_state.json.{hexa}.tmp",
                  trial_dir / f".params.json.{hexa}.tmp",
                  trial_dir / f".trial.json.{hexa}.tmp",
-                 trial_dir / f".progress.csv.{hexa}.tmp"],
-        "others": [exp / f".owner.json.{hexa}.tmp",  # a would-be owner writes it before owning
-                   exp / "control" / f".request.json.{hexa}.tmp",
+                 trial_dir / f".progress.csv.{hexa}.tmp",
+                 # (written under the lease lock, whose next holder sweeps it)
+                 exp / f".owner.json.{hexa}.tmp"],
+        "others": [exp / "control" / f".request.json.{hexa}.tmp",
                    exp / ".experiment_state.prev.json.tmp",
                    exp / f".notes.txt.{hexa}.tmp",
                    trial_dir / f".my_data.csv.{hexa}.tmp",
@@ -125,7 +126,7 @@ def test_resume_removes_a_killed_drivers_temporary_files_once_it_owns_the_experi
         wait_for(lambda: exp.is_dir() and any(len(result_rows(str(d))) >= 2
                                               for d in exp.iterdir() if d.is_dir()),
                  what="the trial's first reports")
-        trial_dir = next(d for d in exp.iterdir() if d.is_dir() and d.name != "control")
+        trial_dir = next(d for d in exp.iterdir() if (d / "params.json").exists())
         files = _leftovers(exp, trial_dir)
         (exp / "control").mkdir(exist_ok=True)
         for path in files["ours"] + files["others"]:

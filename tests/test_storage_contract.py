@@ -25,6 +25,7 @@ from typing import Callable
 import pytest
 
 import ftnb
+from ftnb.storage.checkpoint_files import checkpoint_damage
 from ftnb.storage.control import ControlInbox, send_request
 from ftnb.storage.lease import Fence, Lease, read_lease
 from ftnb.storage.result_log import ResultLog
@@ -389,7 +390,11 @@ def test_checkpoints_persist_complete_and_read_back(backend, storage, trial, tmp
     storage.makedirs(trial.checkpoint(second))
     storage.write_atomic(storage.join(trial.checkpoint(second), "state.json"), b"{}")
     assert trial.checkpoint_dirs() == [first]
-    assert json.loads(storage.read_text(trial.checkpoint_marker(first))) == {"i": 0}
+    marker = json.loads(storage.read_text(trial.checkpoint_marker(first)))
+    # The marker records what was written, for a restore to tell an intact checkpoint.
+    assert marker["i"] == 0
+    assert marker["files"] == {"state.json": 11, "sub/deeper/weights.bin": 4096}
+    assert checkpoint_damage(storage, trial.checkpoint(first)) is None
     storage.persist_directory(_checkpoint_source(tmp_path, 1), trial.checkpoint(second), {"i": 1})
     assert trial.checkpoint_dirs() == [first, second]
     assert [n for n in storage.listdir(trial.dir) if n.startswith(".")] == []

@@ -346,6 +346,12 @@ class ExperimentState:
     #: ``[started, last_seen]`` of each driver that ran the experiment, oldest first (its run
     #: time leaves out the gaps between them). Absent from states written before ftnb recorded it.
     driver_sessions: list = field(default_factory=list)
+    #: What restores fell back to because a file was damaged or missing, oldest first: each
+    #: ``{"time", "trial_id" (None: the experiment's own files), "what", "message"}``, made by
+    #: :mod:`ftnb.core.recoveries` (the previous state generation read, a checkpoint passed
+    #: over, the damaged end of a result.json cut off, a trial started over). Each is also said
+    #: when it happens.
+    recoveries: list = field(default_factory=list)
     #: The trial scheduler's description and JSON state (``TuneConfig(scheduler=...)``, see
     #: :mod:`ftnb.schedulers`), saved with the state before each of its decisions is carried
     #: out; None for the default (FIFO).
@@ -413,6 +419,7 @@ class ExperimentState:
             "status": self.status,
             "generation": self.generation,
             "driver_sessions": self.driver_sessions,
+            **({"recoveries": self.recoveries} if self.recoveries else {}),
             "settings": self.settings,
             "param_space": self.param_space,
             **({"scheduler": self.scheduler} if self.scheduler is not None else {}),
@@ -447,6 +454,8 @@ class ExperimentState:
             trials=[TrialRecord.from_json(t, tuples) for t in data.get("trials", [])],
             generation=data.get("generation", 0),
             driver_sessions=_sessions(data.get("driver_sessions")),
+            recoveries=[r for r in data.get("recoveries") or [] if isinstance(r, dict)]
+            if isinstance(data.get("recoveries"), list) else [],
             scheduler=data.get("scheduler") if isinstance(data.get("scheduler"), dict) else None,
             storage_fault=(data.get("storage_fault")
                            if isinstance(data.get("storage_fault"), dict) else None),

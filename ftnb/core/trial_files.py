@@ -17,10 +17,18 @@ import sys
 from typing import Optional
 
 from ..config import CheckpointConfig, metric_value
-from ..storage import ExperimentPaths, checkpoint_index, is_temporary_checkpoint
+from ..storage import (
+    CHECKPOINT_MARKER,
+    ExperimentPaths,
+    checkpoint_index,
+    is_temporary_checkpoint,
+)
+from ..storage.checkpoint_files import checkpoint_damage
+from ..storage.json_lines import damaged_tail, read_json_lines
 from ..storage.lease import Lease
 from ..storage.result_log import ResultLog
 from . import policy
+from .recoveries import CHECKPOINT_PASSED_OVER, RESULTS_TAIL_CUT, STARTED_OVER, recovery
 from .records import AttemptOutcome, AttemptRecord, ExperimentState, TrialRecord
 
 __all__ = ["TrialFiles", "lay_out_trial_folders", "remove_leftover_temps"]
@@ -99,16 +107,19 @@ class TrialFiles:
         trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
 
     # -- restore -------------------------------------------------------------------------------
-    def reconcile(self, trial: TrialRecord, driver_last_saved: float) -> None:
-        """Bring a trial's record up to date with its files, after its driver died.
+    def reconcile(self, trial: TrialRecord, driver_last_saved: float) -> list[dict]:
+        """Bring a trial's record up to date with its files, after its driver died; return what
+        it fell back to for damaged files (:mod:`ftnb.core.recoveries` entries).
 
         The trial's process wrote every acknowledged report (``result.json``) and checkpoint
         itself; the driver's record of them may lag. The files are the truth: the trial resumes
-        from the newest complete checkpoint that a result row acknowledged. An attempt left
+        from the newest complete checkpoint that a result row acknowledged and whose files
+        match its marker (an older one when the newest is damaged, none when none is intact);
+        lines that are not rows at the end of ``result.json`` are cut off. An attempt left
         running that reported nothing ends at ``driver_last_saved`` (the state's ``updated``).
         """
         trial_paths = self.paths.trial(trial.dir_name)
-        rows = trial_paths.read_results()
+        rows, recoveries = self._results_without_damaged_tail(trial)
         attr = self.checkpoint_config.checkpoint_score_attribute
         by_name = {c["dir_name"]: c for c in trial.checkpoints}
         highest = trial.next_checkpoint_index - 1
@@ -130,6 +141,7 @@ class TrialFiles:
         trial.checkpoints = sorted(
             (c for name, c in by_name.items() if name in present), key=lambda c: c["iteration"]
         )
+        recoveries += self._pass_over_damaged_checkpoints(trial, by_name)
         trial.latest_checkpoint = dict(trial.checkpoints[-1]) if trial.checkpoints else None
         trial.next_checkpoint_index = highest + 1
         if rows:
@@ -150,6 +162,70 @@ class TrialFiles:
             attempt.end_iteration = trial.iteration
         if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
             self.apply_retention(trial)
+        return recoveries
+
+    def _results_without_damaged_tail(self, trial: TrialRecord) -> tuple[list[dict], list[dict]]:
+        """The trial's result rows, after cutting off lines at the end of ``result.json`` that
+        are not rows (garbage or NUL bytes a crash left, a torn line): a resumed attempt would
+        append its rows after them, and the file would then be damaged inside, unreadable.
+        Damage followed by rows is not guessed at: :class:`CorruptFileError` says where."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        try:
+            data = self.storage.read_bytes(trial_paths.results)
+        except FileNotFoundError:
+            return [], []
+        source = self.storage.uri(trial_paths.results)
+        end = damaged_tail(data)
+        if end == len(data):
+            return read_json_lines(data, source=source), []
+        rows = read_json_lines(data[:end], source=source)
+        self._guard()
+        ResultLog(trial_paths, existing=rows).rewrite(rows)
+        cut = data[end:]
+        shown = cut[:40].decode("utf-8", "replace")
+        return rows, [recovery(
+            RESULTS_TAIL_CUT,
+            f"trial {trial.trial_id}: cut {len(cut)} bytes that are not result rows off the end "
+            f"of {source} ({shown!r}{'...' if len(cut) > 40 else ''}); its {len(rows)} rows "
+            "are kept and the trial goes on after the last of them.",
+            trial.trial_id)]
+
+    def _pass_over_damaged_checkpoints(self, trial: TrialRecord,
+                                       acknowledged: dict[str, dict]) -> list[dict]:
+        """Drop the trial's newest checkpoints while their files do not match their markers
+        (:func:`~ftnb.storage.checkpoint_files.checkpoint_damage`), so that it resumes from
+        the newest intact one; the damaged folders are left as they are, for a look. Say so,
+        as for the newer checkpoints that reports acknowledged (``acknowledged``, by name) but
+        that are gone or incomplete (retention never deletes the latest one)."""
+        trial_paths = self.paths.trial(trial.dir_name)
+        problems = []
+        kept = trial.checkpoints[-1]["iteration"] if trial.checkpoints else -1
+        for name, entry in sorted(acknowledged.items(), key=lambda item: item[1]["iteration"]):
+            if entry["iteration"] > kept:
+                problems.append(f"{name} (iteration {entry['iteration']}) is missing or "
+                                f"incomplete (no {CHECKPOINT_MARKER})")
+        while trial.checkpoints:
+            entry = trial.checkpoints[-1]
+            damage = checkpoint_damage(self.storage, trial_paths.checkpoint(entry["dir_name"]))
+            if damage is None:
+                break
+            trial.checkpoints.pop()
+            problems.append(f"{entry['dir_name']} (iteration {entry['iteration']}) is damaged: "
+                            f"{damage}")
+        if not problems:
+            return []
+        said = "; ".join(problems)
+        if trial.checkpoints:
+            older = trial.checkpoints[-1]
+            return [recovery(
+                CHECKPOINT_PASSED_OVER,
+                f"trial {trial.trial_id} resumes from its checkpoint {older['dir_name']} "
+                f"(iteration {older['iteration']}), the newest intact one: {said}.",
+                trial.trial_id)]
+        return [recovery(
+            STARTED_OVER,
+            f"trial {trial.trial_id} starts over from scratch, as none of its checkpoints is "
+            f"intact: {said}.", trial.trial_id)]
 
     def reset(self, trial: TrialRecord) -> None:
         """Start a trial over from scratch (restore with ``restart_errored``): its results and

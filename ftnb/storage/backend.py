@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator, Optional
 
+from .checkpoint_files import describe_folder
 from .faults import faults_named
 from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
 from .file_versions import FileVersions
@@ -534,6 +535,8 @@ class Storage:
         so ``dest`` either does not exist or is complete. On object stores the files are uploaded
         and the marker goes last: a folder without a marker is incomplete.
         """
+        # Its files' sizes (and small files' CRC-32), so a restore can tell it is intact.
+        marker = {**marker, **describe_folder(source)}
         marker_bytes = json.dumps(marker).encode("utf-8")
         if self.is_local:
             with faults_named(dest):

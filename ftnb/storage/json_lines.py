@@ -127,3 +127,21 @@ def read_json_lines(data: bytes, source: str = RESULTS_FILE) -> list[dict]:
                 "it held."
             )
     return rows
+
+
+def damaged_tail(data: bytes) -> int:
+    """Where the damaged end of a JSON Lines file begins: the length of ``data`` up to and with
+    its last line that is a row, when only lines that are not rows (garbage, NUL bytes, a torn
+    line) follow it; ``len(data)`` when nothing is damaged at its end. A bad line followed by
+    rows is not a damaged end but damage inside the file: :func:`read_json_lines` reports it."""
+    end = 0
+    offset = 0
+    for line in data.splitlines(keepends=True):
+        offset += len(line)
+        if not line.strip() and line.endswith((b"\n", b"\r")):
+            if end == offset - len(line):
+                end = offset  # a blank line after a row belongs to the intact part
+            continue
+        if line.endswith(b"\n") and parse_json_line(line) is not None:
+            end = offset
+    return end

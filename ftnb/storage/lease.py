@@ -62,7 +62,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from . import ExperimentPaths, is_transient
+from . import LEASE_FILE, ExperimentPaths, is_transient
 
 __all__ = [
     "ExperimentLockedError",
@@ -515,6 +515,11 @@ class Lease:
                 # on a write.
                 storage.makedirs(storage.parent(paths.lease))
                 written = storage.write_if(paths.lease, _lease_json(info), version)
+                if serialized:
+                    # A driver killed while it wrote owner.json left its temporary file behind;
+                    # only a holder of this lock writes one, so none is being written now.
+                    storage.remove_leftover_temps(storage.parent(paths.lease),
+                                                  frozenset({LEASE_FILE}))
             if written is None:  # no compare-and-swap here
                 if not serialized:
                     cls._settle(paths, info)

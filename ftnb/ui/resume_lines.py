@@ -5,6 +5,7 @@ One wording for every reader. Part of the read model (:mod:`ftnb.ui.read_model`)
 
 from __future__ import annotations
 
+import copy
 import enum
 import shlex
 import sys
@@ -14,7 +15,8 @@ from ..core.records import ExperimentState
 from ..storage import ExperimentPaths, default_storage_path
 from .location import same_storage_path
 
-__all__ = ["ResumeContext", "ftnb_magics_loaded", "resume_line", "tuner_restore_line"]
+__all__ = ["ResumeContext", "ftnb_magics_loaded", "resume_line", "resuming_line",
+           "tuner_restore_line"]
 
 
 class ResumeContext(str, enum.Enum):
@@ -67,6 +69,21 @@ def resume_line(paths: ExperimentPaths, state: ExperimentState,
         return (f"{tuner_restore_line(paths.uri, '<trainable>', takeover=takeover)}, or run "
                 f"the same ftnb.run(...{keyword}) again")
     return tuner_restore_line(paths.uri, state.trainable, _holds_objects(state), takeover)
+
+
+def resuming_line(paths: ExperimentPaths, state: ExperimentState) -> str:
+    """The line that says an experiment is being resumed, with its trials' counts as its files
+    tell them: each trial's own ``trial.json`` where it is newer than the state (a driver killed
+    before it saved the state that records a trial's end; the restore merges them the same
+    way). ``state`` is not changed."""
+    from ..core.records import merge_trial_records
+
+    merged = copy.copy(state)
+    merged.trials = list(state.trials)  # (merging replaces records in the list)
+    counts = merge_trial_records(merged, paths).counts()
+    return (f"ftnb: resuming experiment {paths.name!r} at {paths.uri} "
+            f"({counts.get('TERMINATED', 0)} of {len(merged.trials)} trials finished, "
+            f"{counts.get('ERRORED', 0)} errored)")
 
 
 def _trainer_restore(paths: ExperimentPaths, state: ExperimentState) -> Optional[str]:
