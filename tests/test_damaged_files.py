@@ -246,16 +246,20 @@ def test_the_marker_records_sizes_and_small_files_crc(tmp_path):
 
 
 # -- debris and counts --------------------------------------------------------------------------
-def test_a_temporary_owner_json_of_a_killed_driver_is_swept_by_the_next_run(tmp_path):
+def test_temporary_files_of_a_killed_driver_are_swept_by_the_next_run(tmp_path):
+    from ftnb.storage.experiment_index import INDEX_DIR, entry_file_name
+
     exp, _ = _kill_midway(tmp_path)
-    # What a driver killed between writing owner.json's temporary file and renaming it leaves:
-    # the very name its writer makes.
-    leftover = temporary_file_path(str(exp / "owner.json"))
-    with open(leftover, "w") as f:
-        f.write('{"token": "half')
-    assert os.path.basename(leftover).startswith(".owner.json.")
+    # What a driver killed between writing a file's temporary copy and renaming it leaves: the
+    # very names its writers make, for owner.json and for its entry in the storage's index.
+    leftovers = [temporary_file_path(str(exp / "owner.json")),
+                 temporary_file_path(str(tmp_path / INDEX_DIR / entry_file_name("dmg")))]
+    for leftover in leftovers:
+        with open(leftover, "w") as f:
+            f.write('{"token": "half')
+    assert os.path.basename(leftovers[0]).startswith(".owner.json.")
     run_to_end(tmp_path, DRIVER, [str(tmp_path)])
-    assert not os.path.exists(leftover)
+    assert [p for p in leftovers if os.path.exists(p)] == []
     assert not [n for n in os.listdir(exp) if n.endswith(".tmp")]
 
 

@@ -251,6 +251,10 @@ class IndexEntryWriter:
                 if not self._made_dir:
                     _make_index_dir(self.storage, self.dir)
                     self._made_dir = True
+                    # A driver killed while it replaced this entry left its temporary file;
+                    # this entry has one writer, the lease holder, and that is this driver now.
+                    self.storage.remove_leftover_temps(
+                        self.dir, frozenset({entry_file_name(self.paths.name)}))
                 self.storage.write_atomic(self.path, data, durable=False)
                 return True
             except Exception as exc:  # never the experiment's failure
