@@ -120,15 +120,18 @@ def _kill(pids: Iterable[int]) -> None:
             pass
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` ended (gone, or a zombie); reaps it when it is our child."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+def _gone(pid: int, reap: bool) -> bool:
+    """Whether ``pid`` ended (gone, or a zombie). ``reap``: collect it when it is our child (a
+    subreaper's orphans, which nobody else waits for; never a child whose exit status a
+    ``subprocess.Popen`` of the caller's will want)."""
+    if reap:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        except OSError:
             return True
-    except ChildProcessError:
-        pass
-    except OSError:
-        return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -137,16 +140,18 @@ def _gone(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
 
 
-def _wait_gone(pids: Iterable[int], deadline: float) -> None:
+def _wait_gone(pids: Iterable[int], deadline: float, reap: bool = False) -> None:
     for pid in pids:
-        while not _gone(pid) and time.monotonic() < deadline:
+        while not _gone(pid, reap) and time.monotonic() < deadline:
             time.sleep(0.005)
 
 
-def kill_tree(root: int, include_root: bool = True, timeout_s: float = _WAIT_S) -> list[int]:
+def kill_tree(root: int, include_root: bool = True, timeout_s: float = _WAIT_S,
+              reap: bool = False) -> list[int]:
     """SIGKILL every descendant of ``root`` (and ``root`` itself unless ``include_root`` is
     False), the descendants first: while ``root`` (a subreaper) lives, orphans of its tree stay
-    in it. Waits for each by pid; returns the descendants killed."""
+    in it. Waits for each by pid (``reap``: collecting those that are this process's
+    children); returns the descendants killed."""
     deadline = time.monotonic() + timeout_s
     killed: list[int] = []
     while time.monotonic() < deadline:
@@ -157,7 +162,7 @@ def kill_tree(root: int, include_root: bool = True, timeout_s: float = _WAIT_S) 
             break
         _kill(found)
         killed.extend(pid for pid in found if pid not in killed)
-        _wait_gone(found, deadline)
+        _wait_gone(found, deadline, reap)
     if include_root:
         _kill([root])
         _wait_gone([root], deadline)
@@ -166,7 +171,7 @@ def kill_tree(root: int, include_root: bool = True, timeout_s: float = _WAIT_S) 
 
 def end_descendants() -> list[int]:
     """In a subreaper (a trial process, a worker) about to exit: end everything it started."""
-    return kill_tree(os.getpid(), include_root=False)
+    return kill_tree(os.getpid(), include_root=False, reap=True)
 
 
 def _environ_has(pid: int, prefix: bytes) -> bool:
