@@ -163,3 +163,33 @@ def test_a_trial_the_oom_killer_kills_is_oom(tmp_path, small_memory_cgroup):
                                   failure_config=ftnb.FailureConfig(max_failures=0)),
     ).fit()
     assert _failure_kinds(results) == ["oom"], results[0].error
+
+
+class _Idle:
+    pass
+
+
+def _worker_oom_elsewhere(worker, procs):
+    hog = subprocess.run([sys.executable, "-c", HOG, procs])
+    assert hog.returncode == -signal.SIGKILL, hog.returncode
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _worker_out_of_memory(worker, procs):
+    with open(procs, "w") as f:
+        f.write("0")
+    return len(bytearray(1024 * 2**20))
+
+
+def test_a_workergroup_worker_sigkilled_while_another_process_is_oom_killed_died_of_a_signal(
+        small_memory_cgroup):
+    with ftnb.WorkerGroup(_Idle, 1) as group:
+        [result] = group.map(_worker_oom_elsewhere, _procs_file(small_memory_cgroup))
+    assert not result.ok and result.error["kind"] == "signal", result.error
+
+
+@pytest.mark.skipif(not _kernel_log_readable(), reason="the kernel log (/dev/kmsg) is unreadable")
+def test_a_workergroup_worker_the_oom_killer_kills_is_oom(small_memory_cgroup):
+    with ftnb.WorkerGroup(_Idle, 1) as group:
+        [result] = group.map(_worker_out_of_memory, _procs_file(small_memory_cgroup))
+    assert not result.ok and result.error["kind"] == "oom", result.error
