@@ -108,6 +108,7 @@ def test_the_end_of_one_attempt_spares_the_processes_of_another(tmp_path, no_str
     results = ftnb.Tuner(
         _starts_family_and_waits,
         param_space={"pids": pids, "i": ftnb.grid_search([0, 1])},
+        resources_per_trial={"cpu": 0.1},  # both at once, however few CPUs the machine has
         tune_config=ftnb.TuneConfig(max_concurrent_trials=2),
         run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="two", verbose=0),
     ).fit()
@@ -199,13 +200,14 @@ def _hang(parent):
 
 
 def _uses_workers(config):
+    # (a timeout long enough for the calls that return at once on a loaded machine)
     with ftnb.WorkerGroup(functools.partial(_Parent, config["pids"]), 3,
-                          call_timeout_s=2.0) as group:
+                          call_timeout_s=5.0) as group:
         first = [result.get() for result in group.map(_family_of)]
         group.map(lambda parent: _fail(parent) if ftnb.elastic.worker_index() == 0
                   else _hang(parent) if ftnb.elastic.worker_index() == 1 else None)
         # The failed worker (it exits) and the hung one (the group kills it) took theirs along.
-        wait_for(lambda: not _alive([*first[0].values(), *first[1].values()]), 10,
+        wait_for(lambda: not _alive([*first[0].values(), *first[1].values()]), 30,
                  "the failed workers' processes to end")
         ftnb.report({"third_alive": len(_alive(first[2].values()))})
         # Left running in the workers: the group's end, and the attempt's, end them.
