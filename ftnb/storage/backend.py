@@ -22,7 +22,7 @@ import shutil
 import sys
 import time
 import uuid
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .checkpoint_files import describe_folder
 from .faults import faults_named
@@ -502,30 +502,32 @@ class Storage:
                 "set FTNB_STORAGE_PATH."
             ) from exc
 
-    def reserve_space(self, folder: str, nbytes: int = 1 << 20, files: int = 8) -> bool:
-        """Hold ``nbytes`` of disk space and ``files`` inodes in ``folder`` (allocated, not
-        merely sized) on a local disk, so that :meth:`release_space` can give them back when the
-        disk fills: whoever held them can then still write what it must (a driver: why it
-        stopped). False, holding nothing, where it cannot (remote storage, too little space)."""
+    def reserve_space(self, paths: Sequence[str], nbytes: int = 1 << 20) -> bool:
+        """Hold ``nbytes`` of disk space (allocated, not merely sized) and an inode per file in
+        the files ``paths`` on a local disk, so that :meth:`release_space` can give them back
+        when the disk fills: whoever held them can then still write what it must (a driver: why
+        it stopped). False, holding nothing, where it cannot (remote storage, a filesystem
+        without fallocate, too little space)."""
         if not self.is_local:
             return False
         try:
-            os.makedirs(folder, exist_ok=True)
-            for i in range(files):
-                fd = os.open(os.path.join(folder, str(i)), os.O_WRONLY | os.O_CREAT, 0o644)
+            for path in paths:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
                 try:
-                    os.posix_fallocate(fd, 0, max(1, nbytes // files))
+                    os.posix_fallocate(fd, 0, max(1, nbytes // len(paths)))
                 finally:
                     os.close(fd)
             return True
         except OSError:
-            self.release_space(folder)
+            self.release_space(paths)
             return False
 
-    def release_space(self, folder: str) -> None:
-        """Give back what :meth:`reserve_space` held in ``folder``."""
+    def release_space(self, paths: Sequence[str]) -> None:
+        """Give back what :meth:`reserve_space` held in ``paths``."""
         if self.is_local:
-            shutil.rmtree(folder, ignore_errors=True)
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def persist_directory(self, source: str, dest: str, marker: dict) -> None:

@@ -23,8 +23,10 @@ CONTROL_REQUEST_SUFFIX = ".json"
 SUPERVISOR_FILE = "supervisor.json"
 SUPERVISOR_LOG = "supervisor.log"
 #: Space a driver holds on a local disk so that, when the disk fills, it can still record why
-#: it stopped (its state, the trials' records): released at the first storage fault.
-SPACE_RESERVE_DIR = ".ftnb-reserve"
+#: it stopped (its state, the trials' records): released at the first storage fault. Files
+#: ``.ftnb-reserve.0`` to ``.7`` (files, not a folder: every folder of an experiment is a trial's).
+SPACE_RESERVE_FILE = ".ftnb-reserve"
+SPACE_RESERVE_FILES = 8
 #: A search algorithm's state (ftnb.core.searching) and OptunaSearch's study (its journal).
 SEARCHER_STATE_FILE = "searcher_state.json"
 OPTUNA_JOURNAL_FILE = "optuna_journal.jsonl"

@@ -18,7 +18,8 @@ from .file_names import (
     ERROR_FILE,
     LEASE_FILE,
     LEASE_LOCK_FILE,
-    SPACE_RESERVE_DIR,
+    SPACE_RESERVE_FILE,
+    SPACE_RESERVE_FILES,
     OPTUNA_JOURNAL_FILE,
     PARAMS_FILE,
     PROGRESS_FILE,
@@ -263,10 +264,11 @@ class ExperimentPaths:
         return self._file(LEASE_FILE)
 
     @property
-    def space_reserve(self) -> str:
-        """``.ftnb-reserve/``: space the driver holds for its last words on a full disk
-        (:meth:`Storage.reserve_space <ftnb.storage.backend.Storage.reserve_space>`)."""
-        return self._file(SPACE_RESERVE_DIR)
+    def space_reserve(self) -> tuple[str, ...]:
+        """``.ftnb-reserve.0`` to ``.7``: space and inodes the driver holds for its last words
+        on a full disk (:meth:`Storage.reserve_space
+        <ftnb.storage.backend.Storage.reserve_space>`)."""
+        return tuple(self._file(f"{SPACE_RESERVE_FILE}.{i}") for i in range(SPACE_RESERVE_FILES))
 
     @property
     def lease_lock(self) -> str:
