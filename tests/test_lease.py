@@ -38,9 +38,9 @@ from ftnb.storage.lease import (
     pid_start_time,
     process_name,
     read_lease,
-    reap_processes,
     take_over_now,
 )
+from ftnb.execution.process_tree import end_strays_of
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import REPO, TESTS, pid_alive, processes_named, wait_for
@@ -651,7 +651,7 @@ def test_fence_of_a_trial_on_another_machine_needs_a_recent_heartbeat(exp, monke
     remote_fence.check()
 
 
-# -- reaping an old owner's trial processes ------------------------------------------------------
+# -- ending an old owner's trial processes (ftnb.execution.process_tree, since storage kills none) -
 NAMED_FAMILY = r"""
 import os, signal, sys
 with open("/proc/self/comm", "w") as f:
@@ -665,7 +665,7 @@ signal.pause()
 """
 
 
-def test_reap_processes_kills_an_owner_s_named_processes_and_their_children():
+def test_end_strays_of_kills_an_owner_s_named_processes_and_their_children():
     token = uuid.uuid4().hex
     name = process_name(token)
     assert name == f"ftnb.{token[:10]}" and len(name) <= 15
@@ -678,7 +678,7 @@ def test_reap_processes_kills_an_owner_s_named_processes_and_their_children():
         assert child == family.pid
         assert sorted(processes_named(name)) == sorted([child, grandchild])
 
-        reaped = reap_processes(token)
+        reaped = end_strays_of(token)
         assert sorted(reaped) == sorted([child, grandchild])
         # Gone (or zombies left for their parents to collect) by the time it returns.
         assert not pid_alive(child) and not pid_alive(grandchild)
@@ -686,7 +686,7 @@ def test_reap_processes_kills_an_owner_s_named_processes_and_their_children():
         assert processes_named(name) == []
         assert pid_alive(unrelated.pid)  # another owner's process is left alone
         # Nothing of it runs any more (a grandchild nobody collects may linger as a zombie).
-        assert not [pid for pid in reap_processes(token) if pid_alive(pid)]
+        assert not [pid for pid in end_strays_of(token) if pid_alive(pid)]
     finally:
         _end(family)
         if grandchild is not None and pid_alive(grandchild):
@@ -694,14 +694,14 @@ def test_reap_processes_kills_an_owner_s_named_processes_and_their_children():
         _end(unrelated)
 
 
-def test_reap_processes_never_kills_the_caller():
+def test_end_strays_of_never_kills_the_caller():
     token = uuid.uuid4().hex
     with open("/proc/self/comm") as f:
         mine = f.read().strip()
     try:
         with open("/proc/self/comm", "w") as f:
             f.write(process_name(token))
-        assert reap_processes(token) == []
+        assert end_strays_of(token) == []
     finally:
         with open("/proc/self/comm", "w") as f:
             f.write(mine)

@@ -23,7 +23,7 @@ def _record(seq, seconds, text):
 
 
 RECORDS = [
-    _record(1, 10.0, "Out of memory: Killed process 4242 (python) total-vm:221368kB, anon-rss:50816kB"),
+    _record(1, 10.0, "Out of memory: Killed process 4242 (python) total-vm:221368kB, anon-rss:0kB"),
     _record(2, 20.0, "Memory cgroup out of memory: Killed process 5151 (ftnb.ab12) total-vm:1kB"),
     _record(3, 30.0, "Out of memory: Kill process 6161 (python) score 901 or sacrifice child"),
     _record(4, 40.0, "oom-kill:constraint=CONSTRAINT_MEMCG,task=python3,pid=7171,uid=0"),
@@ -77,7 +77,8 @@ def small_memory_cgroup():
     name = f"ftnb-test-{uuid.uuid4().hex[:8]}"
     candidates = []
     try:
-        candidates.append((f"/sys/fs/cgroup/memory{_own_cgroup('memory')}", "memory.limit_in_bytes"))
+        candidates.append((f"/sys/fs/cgroup/memory{_own_cgroup('memory')}",
+                           "memory.limit_in_bytes"))
     except OSError:
         pass
     try:

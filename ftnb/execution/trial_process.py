@@ -85,7 +85,8 @@ def release_fork_server() -> None:
 def _name_process(token: Optional[str]) -> None:
     """Name the process after its driver's lease (``ftnb.<token prefix>`` in ``ps`` and
     ``/proc/PID/comm``, inherited by the processes it forks), so that a driver taking the
-    experiment over can find and kill a dead driver's trials (:func:`ftnb.storage.lease.reap_processes`)."""
+    experiment over can find and kill a dead driver's trials
+    (:func:`ftnb.execution.process_tree.end_strays_of`)."""
     if not token:
         return
     from ..storage.lease import process_name

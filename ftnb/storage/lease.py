@@ -36,17 +36,18 @@ The lease is ``owner.json`` in the experiment folder::
   ``Lease.acquire(takeover=True)``, what ``Tuner.restore(takeover=True)`` does): at once, with
   a new epoch and token, unless the driver is provably alive on this machine (same host id,
   its process there and neither a zombie nor stopped): that one is refused
-  (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first,
-  with its trials (:func:`end_stopped_driver`): it may be stopped inside a heartbeat, holding
-  the lease lock, and continued it could only be a driver without a lease. Taking over a
+  (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first
+  (:func:`end_stopped_driver`; its trials die with it): it may be stopped inside a heartbeat,
+  holding the lease lock, and continued it could only be a driver without a lease. Taking over a
   driver that is in fact alive on another machine is safe: fencing makes it stop writing (a
   driver there stopped inside a heartbeat holds the lock of a shared disk until it is
   continued or killed, and the takeover waits for it, saying so after 5 s).
 * **Fencing.** Every trial process carries its driver's token and checks it
   (:class:`Fence`) before it persists anything; a trial whose token was replaced, or whose
   driver on another machine went silent for half the TTL, ends without writing. On the same
-  machine the new owner also kills the old owner's trial processes outright
-  (:func:`reap_processes`): they are named ``ftnb.<token prefix>``.
+  machine the new owner also ends the old owner's trial processes, named ``ftnb.<token
+  prefix>`` (:func:`process_name`), and what they started: not here (storage kills no trial)
+  but in :func:`ftnb.restore.end_strays_of_driver`.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ __all__ = [
     "fence_out",
     "host_id",
     "process_name",
-    "reap_processes",
     "refuse_takeover_of_live_driver",
     "take_over_now",
 ]
@@ -405,9 +405,9 @@ def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[L
     """Take the experiment from its driver at once, without waiting for its lease to expire,
     and leave it free for a resume: a new epoch and token fence the old driver (it, and its
     trials wherever they run, stop before their next write: :class:`LeaseLostError`,
-    :class:`FencedError`), its trial processes on this machine are killed
-    (:func:`fence_out`), as is the driver itself when it is stopped on this machine, and the
-    lease is released. Refused while the driver is provably alive
+    :class:`FencedError`), the driver is killed when it is stopped on this machine, and the
+    lease is released (the caller ends the old trials' processes on this machine:
+    :func:`ftnb.restore.take_over_driver`). Refused while the driver is provably alive
     on this machine (:func:`refuse_takeover_of_live_driver`).
 
     Returns the lease taken over, or None when there was nothing to take (no owner, or one
@@ -425,17 +425,17 @@ def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[L
 
 
 def end_stopped_driver(paths: ExperimentPaths) -> None:
-    """Before a takeover: SIGKILL the experiment's driver, and its trials, if it is stopped
-    (SIGSTOP, Ctrl+Z) on this machine. It may be stopped inside a heartbeat, holding the lease
-    lock that the takeover needs (which would then wait forever), and continued it could only
-    be a driver without a lease. A driver running on this machine is left alone (a takeover of
-    it is refused before: :func:`refuse_takeover_of_live_driver`)."""
+    """Before a takeover: SIGKILL the experiment's driver if it is stopped (SIGSTOP, Ctrl+Z) on
+    this machine (its trials die with it; what they started is ended by the taker:
+    :func:`ftnb.restore.end_strays_of_driver`). It may be stopped inside a heartbeat, holding
+    the lease lock that the takeover needs (which would then wait forever), and continued it
+    could only be a driver without a lease. A driver running on this machine is left alone (a
+    takeover of it is refused before: :func:`refuse_takeover_of_live_driver`)."""
     current = read_lease(paths)
     if (current is None or current.released or current.host_id != host_id()
             or not _stopped(current.pid)):
         return
     _kill_and_wait(current.pid, current.pid_start)
-    reap_processes(current.token)
 
 
 def _kill_and_wait(pid: int, pid_start: Optional[int], timeout_s: float = 10.0) -> None:
@@ -454,14 +454,12 @@ def _kill_and_wait(pid: int, pid_start: Optional[int], timeout_s: float = 10.0) 
 
 def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
     """Once the lease of ``previous`` (a driver that did not release it) is taken: make sure
-    none of its trials writes any more. On its machine they are killed (:func:`reap_processes`);
-    elsewhere they check the lease before every write (at most every second on object
-    stores), so wait that long."""
+    none of its trials writes any more. Its trials on another machine check the lease before
+    every write (at most every second on object stores): wait that long. Those of this machine
+    the caller ends (:func:`ftnb.restore.end_strays_of_driver`)."""
     if previous is None or previous.released:
         return
-    if previous.host_id == host_id():
-        reap_processes(previous.token)
-    else:
+    if previous.host_id != host_id():
         time.sleep(max(0.5, paths.storage.poll_interval_s))
 
 
@@ -727,36 +725,4 @@ class Fence:
                 f"{time.time() - info.heartbeat:.0f} s; this trial stops before another driver "
                 "takes the experiment over"
             )
-
-
-def reap_processes(token: str, timeout_s: float = 10.0) -> list[int]:
-    """SIGKILL every process on this machine named after ``token`` (a previous owner's trial
-    processes and their children) and wait until they are gone. Returns their pids."""
-    name = process_name(token).encode()
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    me = os.getpid()
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/comm", "rb") as f:
-                if f.read().strip() == name:
-                    found.append(int(entry))
-        except OSError:
-            continue
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + timeout_s
-    for pid in found:
-        # None once the process is gone or a zombie (dead, waiting for its parent).
-        while pid_start_time(pid) is not None and time.monotonic() < deadline:
-            time.sleep(0.01)
-    return found
 
