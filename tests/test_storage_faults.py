@@ -197,6 +197,11 @@ def _assert_stopped_cleanly(code, out, words: str, exp, recorded: bool = True) -
     assert [t["status"] for t in state["trials"]] == ["PAUSED", "PAUSED"], state["trials"]
     assert "Stopped: its storage refused a write" in shown.stdout, shown.stdout + shown.stderr
     assert words in shown.stdout, shown.stdout
+    # The read model every view renders (the widget, the lab panel) carries the same line.
+    as_json = subprocess.run([sys.executable, "-m", "ftnb", "status", str(exp), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    line = json.loads(as_json.stdout)["storage_fault"]
+    assert line.startswith("Stopped: its storage refused a write") and words in line, line
 
 
 def _rerun_and_check(tmp_path, store, acks, exp) -> None:
