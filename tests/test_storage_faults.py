@@ -26,14 +26,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount f
 
 N = 10
 
-DRIVER = r'''
-import json, os, sys, time
-import ftnb
-
-store, acks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-PAD = "x" * 6000  # a row longer than a page: a row that meets a full tmpfs is cut at the page
-
-
+# Fills the filesystem holding ``where`` (both scripts' trainables call it).
+FILL = r'''
 def fill(where, how):
     """Fill the filesystem holding ``where`` to its last byte (or inode)."""
     if how == "bytes":
@@ -54,7 +48,17 @@ def fill(where, how):
                 i += 1
         except OSError:
             pass
+'''
 
+DRIVER = r'''
+import json, os, sys, time
+import ftnb
+
+store, acks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+PAD = "x" * 6000  # a row longer than a page: a row that meets a full tmpfs is cut at the page
+
+
+%(fill)s
 
 def train(config):
     ctx = ftnb.get_context()
@@ -95,7 +99,7 @@ ftnb.run(
     run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(max_failures=0)),
 )
 print("ENDED")
-''' % {"n": N}
+''' % {"n": N, "fill": FILL}
 
 
 def _mount_tmpfs(where, options: str) -> None:
@@ -333,19 +337,12 @@ import json, os, sys, time
 import ftnb
 
 store, acks = sys.argv[1], sys.argv[2]
-
+%(fill)s
 
 def train(config):
     for step in range(1, 9):
         if step == 4 and not os.path.exists(os.path.join(acks, "filled")):
-            fd = os.open(os.path.join(store, "filler"), os.O_WRONLY | os.O_CREAT, 0o644)
-            for chunk in (1 << 16, 4096, 1):
-                try:
-                    while True:
-                        os.write(fd, b"f" * chunk)
-                except OSError:
-                    pass
-            os.close(fd)
+            fill(store, "bytes")
             open(os.path.join(acks, "filled"), "w").close()
         ftnb.report({"step": step, "pad": "x" * 6000})
 
@@ -354,7 +351,7 @@ ftnb.run(train, name="exp", storage_path=store,
          run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(
              max_failures=0, storage_wait_s=120)))
 print("ENDED")
-'''
+''' % {"fill": FILL}
 
 
 def test_with_storage_wait_a_full_disk_waits_for_space_and_loses_nothing(tmp_path):
