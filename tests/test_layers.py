@@ -26,6 +26,9 @@ LAYERS = [
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),
     ("ftnb.lazy_names", "base"),  # the __getattr__ of modules that import names on first use
+    # Names -> dotted class paths (executors, launchers, worker backends), imported on first use:
+    # it names higher modules as strings only, so every layer that picks by name may use it.
+    ("ftnb.registry", "base"),
     ("ftnb.search", "base"),
     # Trial schedulers: policy over results, with no machine in it (docs/schedulers.md).
     ("ftnb.schedulers", "base"),
@@ -131,6 +134,8 @@ def test_no_layer_imports_a_higher_one():
     ("ftnb.storage.lease", "storage"),
     ("ftnb.ui.read_model", "read side"),
     ("ftnb.tuner", API),
+    ("ftnb.registry", "base"),
+    ("ftnb.testing.executor_contract", API),
     ("ftnb.notebook.magics", "front-end"),
 ])
 def test_modules_are_placed_in_their_layer(module, expected):

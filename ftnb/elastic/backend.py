@@ -15,6 +15,12 @@ Rules every backend follows:
   ``type``, ``message`` and ``traceback``.
 - A worker whose call failed is ended by the group (``kill``), never by the backend.
 - Workers die with the process that made the group (its owner), however that process ends.
+
+Backends are chosen by name (``WorkerGroup(executor="ray")``) from
+:data:`ftnb.registry.ELASTIC_BACKENDS`; a third party adds one with
+:func:`ftnb.registry.register_elastic_backend`, a class built as ``cls(resources, custom)``
+(``resources``: a :class:`~ftnb.execution.resources.TrialResources` per worker; ``custom``: the
+other resources asked for, by name).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
-__all__ = ["Answer", "START_TIMEOUT_S", "WorkerBackend", "WorkerSlot"]
+__all__ = ["Answer", "START_TIMEOUT_S", "WorkerBackend", "WorkerSlot", "backend_name",
+           "worker_backend"]
 
 #: How long a new worker may take to come up (be placed, build its object) before it counts
 #: as failed.
@@ -98,3 +105,27 @@ class WorkerBackend(Protocol):
 
     def close(self, slots: list[WorkerSlot]) -> None:
         """End the workers, letting the healthy ones call their object's ``close()`` first."""
+
+
+def backend_name(executor: Any) -> str:
+    """The backend ``WorkerGroup(executor=...)`` means: a registered name as it is; None: Ray
+    inside a Ray actor, else local. Raises ``ValueError`` naming the known ones."""
+    from ..registry import ELASTIC_BACKENDS
+
+    if executor is None:
+        from .ray_workers import in_ray_worker
+
+        return "ray" if in_ray_worker() else "local"
+    if executor not in ELASTIC_BACKENDS:
+        raise ValueError(ELASTIC_BACKENDS.unknown(
+            executor, shown=f"WorkerGroup(executor={executor!r})",
+            also=" (as in RunConfig(executor=...)), or None (Ray inside a Ray actor, else local)"))
+    return executor
+
+
+def worker_backend(name: str, resources: Any, custom: dict) -> WorkerBackend:
+    """A new backend of the kind registered as ``name`` (see :func:`backend_name`). Raises
+    ``ImportError`` with the ``pip install`` that brings what it needs."""
+    from ..registry import ELASTIC_BACKENDS
+
+    return ELASTIC_BACKENDS.load(name, shown=f"WorkerGroup(executor={name!r})")(resources, custom)

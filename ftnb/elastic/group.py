@@ -42,14 +42,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .backend import NOT_STARTED, START_TIMEOUT_S, WorkerBackend, WorkerSlot, is_time
+from .backend import (
+    NOT_STARTED,
+    START_TIMEOUT_S,
+    WorkerSlot,
+    backend_name,
+    is_time,
+    worker_backend,
+)
 
 __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
 #: How long a map waits for the workers being recreated before it goes on without those still
 #: starting (on Ray: not placed yet, no node having room); they join a later map.
 RECREATE_WAIT_S = 30.0
-_EXECUTORS = ("local", "ray")
 _CPU_GPU = {"cpu": "cpu", "CPU": "cpu", "gpu": "gpu", "GPU": "gpu"}
 
 
@@ -202,7 +208,7 @@ class WorkerGroup:
                 f"WorkerGroup(get_state={get_state!r}) must be a function returning the state "
                 "to push into recreated workers. Fix: get_state=lambda: model.state_dict()."
             )
-        executor = _executor_name(executor)
+        executor = backend_name(executor)
         resources, custom = _resources(resources_per_worker, executor)
         try:
             self._factory = dumps((factory, takes_index, get_state is not None))
@@ -232,7 +238,7 @@ class WorkerGroup:
         self._failures: Counter = Counter()
         self._last_error: Optional[dict] = None
         self._consecutive_failures = 0
-        self._backend = _backend(executor, resources, custom)
+        self._backend = worker_backend(executor, resources, custom)
         self._closed = False
         self._launch(self._slots)
         errors = self._settle(START_TIMEOUT_S)
@@ -552,20 +558,6 @@ class WorkerGroup:
                 )
 
 
-def _executor_name(executor: Any) -> str:
-    if executor is None:
-        from .ray_workers import in_ray_worker
-
-        return "ray" if in_ray_worker() else "local"
-    if executor not in _EXECUTORS:
-        raise ValueError(
-            f"WorkerGroup(executor={executor!r}) must be 'local' (processes of this machine) "
-            "or 'ray' (actors on a Ray cluster), as in RunConfig(executor=...), or None (Ray "
-            "inside a Ray actor, else local). Fix: executor='ray'."
-        )
-    return executor
-
-
 def _resources(value: Any, executor: str) -> tuple[Any, dict]:
     """``resources_per_worker`` as the CPUs and GPUs (a TrialResources) and the custom
     resources (Ray only)."""
@@ -595,23 +587,6 @@ def _resources(value: Any, executor: str) -> tuple[Any, dict]:
                 "resources_per_worker={'cpu': 1, 'my_resource': 1}."
             )
     return resources, {k: float(v) for k, v in custom.items()}
-
-
-def _backend(executor: str, resources: Any, custom: dict) -> WorkerBackend:
-    if executor == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise ImportError(
-                "WorkerGroup(executor='ray') needs the 'ray' package, which is not installed. "
-                "Fix: pip install 'ftnb[ray]'."
-            )
-        from .ray_workers import RayWorkers
-
-        return RayWorkers(resources, custom)
-    from .local_workers import LocalWorkers
-
-    return LocalWorkers(resources)
 
 
 def _call_payload(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:

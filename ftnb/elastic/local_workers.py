@@ -58,7 +58,8 @@ class LocalWorkers:
 
     name = "local"
 
-    def __init__(self, resources: Any) -> None:
+    def __init__(self, resources: Any, custom: Optional[dict] = None) -> None:
+        # (custom resources are Ray's: the group refuses them for local workers)
         self._resources = resources
         self._gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
 

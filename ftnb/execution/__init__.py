@@ -1,17 +1,18 @@
 """Executors, chosen by name: ``create_executor("local")``.
 
-The contract every executor follows is in :mod:`ftnb.execution.contract`. This registry maps a name
-to where its class lives and imports it only when asked for, so ``import ftnb`` pays for none of
-them, and an executor whose extra is not installed says which ``pip install`` brings it.
+The contract every executor follows is in :mod:`ftnb.execution.contract`. The names are those of
+:data:`ftnb.registry.EXECUTORS`, which maps a name to where its class lives and imports it only
+when asked for, so ``import ftnb`` pays for none of them, and an executor whose extra is not
+installed says which ``pip install`` brings it. A third party adds its own with
+:func:`~ftnb.registry.register_executor`, and checks it with the contract suite
+(:mod:`ftnb.testing.executor_contract`).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import importlib.util
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
+
+from ..registry import EXECUTORS
 
 if TYPE_CHECKING:
     from .contract import Executor
@@ -20,54 +21,20 @@ __all__ = ["EXECUTOR_ENV", "available_executors", "create_executor", "executor_c
            "executor_for"]
 
 
-@dataclass(frozen=True)
-class _Entry:
-    module: str
-    cls: Optional[str]  # None: the name is reserved, not implemented yet
-    requires: tuple[str, ...] = ()  # modules the executor needs (its extra)
-    install: Optional[str] = None  # what brings them
-
-
-_REGISTRY: dict[str, _Entry] = {
-    "local": _Entry("ftnb.execution.local", "LocalProcessExecutor"),
-    "inprocess": _Entry("ftnb.execution.inprocess", "InProcessExecutor"),
-    "ray": _Entry("ftnb.execution.ray", "RayExecutor", ("ray",), "pip install 'ftnb[ray]'"),
-}
-
-
 def available_executors() -> list[str]:
-    """The registered executor names, those reserved for later included."""
-    return list(_REGISTRY)
+    """The registered executor names: ftnb's own, then those registered by third parties
+    (:func:`ftnb.registry.register_executor`)."""
+    return EXECUTORS.names()
 
 
 def executor_class(name: str) -> type:
     """The class registered as ``name``, imported now.
 
     Raises:
-        ValueError: no executor has that name.
+        ValueError: no executor has that name (the message names the known ones).
         ImportError: its extra is not installed (the message says which ``pip install``).
-        NotImplementedError: the name is reserved for an executor this ftnb does not have yet.
     """
-    entry = _REGISTRY.get(name) if isinstance(name, str) else None
-    if entry is None:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-        guess = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"executor={name!r} is not an executor ftnb knows{guess}. Fix: use one of "
-            f"{', '.join(repr(n) for n in _REGISTRY)}."
-        )
-    if entry.cls is None:  # (before the extra: installing it would not help)
-        raise NotImplementedError(
-            f"executor={name!r} is not available yet in this version of ftnb. Fix: use "
-            "executor='local' (trials as processes on this machine)."
-        )
-    missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(
-            f"executor={name!r} needs the {missing[0]!r} package, which is not installed. "
-            f"Fix: {entry.install}."
-        )
-    return getattr(importlib.import_module(entry.module), entry.cls)
+    return EXECUTORS.load(name)
 
 
 #: The executor a run uses when its RunConfig names none: a registered name.

@@ -7,7 +7,8 @@ processes, threads of this process, later a cluster) and reports what happens as
 executor's: processes, signals, GPUs and CPUs, environment variables, output files, ``sys.path``
 and the working directory. The controller never imports any of it.
 
-Rules every executor follows (``tests/test_executor_contract.py`` checks them on each):
+Rules every executor follows (the suite :class:`ftnb.testing.executor_contract.ExecutorContract`
+checks them; ``tests/test_executor_contract.py`` runs it on each of ftnb's executors):
 
 Threading
     An executor is driven from one thread, the controller's: ``has_room``, ``start``, ``poll``,
@@ -560,6 +561,11 @@ class Executor(Protocol):
 
     #: The name it is registered under ("local", "inprocess", ...).
     name: str
+    #: Whether it runs attempts of ``num_workers > 1`` ranks (see Groups in the module
+    #: docstring). One that does not refuses them in :meth:`check_fits` and :meth:`start` with
+    #: :class:`GroupNotSupportedError` (:func:`group_refused`); the contract suite's group
+    #: tests run only where it is true.
+    runs_groups: bool
 
     def capacity(self) -> Capacity:
         """The resources this executor has, all of them (used or not)."""
@@ -572,6 +578,13 @@ class Executor(Protocol):
 
     def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
         """Whether such an attempt could start now. Raises like :meth:`check_fits`."""
+        ...
+
+    def check_storage(self, storage: "Storage") -> None:
+        """Raise ``ValueError`` (with the fix) if the attempts it runs could not write to
+        ``storage``, the experiment's (a local path that a cluster's other nodes do not see).
+        Called once before an experiment starts or resumes, before anything is written; an
+        executor of this machine accepts any storage this process can write to."""
         ...
 
     def start(self, spec: AttemptSpec) -> None:

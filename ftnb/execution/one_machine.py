@@ -41,6 +41,9 @@ class OneMachineExecutor:
         else:
             check_group_fits(resources, num_workers, self._pool)
 
+    def check_storage(self, storage: object) -> None:
+        """Any storage: its attempts run on this machine, which the caller checks can write."""
+
     def has_room(self, resources: TrialResources, num_workers: int = 1) -> bool:
         self.check_fits(resources, num_workers)
         return self._pool.fits_now_group(resources, num_workers)

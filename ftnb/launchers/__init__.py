@@ -24,9 +24,10 @@ records where its supervisor runs (``launcher``, ``host``, ``pid``, ``actor``).
 
 from __future__ import annotations
 
-import difflib
 import os
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Optional, Protocol, Union
+
+from ..registry import LAUNCHERS
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -37,8 +38,8 @@ __all__ = ["LAUNCHERS", "LAUNCHER_ENV", "Launcher", "LauncherError", "LocalLaunc
 
 #: The launcher a launch uses when none is given: a name of :data:`LAUNCHERS`.
 LAUNCHER_ENV = "FTNB_LAUNCHER"
-#: The launchers ftnb knows.
-LAUNCHERS = ("local", "ray", "command")
+# LAUNCHERS (imported above): the launchers' names, ftnb's own ("local", "ray", "command") and
+# any a third party registered (ftnb.registry.register_launcher); `name in LAUNCHERS` works.
 
 
 class LauncherError(ValueError):
@@ -105,22 +106,12 @@ def launcher_for(choice: Union[str, Launcher, None] = None) -> Launcher:
             "CommandLauncher('systemd-run --user --collect {command}')."
         )
     name = choice.strip().lower()
-    if name == "local":
-        return LocalLauncher()
-    if name == "command":
-        from .command import CommandLauncher
-
-        return CommandLauncher()
-    if name == "ray":
-        from .ray import RayLauncher
-
-        return RayLauncher()
-    close = difflib.get_close_matches(name, LAUNCHERS, n=1)
-    guess = f" (did you mean {close[0]!r}?)" if close else ""
-    raise LauncherError(
-        f"{where}={choice!r} is not a launcher ftnb knows{guess}. Fix: use one of "
-        f"{', '.join(repr(n) for n in LAUNCHERS)}."
-    )
+    if name not in LAUNCHERS:
+        raise LauncherError(LAUNCHERS.unknown(name, shown=f"{where}={choice!r}"))
+    try:
+        return LAUNCHERS.load(name, shown=f"{where}={choice!r}")()
+    except ImportError as exc:  # a third party's launcher whose package is missing
+        raise LauncherError(str(exc)) from exc
 
 
 def launcher_setting(option: Optional[str] = None, option_template: Optional[str] = None,

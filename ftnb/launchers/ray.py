@@ -95,12 +95,15 @@ class RayLauncher:
     def check(self, run_config: "RunConfig") -> None:
         """Ray installed, its cluster reachable (connects to it), and the storage reachable
         from every node (the Ray executor's own check)."""
+        from ..execution.one_machine import OneMachineExecutor
         from ..storage import Storage, default_storage_path
 
         ray = _import_ray()
         self._connect(ray)
         executor = run_config.executor
-        if not hasattr(executor, "check_storage"):
+        # A name, or trials run by the supervisor's own machine (the actor's node, any node):
+        # whether every node reaches the storage is what the Ray executor checks.
+        if executor is None or isinstance(executor, (str, OneMachineExecutor)):
             from ..execution import executor_class
 
             executor = executor_class("ray")()
