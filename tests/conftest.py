@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import json
+import multiprocessing.util
 import os
 import pathlib
 import signal
@@ -28,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import urllib.error
@@ -553,3 +556,338 @@ def pytest_xdist_make_scheduler(config, log):
             return work_unit(nodeid)
 
     return _UnitScheduling(config, log)
+
+
+# =================================================================================================
+# Tiers: `pytest -m unit tests` (no process, no server: under a minute on two cores) and
+# `pytest -m "not unit" tests` (the integration tier: processes, Ray, S3, browser, JupyterHub)
+# -------------------------------------------------------------------------------------------------
+# _UNIT_TIER below is the one place that says which tests are unit: a module, then ALL of its
+# tests, ALL_BUT some or ONLY some. A pattern is a test's name after its module
+# ("test_x", "TestClass::test_x", "test_x[local]"); `*` and `?` are wildcards, brackets are
+# literal. A unit test must start no process (subprocess, fork, multiprocessing, os.system) and use
+# no server fixture: the guard below fails one that does, in every run (the full suite's too), so
+# the tier cannot rot. An entry naming a module or test that is gone is a usage error.
+# Chosen by measuring, not by reading: every test run once with process starts refused, and the
+# ones that passed, started nothing and took under 1 s on two loaded cores made the tier.
+# =================================================================================================
+
+
+@dataclasses.dataclass(frozen=True)
+class _TierSelection:
+    """Which tests of a module are in the unit tier: those matching ``patterns``, or (when
+    ``exclude``) all but those."""
+
+    patterns: tuple[str, ...]
+    exclude: bool
+
+    def selects(self, name: str) -> bool:
+        """Whether the test ``name`` ("test_x[local]", "TestClass::test_x") is unit. A pattern
+        without parameters stands for every parametrization of its test."""
+        names = (name, name.split("[", 1)[0])
+        # Brackets are literal (parameter ids): escape "[" so fnmatch does not read a set.
+        hit = any(fnmatch.fnmatchcase(n, p.replace("[", "[[]"))
+                  for p in self.patterns for n in names)
+        return hit != self.exclude
+
+
+def ALL_BUT(*patterns: str) -> _TierSelection:  # noqa: N802 (reads as a table entry)
+    """Every test of the module but those matching ``patterns`` (new tests join the tier)."""
+    return _TierSelection(patterns, exclude=True)
+
+
+def ONLY(*patterns: str) -> _TierSelection:  # noqa: N802
+    """Only the tests of the module matching ``patterns``."""
+    return _TierSelection(patterns, exclude=False)
+
+
+ALL = ALL_BUT()
+
+_UNIT_TIER: dict[str, _TierSelection] = {
+    "test_any_fsspec_filesystem.py": ALL_BUT("test_fit_and_restore_through_the_filesystem"),
+    "test_attempt_guard.py": ALL,
+    "test_bad_input.py": ALL_BUT(
+        "test_bad_report_is_a_usage_error_not_retried", "test_existing_experiment_is_not_mixed",
+        "test_state_file_fallback_and_newer_version",
+        "test_metric_not_reported_is_named_at_the_first_report",
+        "test_reported_metric_passes_and_ray_switch_allows_a_late_one",
+        "test_metric_without_mode_warns_once_where_it_is_written",
+        "test_restore_with_another_trainable_is_refused",
+        "test_nan_and_infinite_metrics_keep_result_json_strict",
+        "test_result_rows_with_bare_nan_tokens_are_still_read",
+        "test_read_mode_open_file_in_param_space_is_refused",
+        "test_trainables_that_can_take_a_config_are_accepted",
+        "test_stop_function_with_wrong_signature_is_refused"),
+    "test_bench_groups.py": ONLY("test_rows_compare_with_every_other_framework"),
+    "test_bench_smoke.py": ONLY("test_rows_ratios_targets_and_tables", "test_percentile"),
+    "test_cell_source.py": ALL_BUT("test_a_traceback_in_another_process_shows_the_cells_line"),
+    "test_cli.py": ONLY("test_ls_missing_storage_is_a_one_line_error",
+                        "test_ls_missing_default_storage_names_where_it_came_from",
+                        "test_ls_empty_storage", "test_unknown_url_protocol_is_a_one_line_error",
+                        "test_version_and_usage"),
+    "test_cli_input.py": ALL_BUT("test_bad_input_to_run_is_one_line_exit_2_and_creates_nothing",
+                                 "test_every_verb_says_when_there_is_no_such_experiment",
+                                 "test_usage_errors_of_the_command_itself"),
+    "test_control.py": ALL,
+    "test_damaged_files.py": ONLY("test_the_marker_records_sizes_and_small_files_crc"),
+    "test_dataset_shards.py": ALL_BUT("test_sharding_does_not_import_torch"),
+    "test_elastic.py": ONLY("test_bad_arguments_name_themselves_and_the_fix"),
+    "test_executor_contract.py": ONLY("TestInProcessExecutor::*"),
+    "test_experiment_index.py": ONLY("test_concurrent_drivers_lose_no_entry_on_a_local_disk",
+                                     "test_a_bad_entry_is_no_entry",
+                                     "test_the_writer_writes_on_changes_and_when_due"),
+    "test_group_failures.py": ALL,
+    "test_group_views.py": ALL,
+    "test_handle_views.py": ONLY(
+        "test_run_time_adds_up_the_driver_sessions_and_the_wall_time_is_labelled",
+        "test_states_written_before_driver_sessions_still_read"),
+    "test_hang_timeout.py": ALL_BUT("test_hung_trial_is_killed_and_retried_from_its_checkpoint",
+                                    "test_a_slow_steady_trial_is_not_hung"),
+    "test_import_cost.py": ALL_BUT(
+        "test_the_fork_servers_preload_imports_no_scheduler",
+        "test_a_scheduler_is_imported_on_first_use",
+        "test_a_drivers_resume_line_imports_no_listing_snapshot_or_status"),
+    "test_labextension_build.py": ONLY(
+        "test_the_build_is_a_federated_extension_with_a_style_and_remote_entry"),
+    "test_launchers.py": ONLY(
+        "test_launchers_and_templates_that_cannot_work_are_refused_before_anything_starts",
+        "test_the_launcher_setting_argument_then_magic_option_then_config_then_environment"),
+    # test_no_layer_imports_a_higher_one parses every module: about 3 s on two loaded cores.
+    "test_layers.py": ALL_BUT("test_no_layer_imports_a_higher_one"),
+    "test_lease.py": ONLY(
+        "test_acquire_on_an_empty_folder_writes_epoch_1_for_this_process",
+        "test_ttl_comes_from_the_environment_and_is_clamped",
+        "test_check_raises_lease_lost_once_another_driver_took_over",
+        "test_a_driver_elsewhere_without_heartbeats_is_silent_before_it_is_dead",
+        "test_another_pid_namespace_of_this_machine_is_named",
+        "test_the_heartbeat_interval_comes_from_the_environment_and_is_clamped",
+        "test_the_heartbeat_thread_notices_a_takeover_and_stops_writing",
+        "test_release_after_a_takeover_writes_nothing",
+        "test_fence_passes_for_the_owner_and_stops_a_superseded_trial_at_once",
+        "test_fence_stops_a_trial_whose_driver_released",
+        "test_fence_on_a_local_disk_rereads_only_a_changed_file",
+        "test_fence_of_a_trial_on_another_machine_needs_a_recent_heartbeat",
+        "test_end_strays_of_never_kills_the_caller"),
+    "test_loud_trials.py": ALL_BUT("test_a_trial_printing_1_gib"),
+    "test_magics.py": ALL_BUT(
+        "test_import_ftnb_does_not_import_ipython",
+        "test_a_line_with_options_runs_the_experiment_they_describe",
+        "test_attach_by_name_and_by_path", "test_widget_config_turns_the_view_off",
+        "test_ftls_is_the_listing_of_ftnb_ls", "test_stop_of_an_unknown_trial_is_one_line",
+        "test_stop_of_a_finished_experiment_says_so",
+        "test_cell_magic_runs_the_cell_and_uses_its_function_and_space",
+        "test_resume_restarts_errored_trials_with_another_trainable",
+        "test_resume_keeps_the_stop_criterion",
+        "test_stop_a_trial_stop_the_experiment_and_resume_it",
+        "test_ctrl_c_stops_the_waiting_not_the_experiment",
+        "test_resume_without_the_space_names_the_variable_to_define",
+        "test_a_name_under_two_storages_says_which_one_it_acts_on",
+        "test_a_trial_that_failed_once_says_once",
+        "test_ftrun_of_an_existing_experiment_with_another_function_says_the_magics_fix",
+        "test_ftrun_with_worker_options_runs_each_trial_in_a_group_of_ranks",
+        "test_ftresume_runs_a_stopped_group_again_in_its_ranks"),
+    "test_mlflow_wandb.py": ONLY(
+        "test_a_run_whose_id_was_not_recorded_is_found_again_by_its_tags",
+        "test_a_logger_that_cannot_start_says_so_once_and_the_experiment_goes_on",
+        "test_bad_arguments_are_refused_before_anything_runs"),
+    "test_monitor.py": ONLY("test_resume_line_for_notebook_launches"),
+    "test_notebooks.py": ALL_BUT("test_notebook_runs_and_matches_its_outputs"),
+    "test_objects.py": ALL_BUT(
+        "test_torch_tensors_round_trip_with_dtype_grad_and_shared_storage",
+        "test_two_processes_share_one_copy_of_a_200mb_array",
+        "test_ref_unpickled_in_a_child_never_deletes_the_file",
+        "test_forked_child_exiting_keeps_the_owners_file",
+        "test_file_is_removed_when_the_owners_ref_is_collected",
+        "test_files_of_a_killed_owner_are_swept_by_the_next_put",
+        "test_the_objects_of_a_killed_trial_are_freed_before_its_retry",
+        "test_import_stays_light"),
+    "test_oom_kills.py": ONLY("test_the_kernel_log_names_the_process_it_killed",
+                              "test_no_record_no_oom", "test_a_cgroup_counts_its_own_oom_kills"),
+    "test_pb2.py": ALL_BUT(
+        "test_suggestions_stay_in_bounds_and_are_deterministic_under_a_seed",
+        "test_suggestions_move_toward_the_better_values",
+        "test_pb2_exploits_and_explores_toward_better_configs",
+        "test_pb2_survives_a_driver_sigkill_mid_sweep"),
+    "test_pbt.py": ALL_BUT(
+        "test_pbt_exploits_the_better_trials_checkpoint",
+        "test_pbt_on_an_object_store_copies_the_donors_checkpoint",
+        "test_synchronous_pbt_with_fewer_slots_than_trials",
+        "test_pbt_exploits_survive_three_driver_sigkills",
+        "test_a_driver_killed_in_each_step_of_an_exploit"),
+    "test_policy.py": ALL,
+    "test_processes.py": ONLY("test_oom_kill_is_classified"),
+    "test_rank_output.py": ALL_BUT(
+        "test_each_rank_has_its_own_output_and_error_txt_shows_the_failing_ranks"),
+    "test_ray_s3.py": ONLY(
+        "test_a_large_output_is_published_as_its_tail_while_written_and_whole_at_the_end"),
+    "test_read_model.py": ONLY("test_the_resume_line_by_origin_and_where_it_is_read",
+                               "test_read_from_and_file_versions",
+                               "test_the_monitor_follows_rows_on_a_non_local_filesystem"),
+    "test_readme.py": ALL_BUT("test_the_quick_start_runs_as_written"),
+    "test_resources.py": ALL_BUT("test_import_does_not_import_torch"),
+    "test_scale.py": ALL_BUT(
+        "*[local]", "*[s3]",
+        "test_a_driver_killed_at_random_moments_of_2000_trials_restores_every_trial_once"),
+    "test_schedulers.py": ALL,
+    "test_schedulers_sweeps.py": ALL_BUT(
+        "test_asha_stops_the_worse_trials_at_their_rungs",
+        "test_asha_decisions_survive_three_driver_sigkills",
+        "test_the_asha_benchmark_workload_runs_at_its_quick_size",
+        "test_hyperband_and_median_decisions_survive_three_driver_sigkills"),
+    "test_search.py": ALL,
+    "test_search_ray_names.py": ALL_BUT(
+        "test_ray_doc_space_runs_in_a_tuner_reproducibly_and_survives_restores",
+        "test_an_interrupted_experiment_resumes_with_the_new_domains"),
+    "test_searchers.py": ALL_BUT("test_num_samples_minus_one_ends_with_the_time_budget",
+                                 "test_optuna_suggestions_follow_the_results"),
+    "test_storage_contract.py": ALL_BUT(
+        "*[s3]", "*[s3-*]", "test_exclusive_lock",
+        "test_a_trial_that_died_mid_line_resumes_without_losing_a_row"),
+    "test_supervisor.py": ONLY("test_bad_input_raises_in_the_caller_before_anything_starts",
+                               "test_a_long_tmpdir_still_leaves_room_for_the_fork_servers_socket"),
+    "test_takeover.py": ONLY("test_the_takeover_line_is_worded_for_where_it_is_read"),
+    "test_torch_prepare.py": ONLY("test_outside_a_group_nothing_is_wrapped", "test_get_device",
+                                  "test_move_to_device_false_or_a_device",
+                                  "test_bad_input_names_the_argument_the_value_and_the_fix"),
+    "test_torch_trainer_input.py": ALL,
+    "test_trainable_checkpoint_at_end.py": ALL_BUT(
+        "test_a_driver_side_stopper_ends_the_trial_with_its_final_checkpoint"),
+    "test_tune_api_nested_metrics.py": ONLY("test_metric_value_reads_flattened_names"),
+    "test_tune_api_parameters.py": ONLY("test_bad_wrappers_are_refused_naming_the_argument"),
+    "test_tune_api_stoppers.py": ONLY("test_stoppers_check_their_arguments"),
+    "test_tune_api_trainable.py": ONLY(
+        "test_checkpoint_frequency_is_refused_for_a_function_trainable"),
+    "test_tune_api_trials.py": ONLY(
+        "test_bad_trial_creators_are_refused_before_the_experiment_is_written"),
+    "test_whole_writes.py": ALL_BUT(
+        "test_rows_meeting_a_full_disk_are_whole_or_raise_and_go_on_once_there_is_space"),
+    "test_widget.py": ONLY("test_many_trials_cut_table", "test_close_stops_the_updater"),
+    "test_widget_chart.py": ONLY(
+        "test_every_point_is_in_the_model_state_after_lines_were_added",
+        "test_user_stopped_and_resumed_trials_are_shown_apart",
+        "test_the_plotly_chart_is_still_there_for_those_who_want_it"),
+}
+
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Fixtures that start a server or a cluster (in a process or, for jp_serverapp, in this one).
+_SERVER_FIXTURES = frozenset({"s3_server", "ray_instance", "ray_cluster", "lab_server",
+                              "chromium", "jp_serverapp"})
+
+
+def _stale_tier_entries(module_name: str, module, selection: _TierSelection) -> list[str]:
+    """The patterns of ``selection`` that name no test function or class of ``module``."""
+    names = [n for n in vars(module) if n.startswith(("test", "Test"))]
+    stale = []
+    for pattern in selection.patterns:
+        head = pattern.split("::", 1)[0].split("[", 1)[0]
+        if not any(fnmatch.fnmatchcase(n, head) for n in names):
+            stale.append(f"{module_name}: {pattern!r}")
+    return stale
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    stale = [f"{m}: the module is gone" for m in _UNIT_TIER
+             if not os.path.isfile(os.path.join(_TESTS_DIR, m))]
+    seen = set()
+    for item in items:
+        module_name = os.path.basename(str(item.path))
+        selection = _UNIT_TIER.get(module_name)
+        if selection is None or os.path.dirname(str(item.path)) != _TESTS_DIR:
+            continue
+        if module_name not in seen:
+            seen.add(module_name)
+            stale += _stale_tier_entries(module_name, item.module, selection)
+        if selection.selects(item.nodeid.split("::", 1)[1]):
+            item.add_marker(pytest.mark.unit)
+    if stale:
+        raise pytest.UsageError(
+            "tests/conftest.py's _UNIT_TIER names tests that are not there:\n  "
+            + "\n  ".join(stale) + "\nFix: rename or remove those entries.")
+
+
+class _ProcessStartRefused(RuntimeError):
+    """A unit test tried to start a process."""
+
+
+class _NoProcessStarts:
+    """While installed, starting a process from the test's threads (this one and those started
+    after it) raises, and is remembered: a unit test that catches the error still fails. Threads
+    that were running before (an earlier module's servers, reaping threads) go on as before."""
+
+    _TARGETS = ((subprocess.Popen, "_execute_child"), (os, "fork"), (os, "forkpty"),
+                (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system"),
+                (multiprocessing.util, "spawnv_passfds"))
+
+    def __init__(self, nodeid: str, earlier_threads: frozenset[int]):
+        self.nodeid = nodeid
+        self.refused: list[str] = []
+        self._originals = []
+        self._earlier_threads = earlier_threads
+
+    def _refusing(self, what: str, original):
+        def refuse(*args, **kwargs):
+            if threading.get_ident() in self._earlier_threads:
+                return original(*args, **kwargs)
+            where = "".join(traceback.format_stack(limit=6)[:-1])
+            self.refused.append(f"{what}, from:\n{where}")
+            raise _ProcessStartRefused(
+                f"{self.nodeid} is a unit test, and it started a process ({what}). Fix: make "
+                f"it start none (the in-process executor, memory:// storage), or take it out "
+                f"of the unit tier in tests/conftest.py's _UNIT_TIER.")
+        return refuse
+
+    def __enter__(self):
+        for owner, name in self._TARGETS:
+            original = getattr(owner, name, None)
+            if original is not None:
+                self._originals.append((owner, name, original))
+                setattr(owner, name, self._refusing(f"{getattr(owner, '__name__', owner)}."
+                                                    f"{name}", original))
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        for owner, name, original in reversed(self._originals):
+            setattr(owner, name, original)
+        if self.refused and exc_type is None:
+            pytest.fail(f"{self.nodeid} is a unit test, and it started a process: "
+                        f"{self.refused[0]}Fix: make it start none, or take it out of the unit "
+                        f"tier in tests/conftest.py's _UNIT_TIER.", pytrace=False)
+        return False
+
+
+_THREADS_BEFORE = pytest.StashKey[frozenset]()
+
+
+def _unit_phase(item):
+    if item.get_closest_marker("unit") is None:
+        return contextlib.nullcontext()
+    if _THREADS_BEFORE not in item.stash:  # set once, at setup: the test's fixtures' are its own
+        item.stash[_THREADS_BEFORE] = frozenset(
+            t.ident for t in threading.enumerate() if t.ident != threading.get_ident())
+    return _NoProcessStarts(item.nodeid, item.stash[_THREADS_BEFORE])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("unit") is not None:
+        servers = sorted(_SERVER_FIXTURES.intersection(item.fixturenames))
+        if servers:
+            pytest.fail(f"{item.nodeid} is a unit test, and it uses {', '.join(servers)}. Fix: "
+                        f"take it out of the unit tier in tests/conftest.py's _UNIT_TIER.",
+                        pytrace=False)
+    with _unit_phase(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _unit_phase(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with _unit_phase(item):
+        return (yield)
