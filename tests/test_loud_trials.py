@@ -225,3 +225,40 @@ def test_a_trial_printing_1_gib(tmp_path):
     # The terminal showed the start, and said what it left out rather than buffering it.
     assert "FIRST LINE OF A LOUD TRIAL" in text
     assert "bytes of output not shown here" in text
+
+
+
+def test_file_tail_follows_a_file_cut_to_its_cap(tmp_path):
+    """The pump server cuts the file while the driver tails it: the tail goes on after the
+    last line it handed over, where the cut moved it, showing each line once and in order."""
+    path = str(tmp_path / "stdout")
+    f = CappedFile(path, 8192)
+    f.write(_lines(0, 50))  # 2000 bytes, before this attempt
+    tail = FileTail("stdout", path, backlog=1 << 20, keep_first=True)
+    shown = ""
+    for start in range(50, 2000, 10):  # cut many times, read after each write
+        f.write(_lines(start, 10))
+        shown += tail.read(limit=100000) or ""
+    f.close()
+    assert shown == _lines(50, 1950).decode()
+
+    # Behind by more than the cut kept: the lines it can no longer find are said to be missing.
+    f = CappedFile(path, 8192)
+    f.write(_lines(2000, 1000))
+    f.close()
+    text = tail.read(limit=100000)
+    assert text.startswith("[ftnb: ") and "not shown here" in text
+    assert text.endswith(_lines(2999, 1).decode())
+    body = text.split("\n", 1)[1]
+    assert _lines(2000, 1000).decode().endswith(body)
+
+
+def test_file_tail_keeping_the_first_lines(tmp_path):
+    """Far behind, the local tail shows the first lines waiting, then skips to the last ones."""
+    path = tmp_path / "stdout"
+    path.write_bytes(b"")
+    tail = FileTail("stdout", str(path), backlog=4000, keep_first=True)
+    path.write_bytes(_lines(0, 1000))  # 40000 bytes
+    text = tail.read(limit=2000)
+    assert text.startswith(_lines(0, 25).decode() + "[ftnb: ")
+    assert "bytes of output not shown here" in text

@@ -21,8 +21,9 @@ attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial
 (this process's, plus ``FTNB_TRIAL_ID`` and the lease token), its ``sys.path`` and working
 directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
 staged locally and published when the attempt ends on object stores; in a group, each rank its
-own, rank 0's the trial's plain ``stdout``/``stderr``), written through pipes that a thread
-here streams to them, capped, and rank 0's into output events
+own, rank 0's the trial's plain ``stdout``/``stderr``), written through pipes that the
+executor's pump server (a process of its own, :mod:`ftnb.execution.pump_server`: a stopped
+driver stops no trial) streams to them, capped, rank 0's tailed into output events
 (:mod:`ftnb.execution.output_pump`), and the sweep of ``ftnb.put`` files that a killed
 attempt could not remove.
 An attempt is one process, or for a group (``num_workers > 1``) one process per rank, each with
@@ -61,7 +62,7 @@ from .contract import (
     is_peer_error,
 )
 from .one_machine import OneMachineExecutor
-from .output_pump import PumpedOutput, output_max_bytes
+from .output_pump import FileTail, output_max_bytes
 from .oom import cgroup_oom_kills, oom_killed
 from .process_tree import (
     ATTEMPT_VARIABLE,
@@ -71,6 +72,7 @@ from .process_tree import (
     kill_marked,
     kill_tree,
 )
+from .pump_server import PumpServer
 from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
 from ..storage.lease import process_name
@@ -150,19 +152,13 @@ def _fork_server_context() -> Any:
         return _context
 
 
-#: Per stream of rank 0, the most of its output kept for the listeners, and the most handed
-#: over in one poll: what they do not take in time is dropped (the files have it).
-_SHOWN_BYTES = 1 << 20
+#: Per stream of rank 0, the most of its output read from its file for the listeners in one
+#: poll, and the most left waiting: older output is skipped (the files have it).
 _SHOWN_PER_POLL = 256 << 10
+_SHOWN_BACKLOG = 1 << 20
 #: How long an ended attempt's pipes are drained before its exit is reported (a process that
 #: escaped its end and holds them is not waited for).
 _OUTPUT_CLOSE_S = 5.0
-
-
-def _close_pumps(pumps: list[PumpedOutput], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for pump in pumps:
-        pump.close(max(0.0, deadline - time.monotonic()))
 
 
 #: How long the first failing rank may take to exit on its own (its traceback printed, its
@@ -194,9 +190,10 @@ class _Running:
     started_at: float  # time.monotonic() before its processes were forked
     outputs: list["StagedFile"]
     timeout_s: float
-    #: Each rank's stdout and stderr, streamed from its pipes to its files; rank 0's also to
-    #: the listeners.
-    pumps: list[PumpedOutput] = field(default_factory=list)
+    #: The pump server's ids of each rank's stdout and stderr pipes, and rank 0's files' tails
+    #: for the listeners.
+    pumps: list[int] = field(default_factory=list)
+    tails: list[FileTail] = field(default_factory=list)
     started_sent: bool = False
     failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
     kill_cause_at: Optional[float] = None
@@ -228,6 +225,7 @@ class LocalProcessExecutor(OneMachineExecutor):
         super().__init__(pool)
         self._output_events = output_events
         self._running: dict[str, _Running] = {}
+        self._pump_server: Optional[PumpServer] = None
         # Per trial folder: where its output is staged on an object store, kept across its
         # attempts (each appends), removed at shutdown.
         self._staging: dict[tuple[str, str], str] = {}
@@ -285,25 +283,27 @@ class LocalProcessExecutor(OneMachineExecutor):
         if cgroup is not None:
             for launch in launches:
                 launch.env[CGROUP_VARIABLE] = cgroup.folder
+        tails = []
+        if self._output_events:  # rank 0's, as on Ray: the others' are in their own files
+            tails = [FileTail(stream, output.local_path, backlog=_SHOWN_BACKLOG, keep_first=True)
+                     for stream, output in zip(("stdout", "stderr"), files[0])]
+        pump_server = self._pumps()
         started_at = time.monotonic()
         ranks: list[_Rank] = []
-        pumps: list[PumpedOutput] = []
+        pumps: list[int] = []
         try:
             for index, (launch, allocation) in enumerate(zip(launches, allocations)):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 suffix = f"-rank{index}" if world > 1 else ""
-                # The rank writes its output into pipes, streamed here to its files (capped)
-                # and, rank 0's, to the listeners (as on Ray: the others' are in their files).
+                # The rank writes its output into pipes that the pump server streams to its
+                # files (capped); the listeners get rank 0's from its files.
                 writers = []
-                for stream, output in zip(("stdout", "stderr"), files[index]):
+                for output in files[index]:
                     reader, writer = ctx.Pipe(duplex=False)
                     writers.append(writer)
                     read_fd = os.dup(reader.fileno())
                     reader.close()
-                    pumps.append(PumpedOutput(
-                        read_fd, output.local_path, max_bytes=max_bytes,
-                        name=f"{stream}-{launch.trial_id}{suffix}",
-                        shown_bytes=_SHOWN_BYTES if index == 0 and self._output_events else 0))
+                    pumps.append(pump_server.pump(read_fd, output.local_path, max_bytes))
                 process = ctx.Process(
                     target=attempt_main,
                     args=(launch, child_conn, tuple(writers)),
@@ -318,7 +318,7 @@ class LocalProcessExecutor(OneMachineExecutor):
                 child_conn.close()
                 ranks.append(_Rank(index, process, parent_conn, allocation))
         except BaseException:
-            _close_pumps(pumps, 0.0)
+            pump_server.give_up(pumps)
             for rank in ranks:  # a group starts whole or not at all
                 _end_rank(rank.process.pid)
                 rank.process.join(5)
@@ -327,8 +327,16 @@ class LocalProcessExecutor(OneMachineExecutor):
             raise
         self._running[spec.trial_id] = _Running(
             launches[0], ranks, started_at, [output for pair in files for output in pair],
-            spec.collective_timeout_s, pumps, cgroup=cgroup
+            spec.collective_timeout_s, pumps, tails, cgroup=cgroup
         )
+
+    def _pumps(self) -> PumpServer:
+        """The pump server, started at the first attempt (again if it died)."""
+        if self._pump_server is None or not self._pump_server.alive():
+            if self._pump_server is not None:
+                self._pump_server.close()
+            self._pump_server = PumpServer()
+        return self._pump_server
 
     def running(self) -> list[str]:
         return list(self._running)
@@ -475,18 +483,19 @@ class LocalProcessExecutor(OneMachineExecutor):
     def _output(self, run: _Running) -> list[AttemptEvent]:
         """Rank 0's output for the listeners: at most _SHOWN_PER_POLL per stream and poll."""
         events: list[AttemptEvent] = []
-        for stream, pump in zip(("stdout", "stderr"), run.pumps[:2]):
-            text = pump.take_text(_SHOWN_PER_POLL)
+        for tail in run.tails:
+            text = tail.read(_SHOWN_PER_POLL)
             if text:
                 events.append(OutputEvent(run.launch.trial_id, run.launch.attempt,
-                                          stream=stream, text=text))
+                                          stream=tail.stream, text=text))
         return events
 
     def _finish(self, run: _Running) -> AttemptEvent:
         self._end_strays(run)
         # Its pipes close once it and what it started are gone: their last bytes reach the
         # files before these are published.
-        _close_pumps(run.pumps, _OUTPUT_CLOSE_S)
+        if self._pump_server is not None:
+            self._pump_server.wait_ended(run.pumps, _OUTPUT_CLOSE_S)
         for rank in run.ranks:
             try:
                 rank.conn.close()
@@ -569,6 +578,9 @@ class LocalProcessExecutor(OneMachineExecutor):
         for folder in self._staging.values():
             shutil.rmtree(folder, ignore_errors=True)
         self._staging.clear()
+        if self._pump_server is not None:
+            self._pump_server.close()
+            self._pump_server = None
 
 
 def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, str]:

@@ -24,7 +24,7 @@ import os
 import re
 import select
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 __all__ = [
     "OUTPUT_MAX_BYTES",
@@ -150,6 +150,17 @@ class CappedFile:
         self.size = dst + done
 
 
+def widen_pipe(fd: int) -> None:
+    """Ask for a larger buffer for the pipe ``fd`` (best effort): fewer, larger reads, and
+    room for a trial's output while its reader starts."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, 1031, _PIPE_BYTES)  # F_SETPIPE_SZ
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
@@ -161,17 +172,14 @@ class PumpedOutput:
     """Copies what arrives on the pipe ``fd`` (its read end; it is closed at the end) into a
     :class:`CappedFile` at ``path``, and keeps up to ``shown_bytes`` of it for
     :meth:`take_text` (0: none). A thread does it until the pipe's writers are all gone (the
-    trial and what it started ended) or :meth:`close` gives up waiting."""
+    trial and what it started ended) or :meth:`close` (or :meth:`give_up`) stops waiting;
+    ``on_end``, if given, is then called in that thread, with the pump."""
 
     def __init__(self, fd: int, path: str, *, max_bytes: Optional[int] = None,
-                 shown_bytes: int = 0, name: str = "output") -> None:
+                 shown_bytes: int = 0, name: str = "output",
+                 on_end: Optional[Callable[["PumpedOutput"], None]] = None) -> None:
         self._fd = fd
-        try:
-            import fcntl
-
-            fcntl.fcntl(fd, 1031, _PIPE_BYTES)  # F_SETPIPE_SZ: fewer, larger reads
-        except (OSError, AttributeError, ImportError):
-            pass
+        widen_pipe(fd)
         os.set_blocking(fd, False)
         self.file = CappedFile(path, max_bytes or output_max_bytes())
         self._shown_bytes = shown_bytes
@@ -184,6 +192,7 @@ class PumpedOutput:
         #: could not be written is counted in a line of the file once it can be written again.
         self.error: Optional[OSError] = None
         self._lost = 0
+        self._on_end = on_end
         self._thread = threading.Thread(target=self._pump, name=f"ftnb-{name}", daemon=True)
         self._thread.start()
 
@@ -213,6 +222,8 @@ class PumpedOutput:
             with self._lock:
                 self._note_dropped()
             self._ended.set()
+            if self._on_end is not None:
+                self._on_end(self)
 
     def _write(self, data: bytes) -> None:
         try:
@@ -279,10 +290,21 @@ class PumpedOutput:
         if not self._ended.wait(timeout):
             self._give_up = True
         self._thread.join()
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self.release()
+
+    def give_up(self) -> None:
+        """Stop waiting for the pipe's writers (its thread ends within 0.2 s)."""
+        self._give_up = True
+
+    def release(self) -> None:
+        """Close the pipe and the file: once the pump has ended (from ``on_end``, or after
+        its thread is joined)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         self.file.close()
 
 
@@ -290,32 +312,64 @@ class FileTail:
     """The whole lines appended to the file at ``path`` since this tail was made (the files
     are appended to across attempts: only this attempt's are handed over), at most ``limit``
     bytes per :meth:`read`. When more than ``backlog`` bytes wait, the older ones are skipped,
-    with a line saying how many (the file has them)."""
+    with a line saying how many (the file has them); with ``keep_first``, after the first
+    lines waiting (half of ``limit``): what a trial printed first says how it started.
 
-    def __init__(self, stream: str, path: str, backlog: int = 1 << 20) -> None:
+    The file may be cut to its cap meanwhile (:class:`CappedFile`, written by another process):
+    the end it keeps moves towards the start. The tail notices because the bytes just before
+    its offset are no longer the last ones it handed over, and goes on after them where they
+    now are, or, when they were cut out, at the first line after the cut's note, with a line
+    saying that output was not shown."""
+
+    #: How much of what was handed over is kept to find the offset again after a cut.
+    _MARK = 256
+
+    def __init__(self, stream: str, path: str, backlog: int = 1 << 20,
+                 keep_first: bool = False) -> None:
         self.stream = stream
         self.path = path
         self.backlog = backlog
+        self.keep_first = keep_first
         try:
             self.offset = os.path.getsize(path)
         except OSError:
             self.offset = 0
+        self._mark = b""  # the last bytes handed over, which end at ``offset``
+        if self.offset:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, self.offset - self._MARK))
+                    self._mark = f.read(self.offset - f.tell())
+            except OSError:
+                self.offset = 0
 
     def read(self, limit: int = 256 << 10) -> Optional[str]:
         note = b""
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
+                if self._mark and not self._still_at_mark(f, size):
+                    note = self._find_mark(f, size)
+                    size = os.fstat(f.fileno()).st_size
+                if size - self.offset > self.backlog and self.keep_first and not note:
+                    f.seek(self.offset)
+                    first = f.read(limit // 2)
+                    first = first[:first.rfind(b"\n") + 1]
+                    self.offset += len(first)
+                    self._mark = (self._mark + first)[-self._MARK:]
+                    note = first
+                    limit -= len(first)
                 if size - self.offset > self.backlog:
                     skip_to = size - self.backlog
                     f.seek(skip_to)
                     newline = f.read(_LINE_SEARCH).find(b"\n")
                     if newline >= 0:
                         skip_to += newline + 1
-                    note = (f"[ftnb: {skip_to - self.offset} bytes of output not shown here "
-                            "(the display fell behind); the trial's output file has them]\n"
-                            ).encode()
+                    note += (f"[ftnb: {skip_to - self.offset} bytes of output not shown here "
+                             "(the display fell behind); the trial's output file has them]\n"
+                             ).encode()
                     self.offset = skip_to
+                    self._mark = b""
                 f.seek(self.offset)
                 data = f.read(limit)
         except OSError:
@@ -326,6 +380,33 @@ class FileTail:
         if not end and len(data) >= limit:
             end = len(data)
         self.offset += end
+        if end:
+            self._mark = (self._mark + data[:end])[-self._MARK:]
         if not end and not note:
             return None
         return (note + data[:end]).decode("utf-8", "replace")
+
+    def _still_at_mark(self, f, size: int) -> bool:
+        if size < self.offset:
+            return False
+        f.seek(self.offset - len(self._mark))
+        return f.read(len(self._mark)) == self._mark
+
+    def _find_mark(self, f, size: int) -> bytes:
+        """The file was cut: go on after the last bytes handed over where they now are (in
+        the kept end, within ``backlog`` of the end), else after the cut's note.
+        Returns the line to show when output was skipped."""
+        start = max(0, size - self.backlog - len(self._mark))
+        f.seek(start)
+        window = f.read(size - start)
+        found = window.rfind(self._mark)
+        if found >= 0:
+            self.offset = start + found + len(self._mark)
+            return b""
+        notes = list(_NOTE.finditer(window))  # the kept end follows the cut's note
+        after = notes[-1].start() if notes else 0
+        newline = window.find(b"\n", after)
+        self.offset = start + newline + 1 if newline >= 0 else start
+        self._mark = b""
+        return (b"[ftnb: bytes of output not shown here (the display fell behind and the file "
+                b"was cut to its cap); the trial's output file has its first and last lines]\n")
