@@ -64,9 +64,16 @@ class PumpServer:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if k != ATTEMPT_VARIABLE}
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        code = (f"import sys; sys.path.insert(0, {root!r}); "
-                f"from ftnb.execution.pump_server import serve; serve({theirs.fileno()})")
+        here = os.path.dirname(os.path.abspath(__file__))
+        # The server needs this module and output_pump alone: its parent packages are stubs,
+        # so it starts in milliseconds, without ftnb's imports (hundreds of them).
+        code = (f"import sys, types\n"
+                f"for name, path in (('ftnb', {os.path.dirname(here)!r}), "
+                f"('ftnb.execution', {here!r})):\n"
+                f"    sys.modules[name] = types.ModuleType(name); "
+                f"sys.modules[name].__path__ = [path]\n"
+                f"from ftnb.execution.pump_server import serve\n"
+                f"serve({theirs.fileno()})\n")
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), env=env,
