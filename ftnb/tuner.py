@@ -1,27 +1,26 @@
 """Tuner: the object that runs an experiment (``fit()``), new or restored, and ``ftnb.run``.
 
-What each step does lives in its own module: checking and laying out a new experiment in
-:mod:`ftnb.new_experiment`, restoring one (planning and carrying it out) in :mod:`ftnb.restore`,
-starting or resuming by name in :mod:`ftnb.start_or_resume`, the loop that runs the trials in
-:mod:`ftnb.core.controller`. The Tuner puts them together: the executor, the owner lease, the
-listeners and the line that resumes an interrupted run.
+A front door: what each step does lives in :mod:`ftnb.lifecycle` (planning a new experiment
+or a restore, owning it, reconciling its trials, running the controller, starting or resuming
+by name), the loop that runs the trials in :mod:`ftnb.core.controller`. The Tuner holds what
+the user gave (checked), picks the executor and hands itself to the lifecycle, which never
+imports it.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig, callable_name
-from .core.records import ExperimentState, ExperimentStatus
+from .core.records import ExperimentState
 from .result import ResultGrid
 from .storage import ExperimentPaths
 
 if TYPE_CHECKING:
-    from .new_experiment import NewExperimentPlan
-    from .restore import RestorePlan
+    from .lifecycle.plan_new import NewExperimentPlan
+    from .lifecycle.plan_restore import RestorePlan
 
 __all__ = ["Tuner", "check_new_experiment", "run"]
 
@@ -136,9 +135,13 @@ class Tuner:
         (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
         try:
             if self.restore_plan is not None:
-                self._results = self._fit_restored(self.restore_plan)
+                from .lifecycle.run import run_restored
+
+                self._results = run_restored(self, self.restore_plan, self._executor())
             else:
-                self._results = self._fit_new()
+                from .lifecycle.run import run_new
+
+                self._results = run_new(self, check_new_experiment(self))
         except KeyboardInterrupt as exc:
             from .core.controller import RESUME_LINE_PRINTED
 
@@ -161,49 +164,6 @@ class Tuner:
             "Tuner.restore(path, trainable) to read an existing experiment."
         )
 
-    def _fit_new(self) -> ResultGrid:
-        from .core.controller import say_interrupted
-        from .core.trial_files import lay_out_trial_folders
-        from .new_experiment import initial_state, refuse_existing
-        from .objects import walk_placeholders
-        from .restore import with_originals
-        from .storage.lease import Lease
-
-        plan = check_new_experiment(self)
-        paths, space = plan.paths, plan.space
-        lease = Lease.acquire(paths, what="start")
-        try:
-            # Another driver may have created it while we checked (the lease is ours now).
-            refuse_existing(paths, check_owner=False)
-            state = initial_state(self, plan)
-            _name_trials(state, self.tune_config, plan.variants, callable_name(self.trainable))
-            if plan.max_concurrent:  # a BasicVariantGenerator's own limit
-                self.tune_config = _with_max_concurrent(self.tune_config, plan.max_concurrent)
-            configs = {t.trial_id: c for t, c in zip(state.trials, plan.variants)}
-            plan.storage.makedirs(paths.dir)
-            # The state first: a driver killed while it lays out the trial folders leaves an
-            # experiment that restore completes, not folders that belong to nothing.
-            state.save(paths)
-            hint = self._resume_line(paths, state, bool(walk_placeholders(state.param_space)))
-            try:
-                lay_out_trial_folders(paths, state, only_missing=False)
-            except KeyboardInterrupt as exc:  # (thousands of trials take a while)
-                say_interrupted(exc, state.name, hint,
-                                "no trial had started (restore lays out the rest)")
-                raise
-            search = None
-            if plan.searcher is not None:
-                from .core.searching import PersistedSearcher
-
-                search = PersistedSearcher.start(
-                    plan.searcher, paths, space, num_samples=self.tune_config.num_samples,
-                    id_prefix=state.settings["trial_id_prefix"], seed=self.tune_config.seed,
-                    guard=lease.check)
-            return self._run(paths, state, configs, plan.executor, lease, hint,
-                             with_originals(configs, self.param_space, space), search=search)
-        finally:
-            lease.release()
-
     def group_settings(self) -> dict:
         """What the state records of the trials' size: resources per rank, ranks, hang limit."""
         settings = {"resources_per_trial": self.resources.as_dict(),
@@ -216,16 +176,6 @@ class Tuner:
             settings["with_parameters"] = parameters
         return settings
 
-    def _resume_line(self, paths: ExperimentPaths, state: ExperimentState,
-                     with_space: bool) -> str:
-        """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
-        experiment the command line started, else the Python line."""
-        from .ui.read_model import resume_line, tuner_restore_line
-
-        if self.origin and self.origin.get("via") == "cli":
-            return resume_line(paths, state)
-        return tuner_restore_line(paths.uri, callable_name(self.trainable), with_space)
-
     def _executor(self) -> Any:
         """The executor trials run on: local processes, obtained by name from the registry,
         handing their output over when it is shown (``verbose >= 1``)."""
@@ -233,75 +183,13 @@ class Tuner:
 
         return executor_for(self.run_config.executor, output_events=self.run_config.verbose >= 1)
 
-    def _run(self, paths: ExperimentPaths, state: ExperimentState, configs: dict,
-             executor: Any, lease: Any, hint: str, result_configs: dict,
-             prepare: Optional[Callable[[Any], None]] = None,
-             search: Any = None) -> ResultGrid:
-        """Run the controller on ``executor`` (which it shuts down when it ends); the results
-        show ``result_configs`` (the caller's own objects where the trials were given refs to
-        copies)."""
-        import dataclasses
-
-        from .core.controller import Controller
-        from .parameters import trial_resources_of
-        from .stopper import DriverStopping, split_stop
-        from .storage.control import ControlInbox
-        from .ui.terminal import TerminalReporter
-
-        rc, tc = self.run_config, self.tune_config
-        listeners = list(self.listeners)
-        if rc.verbose:
-            listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
-        if rc.callbacks:
-            from .callback import CallbackListener
-
-            listeners.append(CallbackListener(rc.callbacks, paths, rc.stop))
-        in_trial_stop, driver_stopper = split_stop(rc.stop, tc.time_budget_s)
-        stopping = None
-        if driver_stopper is not None:
-            stopping = DriverStopping(driver_stopper, paths)
-            listeners.append(stopping)
-            rc = dataclasses.replace(rc, stop=in_trial_stop)
-        controller = Controller(
-            paths=paths,
-            state=state,
-            trainable=self.trainable,
-            configs=configs,
-            run_config=rc,
-            max_concurrent=tc.max_concurrent_trials,
-            resources=self.resources,
-            executor=executor,
-            listeners=listeners,
-            lease=lease,
-            resume_hint=hint,
-            control=ControlInbox(paths, epoch=lease.info.epoch),
-            num_workers=self.num_workers,
-            collective_timeout_s=self.collective_timeout_s,
-            search=search,
-            scheduler=tc.scheduler,
-        )
-        if search is not None:
-            controller.trial_setup = _TrialSetup(state, tc, self.trainable)
-        if stopping is not None:
-            stopping.controller = controller
-        _, controller.trial_resources = trial_resources_of(self.trainable, configs)
-        for request in set(controller.trial_resources.values()):
-            executor.check_fits(request, self.num_workers)
-        if self.trainer_pickle is not None:
-            paths.storage.write_atomic(paths.trainer, self.trainer_pickle)
-        if prepare is not None:
-            prepare(controller)
-        lease.start_heartbeat()
-        controller.run()
-        return ResultGrid(paths, state, result_configs)
-
     # -- restoring -----------------------------------------------------------------------------
     @classmethod
     def can_restore(cls, path: Any, storage_filesystem: Any = None) -> bool:
         """Whether ``path`` is the folder of an ftnb experiment that can be restored (a readable
         state). False, never an error, for a missing path, an empty folder, a folder of
         something else, or a state this ftnb cannot read."""
-        from .restore import can_restore
+        from .lifecycle.stored import can_restore
 
         return can_restore(path, storage_filesystem)
 
@@ -356,7 +244,7 @@ class Tuner:
         different scheduler than the one it ran with is refused (docs/schedulers.md).
         """
         from .execution.resources import TrialResources
-        from .restore import plan_restore, restored_scheduler
+        from .lifecycle.plan_restore import plan_restore, restored_scheduler
 
         group = _GroupSettings.of(trainable, None, "Tuner.restore")
         if group.trainer is None and param_space is not None:
@@ -380,9 +268,8 @@ class Tuner:
         if group.trainer is None and stored_trainer:
             # A TorchTrainer's run resumed with its loop alone (ftnb resume, %ftresume,
             # ftnb.run): each rank runs it in the group the run was started with.
-            from .train.torch_trainer import trainer_from_settings
-
-            group = _GroupSettings(trainer_from_settings(trainable, plan.state.settings))
+            kind = _trainer_kind(stored_trainer.get("kind"))
+            group = _GroupSettings(kind.trainer_from_settings(trainable, plan.state.settings))
             trainable = group.trainer.worker_loop()
         from .trainable_class import as_function_trainable
 
@@ -397,7 +284,7 @@ class Tuner:
             TrialResources.from_user(given) if given is not None else plan.resources)
         stored = plan.state.settings.get("with_parameters")
         if stored and stored != getattr(trainable, "_ftnb_parameters", None):
-            from .restore import RestoreError
+            from .lifecycle.stored import RestoreError
 
             names = ", ".join(f"{n}=..." for n in stored)
             raise RestoreError(
@@ -417,127 +304,6 @@ class Tuner:
         tuner.restore_plan = plan
         return tuner
 
-    def _fit_restored(self, plan: RestorePlan) -> ResultGrid:
-        from .core.controller import Controller
-        from .input_checks import check_picklable
-        from .restore import resume_trials, take_over
-        from .storage.lease import Lease
-
-        executor = self._executor()
-        executor.check_fits(self.resources, self.num_workers)
-        check_storage = getattr(executor, "check_storage", None)
-        if check_storage is not None:
-            check_storage(plan.paths.storage)
-        check_picklable(self.trainable, "trainable")
-        paths = plan.paths
-        lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
-        try:
-            state = take_over(plan, lease)
-            hint = self._resume_line(paths, state, plan.rebound)
-
-            def prepare(controller: Controller) -> None:
-                resume_trials(state, plan.flags, controller.trial_files)
-                state.status = ExperimentStatus.RUNNING.value
-                state.settings["storage_path"] = paths.parent_uri
-                state.settings.update(self.group_settings())
-                if self.origin:
-                    state.settings["origin"] = self.origin
-                controller.save()
-
-            search = None
-            if plan.searcher is not None:
-                from .core.searching import PersistedSearcher
-
-                search = PersistedSearcher.resume(
-                    plan.searcher, paths, plan.search_space,
-                    num_samples=self.tune_config.num_samples,
-                    id_prefix=state.settings.get("trial_id_prefix") or "t",
-                    seed=self.tune_config.seed, guard=lease.check)
-            return self._run(paths, state, plan.configs, executor, lease, hint, plan.result_configs,
-                             prepare=prepare, search=search)
-        finally:
-            lease.release()
-
-
-@dataclass(frozen=True)
-class TrialInfo:
-    """What ``TuneConfig(trial_name_creator=..., trial_dirname_creator=...)`` are given about a
-    trial, as Ray Tune gives its ``Trial``: its id, config, trainable's name and experiment tag
-    (its index and varying values, ``"0_lr=0.01"``)."""
-
-    trial_id: str
-    config: dict
-    trainable_name: str
-    experiment_tag: str
-
-    def __str__(self) -> str:
-        return self.trial_id
-
-
-def _name_trials(state: ExperimentState, tune_config: TuneConfig, variants: list,
-                 trainable_name: str) -> None:
-    """Apply the trial name and folder name creators to the new trials of ``state``; a bad name
-    is refused here, before the experiment's folder is written."""
-    if tune_config.trial_name_creator is None and tune_config.trial_dirname_creator is None:
-        return
-    keys = state.settings.get("varying_keys") or []
-    seen: dict[str, str] = {}
-    for index, (trial, config) in enumerate(zip(state.trials, variants)):
-        _name_trial(trial, config, index, tune_config, keys, trainable_name, seen)
-
-
-def _name_trial(trial: Any, config: dict, index: int, tune_config: TuneConfig, keys: list,
-                trainable_name: str, seen: dict) -> None:
-    """Apply the name creators to the trial number ``index`` (``seen``: the folder names taken,
-    to the trial that has each)."""
-    name_of, dirname_of = tune_config.trial_name_creator, tune_config.trial_dirname_creator
-    values = ",".join(f"{k}={_config_value(config, k)}" for k in keys)
-    info = TrialInfo(trial.trial_id, config, trainable_name,
-                     f"{index}_{values}" if values else str(index))
-    if name_of is not None:
-        trial.name = _created(name_of, info, "trial_name_creator")
-    if dirname_of is not None:
-        dir_name = _created(dirname_of, info, "trial_dirname_creator")
-        if "/" in dir_name or "\\" in dir_name or dir_name in (".", "..") or (
-                dir_name.startswith(".") or dir_name.startswith("experiment_state")):
-            raise ValueError(
-                f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for trial "
-                f"{trial.trial_id}: it must be a plain folder name, not hidden. Fix: return "
-                "a name such as f\"trial_{trial.trial_id}\".")
-        if dir_name in seen:
-            raise ValueError(
-                f"TuneConfig(trial_dirname_creator=...) returned {dir_name!r} for both trial "
-                f"{seen[dir_name]} and trial {trial.trial_id}: each trial needs its own "
-                "folder. Fix: include trial.trial_id in the name.")
-        seen[dir_name] = trial.trial_id
-        trial.dir_name = dir_name
-
-
-class _TrialSetup:
-    """What the Tuner fills in of a trial its searcher made (the controller's ``trial_setup``):
-    its name and folder name (``TuneConfig``'s creators) and its resources when
-    ``ftnb.with_resources`` was given a function of the config."""
-
-    def __init__(self, state: ExperimentState, tune_config: TuneConfig, trainable: Any) -> None:
-        self.state = state
-        self.tune_config = tune_config
-        self.trainable = trainable
-        self.trainable_name = callable_name(trainable)
-
-    def __call__(self, trial: Any, config: dict) -> Any:
-        tc = self.tune_config
-        if tc.trial_name_creator is not None or tc.trial_dirname_creator is not None:
-            seen = {t.dir_name: t.trial_id for t in self.state.trials}
-            _name_trial(trial, config, len(self.state.trials), tc,
-                        self.state.settings.get("varying_keys") or [], self.trainable_name, seen)
-        if callable(getattr(self.trainable, "_ftnb_resources", None)):
-            from .parameters import trial_resources_of
-
-            _, by_trial = trial_resources_of(self.trainable, {trial.trial_id: config})
-            return by_trial.get(trial.trial_id)
-        return None
-
-
 def _warn_if_endless(tune_config: TuneConfig, run_config: RunConfig) -> None:
     """``num_samples=-1`` with nothing that ends the experiment: Ray Tune accepts it (it runs
     until stopped), so does ftnb, with a warning that says how to bound it."""
@@ -554,32 +320,6 @@ def _warn_if_endless(tune_config: TuneConfig, run_config: RunConfig) -> None:
         "experiment is stopped (Ctrl+C, `ftnb stop`, a stop request). Fix: give "
         "TuneConfig(time_budget_s=...) or RunConfig(stop=ftnb.stopper....) to bound it.",
         UserWarning, stacklevel=3)
-
-
-def _with_max_concurrent(tune_config: TuneConfig, limit: int) -> TuneConfig:
-    import dataclasses
-
-    current = tune_config.max_concurrent_trials
-    return dataclasses.replace(tune_config, max_concurrent_trials=min(limit, current or limit))
-
-
-def _config_value(config: Any, dotted: str) -> Any:
-    value = config
-    for part in str(dotted).split("/"):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def _created(creator: Any, info: TrialInfo, argument: str) -> str:
-    try:
-        value = creator(info)
-    except Exception as exc:
-        raise ValueError(f"TuneConfig({argument}={callable_name(creator)}) failed for trial "
-                         f"{info.trial_id}: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(value, str) or not value.strip():
-        raise TypeError(f"TuneConfig({argument}={callable_name(creator)}) must return a non-empty"
-                        f" str; got {value!r} for trial {info.trial_id}.")
-    return value
 
 
 def _as_raised(error: Exception) -> Exception:
@@ -628,8 +368,6 @@ class _GroupSettings:
         #: What the state records of the trainer (settings["trainer"]), None for a function.
         self.settings: Optional[dict] = None
         if trainer is not None:
-            from .train.torch_trainer import trainer_pickle
-
             # The fork server preloads what the driver has imported: every rank of every
             # restart then starts with torch in memory instead of importing it (seconds each).
             import torch.distributed  # noqa: F401
@@ -641,7 +379,7 @@ class _GroupSettings:
             self.num_workers = scaling.num_workers
             self.collective_timeout_s = (trainer.torch_config.timeout_s
                                          or scaling.collective_timeout_s)
-            self.pickle = trainer_pickle(trainer)
+            self.pickle = _trainer_kind(type(trainer).__name__).trainer_pickle(trainer)
 
     @classmethod
     def of(cls, trainable: Any, resources_per_trial: Any, where: str) -> "_GroupSettings":
@@ -659,22 +397,39 @@ class _GroupSettings:
 def _as_stored_trainer_space(path: Any, filesystem: Any, space: Mapping[str, Any]) -> Any:
     """``space`` given with a plain function to resume a TorchTrainer's experiment (its state's
     ``settings["trainer"]``): the trainer's space around it, as the run was started."""
-    from .restore import _path_str
-    from .train.torch_trainer import group_space
+    from .lifecycle.stored import _path_str
 
     try:
         paths = ExperimentPaths.at(_path_str(path), filesystem)
         settings = ExperimentState.load(paths).settings
     except Exception:  # plan_restore says what is wrong with the path
         return space
-    return group_space(space) if settings.get("trainer") else space
+    stored = settings.get("trainer")
+    if not stored:
+        return space
+    return _trainer_kind(stored.get("kind")).group_space(space)
+
+
+#: The module of each kind of trainer, by the name the state records (``settings["trainer"]
+#: ["kind"]``): what rebuilds one from its settings (``trainer_from_settings``), wraps a space
+#: as its own (``group_space``) and pickles its code (``trainer_pickle``). Named here, imported
+#: on use: a trainer's ``fit()`` builds a Tuner, so the Tuner must not import the trainer back
+#: (as the registry names executors). A kind not listed is a TorchTrainer's subclass.
+_TRAINER_KINDS = {"TorchTrainer": "ftnb.train.torch_trainer"}
+
+
+def _trainer_kind(kind: Optional[str]) -> Any:
+    """The module of the trainer kind ``kind`` (:data:`_TRAINER_KINDS`)."""
+    import importlib
+
+    return importlib.import_module(_TRAINER_KINDS.get(kind or "", _TRAINER_KINDS["TorchTrainer"]))
 
 
 def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:
     """Everything the new experiment that ``tuner`` would start needs checked, before its
     directory is touched (its name chosen when the run config gives none); ``ftnb.launch`` and
     ``ftnb run`` call this in the caller to report bad input there."""
-    from .new_experiment import plan_new_experiment
+    from .lifecycle.plan_new import plan_new_experiment
 
     return plan_new_experiment(tuner, tuner._executor())
 
@@ -710,10 +465,10 @@ def run(
     if name is None:
         raise ValueError("ftnb.run(name=None): ftnb.run needs the experiment's name to find it "
                          "again. Fix: pass name='my_sweep'.")
-    from .start_or_resume import start_or_resume
+    from .lifecycle.start_or_resume import start_or_resume
 
     tuner, resuming = start_or_resume(
-        trainable, name=name, param_space=param_space, storage_path=storage_path,
+        Tuner, trainable, name=name, param_space=param_space, storage_path=storage_path,
         tune_config=tune_config, run_config=run_config,
         resources_per_trial=resources_per_trial, takeover=takeover,
         allow_different_trainable=allow_different_trainable, caller="ftnb.run")

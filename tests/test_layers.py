@@ -1,6 +1,7 @@
-"""The layers of ftnb (ARCHITECTURE.md): front-ends (notebook, cli) -> the public API -> the read
-side (ui) and the core -> storage and the executor contract. A lower layer never imports a higher
-one, not even lazily inside a function: every import statement of every module is checked."""
+"""The layers of ftnb (ARCHITECTURE.md): front-ends (notebook, cli) -> the public API (its front
+doors -> the lifecycle -> the parts it uses) -> the read side (ui) and the core -> storage and
+the executor contract. A lower layer never imports a higher one, not even lazily inside a
+function: every import statement of every module is checked."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ftnb"
+
+API_PARTS = "public API parts"  # what the lifecycle uses of the public API (below)
 
 # Layer of a module: the first prefix that matches (longest prefixes first where they nest).
 LAYERS = [
@@ -35,8 +38,19 @@ LAYERS = [
     ("ftnb.objects", "base"),
     # How a dataset is split between ranks: plain data handling that a trainable calls.
     ("ftnb.train.shards", "base"),
+    # Starting, owning and resuming an experiment: below its front doors (Tuner, TorchTrainer,
+    # ftnb.run, the old paths restore/new_experiment/start_or_resume), which it is given as
+    # arguments, never imports.
+    ("ftnb.lifecycle", "lifecycle"),
+    # What the lifecycle uses of the public API: results, checks of user input, resources by
+    # config, stoppers and callbacks. They import no front door either.
+    ("ftnb.result", API_PARTS),
+    ("ftnb.input_checks", API_PARTS),
+    ("ftnb.parameters", API_PARTS),
+    ("ftnb.stopper", API_PARTS),
+    ("ftnb.callback", API_PARTS),
 ]
-API = "public API"  # everything else: ftnb/__init__, tuner, restore, result, handle, ...
+API = "public API"  # everything else: ftnb/__init__, tuner, restore, handle, ...
 
 # What each layer may import, besides itself.
 ALLOWED = {
@@ -47,10 +61,13 @@ ALLOWED = {
     "trainable API": {"base", "storage", "core"},
     "core": {"base", "storage", "execution contract"},
     "read side": {"base", "storage", "core", "execution contract"},
+    API_PARTS: {"base", "storage", "core", "execution contract", "trainable API", "read side"},
+    "lifecycle": {"base", "storage", "core", "execution contract", "execution", "trainable API",
+                  "read side", API_PARTS},
     API: {"base", "storage", "core", "execution contract", "execution", "trainable API",
-          "read side", API},
+          "read side", API_PARTS, "lifecycle", API},
     "front-end": {"base", "storage", "core", "execution contract", "execution", "trainable API",
-                  "read side", API},
+                  "read side", API_PARTS, "lifecycle", API},
 }
 # The executor contract and the resource requests it names are what the core may know of
 # execution; a concrete executor (local, inprocess, ...) is chosen by the API through the
@@ -134,6 +151,9 @@ def test_no_layer_imports_a_higher_one():
     ("ftnb.storage.lease", "storage"),
     ("ftnb.ui.read_model", "read side"),
     ("ftnb.tuner", API),
+    ("ftnb.restore", API),
+    ("ftnb.lifecycle.plan_restore", "lifecycle"),
+    ("ftnb.result", "public API parts"),
     ("ftnb.registry", "base"),
     ("ftnb.testing.executor_contract", API),
     ("ftnb.notebook.magics", "front-end"),

@@ -267,11 +267,12 @@ class TorchTrainer:
         """Run (or, when ``RunConfig(name)`` names a stored run, resume) the training to its
         end and return its :class:`~ftnb.Result`. Raises :class:`TrainingFailedError` when it
         ended ERRORED, KeyboardInterrupt (after printing the line that resumes it) on Ctrl+C."""
-        from ..start_or_resume import start_or_resume
+        from ..lifecycle.start_or_resume import start_or_resume
+        from ..tuner import Tuner
 
         rc = self.run_config
         tuner, resuming = start_or_resume(
-            self, name=rc.name, param_space=None, storage_path=rc.storage_path,
+            Tuner, self, name=rc.name, param_space=None, storage_path=rc.storage_path,
             tune_config=None, run_config=rc, resources_per_trial=None,
             caller="TorchTrainer.fit")
         if resuming and rc.verbose:
@@ -281,7 +282,7 @@ class TorchTrainer:
     @classmethod
     def can_restore(cls, path: Any, storage_filesystem: Any = None) -> bool:
         """Whether ``path`` holds a run that :meth:`restore` can resume."""
-        from ..restore import can_restore
+        from ..lifecycle.stored import can_restore
 
         return can_restore(path, storage_filesystem)
 
@@ -301,7 +302,7 @@ class TorchTrainer:
         stored); ``train_loop_per_worker`` and ``train_loop_config`` default to the run's own
         (kept in ``trainer.pkl`` beside its state; pass them if that file is gone or its code
         moved). The run keeps its name, storage, failure and checkpoint settings."""
-        from ..restore import RestoreError, load_state
+        from ..lifecycle.stored import RestoreError, load_state
         from ..storage import ExperimentPaths
 
         paths = ExperimentPaths.at(os.fspath(path) if hasattr(path, "__fspath__") else str(path),
@@ -386,7 +387,7 @@ def trainer_pickle(trainer: TorchTrainer) -> Optional[bytes]:
 
 
 def _load_trainer(paths: Any, needed: bool) -> dict:
-    from ..restore import RestoreError
+    from ..lifecycle.stored import RestoreError
 
     try:
         import cloudpickle
