@@ -64,6 +64,7 @@ from ftnb.execution.contract import (
 )
 from ftnb.execution.resources import ResourcePool, TrialResources
 from ftnb.storage import ExperimentPaths, Storage
+from ftnb.testing.waiting import pid_alive, wait_for
 
 __all__ = ["ExecutorContract"]
 
@@ -163,32 +164,6 @@ def group_reports_noting_returns(config):
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie has ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: it exists
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def make_spec(experiment, trainable, config, trial_id="t0", attempt=1, **kw) -> AttemptSpec:
     experiment.storage.makedirs(experiment.trial(trial_id).dir)
     return AttemptSpec(
