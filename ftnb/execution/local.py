@@ -562,6 +562,11 @@ class LocalProcessExecutor(OneMachineExecutor):
         if run.cgroup is not None:
             run.cgroup_oom_kills = cgroup_oom_kills(run.cgroup.folder)
             run.cgroup.end()
+            if run.cgroup.removed:
+                # Every process of the attempt was in it (a rank joins before its trainable
+                # runs; what it starts is born there) and it is gone: nothing is left to look
+                # for, which spares a look at every process of the machine per attempt.
+                return
         launch = run.launch
         live = [rank.process.pid for other in self._running.values() if other is not run
                 for rank in other.ranks if not rank.exited and rank.process.pid]

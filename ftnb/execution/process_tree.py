@@ -252,6 +252,8 @@ class AttemptCgroup:
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
+        #: Whether :meth:`end` removed it: empty, every process of the attempt ended.
+        self.removed = False
 
     @classmethod
     def create(cls, marker: str) -> Optional["AttemptCgroup"]:
@@ -298,7 +300,7 @@ class AttemptCgroup:
 
     def end(self, timeout_s: float = _WAIT_S) -> list[int]:
         """SIGKILL every process in the cgroup, wait until it is empty, remove it. Returns
-        the pids killed."""
+        the pids killed; :attr:`removed` says whether it is gone (so nothing it held lives)."""
         deadline = time.monotonic() + timeout_s
         killed: list[int] = []
         while time.monotonic() < deadline:
@@ -315,8 +317,10 @@ class AttemptCgroup:
         while True:
             try:
                 os.rmdir(self.folder)
+                self.removed = True
                 break
             except FileNotFoundError:
+                self.removed = True
                 break
             except OSError:  # EBUSY: the last of them are still exiting
                 if time.monotonic() >= deadline:
