@@ -193,7 +193,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     except passthrough:
         raise
     except BaseException as exc:
-        report_exception(channel, ids, exc, _failure_kind(exc), session.iteration, rank=rank)
+        report_exception(channel, ids, exc, "oom" if _is_out_of_memory(exc) else "exception",
+                         session.iteration, rank=rank)
         return EXIT_ERROR
     finally:
         log.close()
@@ -252,16 +253,6 @@ class _AllFences:
             fence.check(force)
 
 
-def _failure_kind(exc: BaseException) -> str:
-    """What a raised ``exc`` is: ``storage`` (the storage refused a write: a report into a full
-    disk, a print to an output file on it), ``oom`` or ``exception``."""
-    from ..storage.faults import is_storage_fault
-
-    if is_storage_fault(exc):
-        return "storage"
-    return "oom" if _is_out_of_memory(exc) else "exception"
-
-
 def _is_out_of_memory(exc: BaseException) -> bool:
     """MemoryError, or torch's OutOfMemoryError (CUDA, MPS...), told apart without torch."""
     return isinstance(exc, MemoryError) or any(
@@ -289,7 +280,7 @@ def report_exception(channel: AttemptChannel, ids: tuple[str, int], exc: BaseExc
     from ..storage.faults import is_storage_fault, storage_fault
 
     if failure_kind == "exception" and is_storage_fault(exc):
-        failure_kind = "storage"  # (before the trainable ran: its output file, say)
+        failure_kind = "storage"  # a report into a full disk, or its output file before it ran
     fault = None
     if failure_kind == "storage":
         exc = storage_fault(exc)  # its message names the path, the error in words and the fix
