@@ -140,6 +140,7 @@ def run_experiment(
     max_failures: int = 0,
     reuse_actors: bool = False,
     executor: Any = None,
+    stop: Any = None,
 ) -> ExperimentRun:
     """Run ``trials`` trials of ``trainable``, a grid over ``config["i"]`` = 0..trials-1 (the
     other keys of ``config`` are constants), 1 CPU each, silently; check that every one
@@ -148,11 +149,11 @@ def run_experiment(
     ``reuse_actors`` is Ray Tune's option to run the next trial in the process of the previous
     one; ftnb always starts a fresh process per attempt and has no such option. ``executor``
     is ftnb's ``RunConfig.executor`` (the Ray workloads pass a RayExecutor; Ray Tune runs on
-    the Ray instance this process is connected to).
+    the Ray instance this process is connected to). ``stop`` is ``RunConfig(stop=...)``.
     """
     init(framework)
     spec = _Spec(storage_dir, name, trials, max_concurrent, config, max_failures, reuse_actors,
-                 executor)
+                 executor, stop)
     if framework == "ftnb":
         if reuse_actors:
             raise ValueError("ftnb has no reuse_actors option")
@@ -174,6 +175,7 @@ class _Spec:
     max_failures: int
     reuse_actors: bool
     executor: Any = None
+    stop: Any = None
 
     def param_space(self, grid_search: Callable[[list], Any]) -> dict:
         return {**self.config, "i": grid_search(list(range(self.trials)))}
@@ -240,6 +242,7 @@ def _ftnb_tuner(trainable: Callable[[dict], Any], spec: _Spec) -> Any:
             failure_config=ftnb.FailureConfig(max_failures=spec.max_failures),
             verbose=0,
             executor=spec.executor,
+            stop=spec.stop,
         ),
         resources_per_trial={"cpu": 1},
     )
@@ -292,6 +295,7 @@ def _ray_tuner(trainable: Callable[[dict], Any], spec: _Spec) -> Any:
             storage_path=os.path.abspath(spec.storage_dir),
             failure_config=api.FailureConfig(max_failures=spec.max_failures),
             verbose=0,
+            stop=spec.stop,
         ),
     )
 

@@ -1,11 +1,12 @@
 """ftnb on a Ray cluster against Ray Tune on the same cluster (issue 15).
 
 Each repetition starts a real multi-node Ray cluster on this machine (``ray.cluster_utils``: a
-head without CPUs and worker nodes of one CPU each, the health checks tuned as the README
-advises, so a lost node is noticed in about 1.5 s instead of Ray's default 14 s), runs one
-framework's experiment on it from this process (ftnb with ``RunConfig(executor=RayExecutor(
-address, shared_storage=True))``, Ray Tune after ``ray.init(address)``), and shuts it down. The
-storage folder is on this machine's disk, which every node of the cluster shares.
+head without CPUs and worker nodes of one CPU each, the health checks tuned as
+docs/how-to/ray-clusters.md advises, so a lost node is noticed in about 1.5 s instead of Ray's
+default 14 s), runs one framework's experiment on it from this process (ftnb with
+``RunConfig(executor=RayExecutor(address, shared_storage=True))``, Ray Tune after
+``ray.init(address)``), and shuts it down. The storage folder is on this machine's disk, which
+every node of the cluster shares.
 
 The workloads are registered in :mod:`bench.workloads`; the trainables are
 :mod:`bench.trainables`' (the same for both frameworks).
@@ -24,7 +25,7 @@ from .trainables import checkpointing_trainable, read_events, reporting_trainabl
 
 __all__ = ["ray_first_result", "ray_many_trials", "ray_node_loss"]
 
-#: The tuned health checks of the README's Ray section (and of the tests' cluster): a node that
+#: The tuned health checks of docs/how-to/ray-clusters.md (and of the tests' cluster): a node that
 #: stops answering is declared dead after 3 missed checks 0.5 s apart.
 HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                  "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 0}

@@ -762,3 +762,16 @@ workload(
     targets=(Target("overhead_ms", "ftnb<=", 5.0),),
     timeout_s=900,
 )(search_workloads.optuna_overhead)
+
+
+# ---- stopper_throughput (bench/stopper_workloads.py) ----------------------------------------------
+# Report throughput with a custom Stopper (every report waits for the driver) against without,
+# in one run (issue 31: say the cost of exact stopping).
+from . import stopper_workloads  # noqa: E402
+
+workload(
+    "stopper_throughput",
+    full={"reports": 3000},
+    quick={"reports": 100},
+    targets=(Target("stopper_reports_per_s", "ratio>=", 1.0),),
+)(stopper_workloads.stopper_throughput)

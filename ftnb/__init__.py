@@ -7,7 +7,7 @@ restarts, and an experiment directory that is always the whole truth.
 
 from typing import Any
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointUploadMode
 from .config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .core.records import TrialStatus
 from .lazy_names import lazy_attribute
@@ -104,6 +104,7 @@ __all__ = [
     "AsyncHyperBandScheduler",
     "Callback",
     "Checkpoint",
+    "CheckpointUploadMode",
     "CheckpointConfig",
     "ExperimentHandle",
     "ExperimentLockedError",

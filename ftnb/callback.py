@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .core.records import ExperimentState, FailureRecord, TrialRecord
     from .storage import ExperimentPaths
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "asks_checkpoints"]
 
 _log = logging.getLogger("ftnb")
 
@@ -54,7 +54,9 @@ class Callback:
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
                         **info: Any) -> None:
-        """A trial's report was persisted: ``result`` is its row."""
+        """A trial's report was persisted: ``result`` is its row. Setting
+        ``result[ftnb.result.SHOULD_CHECKPOINT] = True`` makes a class Trainable checkpoint
+        with this result (it is shown the row just before the row is persisted, once)."""
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A trial ended without error (TERMINATED)."""
@@ -82,6 +84,8 @@ class CallbackListener:
         self.stop = stop
         self.iteration = 0
         self._failed: set[str] = set()  # trials whose failure is not yet known as retried
+        #: (trial_id, training_iteration) of rows already shown before they were persisted.
+        self._previewed: set[tuple[str, Any]] = set()
 
     def _call(self, hook: str, *args: Any, **kwargs: Any) -> None:
         for callback in self.callbacks:
@@ -106,9 +110,19 @@ class CallbackListener:
         if trial.attempts and trial.attempts[-1].restored_from:
             self._call("on_trial_restore", self.iteration, trials, trial)
 
+    def on_result_preview(self, state: "ExperimentState", trial: "TrialRecord",
+                          row: dict) -> None:
+        """A class trainable's row about to be persisted (see ftnb.core.checkpoint_queries)."""
+        self._previewed.add((trial.trial_id, row.get("training_iteration")))
+        self._call("on_trial_result", self.iteration, state.trials, trial, row)
+
     def on_result(self, state: "ExperimentState", trial: "TrialRecord", row: dict) -> None:
         trials = state.trials
-        self._call("on_trial_result", self.iteration, trials, trial, row)
+        key = (trial.trial_id, row.get("training_iteration"))
+        if key in self._previewed:
+            self._previewed.discard(key)
+        else:
+            self._call("on_trial_result", self.iteration, trials, trial, row)
         name = row.get("checkpoint_dir_name")
         if name:
             from .checkpoint import Checkpoint
@@ -138,3 +152,14 @@ class CallbackListener:
 
     def on_experiment_end(self, state: "ExperimentState") -> None:
         self._call("on_experiment_end", state.trials)
+
+
+def asks_checkpoints(callbacks: Any) -> bool:
+    """Whether any of ``callbacks`` has an ``on_trial_result`` of its own, which may set
+    ``SHOULD_CHECKPOINT`` (ftnb's own loggers never do)."""
+    for callback in callbacks or ():
+        hook = getattr(type(callback), "on_trial_result", None)
+        if hook is not None and hook is not Callback.on_trial_result \
+                and not type(callback).__module__.startswith("ftnb."):
+            return True
+    return False

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import tempfile
 from typing import Any, Iterator, Optional
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "CheckpointUploadMode"]
+
+
+class CheckpointUploadMode(enum.Enum):
+    """How ``report(..., checkpoint=...)`` brings a checkpoint into the trial's storage
+    (Ray Train's ``CheckpointUploadMode``; see the README's "Checkpoints that never stall
+    training").
+
+    Members:
+        SYNC: ``report`` returns once the checkpoint and its row are persisted (the default).
+        ASYNC: ``report`` returns once the folder is snapshotted; the upload runs in the
+            background, in order, and the row becomes visible once the checkpoint is whole.
+        NO_UPLOAD: the reported folder already is in the trial's folder on storage (written
+            there by the trainable); it is registered where it is, never copied.
+    """
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+    def default_delete_local_checkpoint_after_upload(self) -> bool:
+        """What ``delete_local_checkpoint_after_upload=None`` means: True for ``ASYNC``,
+        False otherwise (as in Ray Train)."""
+        return self is CheckpointUploadMode.ASYNC
 
 #: The file in a checkpoint's folder that holds its metadata (Ray Train's name for it).
 METADATA_FILE = ".metadata.json"

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import datetime
 import math
-import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
+
+from .storage.result_log import metric_value  # noqa: F401  (re-exported: its old home)
+from .train.scaling import DEFAULT_COLLECTIVE_TIMEOUT_S, ScalingConfig
+from .train.scaling import is_real_number as _is_number
 
 __all__ = [
     "CheckpointConfig",
@@ -22,24 +25,6 @@ __all__ = [
 ]
 
 StopCriterion = Union[Mapping[str, float], Callable[[str, dict], bool], None]
-
-
-def metric_value(row: Mapping[str, Any], name: str, default: Any = None) -> Any:
-    """The value of the metric ``name`` in a reported ``row``: a top-level key, or, as Ray Tune
-    flattens results with ``/``, a nested one (``"test/test1"`` is ``row["test"]["test1"]``).
-
-    >>> metric_value({"test": {"test1": {"test2": 6}}}, "test/test1/test2")
-    6
-    """
-    if name in row:
-        return row[name]
-    from .storage.result_log import flatten_row
-
-    return flatten_row(dict(row)).get(name, default)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def signature_mismatch(fn: Any, args: tuple[str, ...]) -> Optional[str]:
@@ -73,7 +58,8 @@ class FailureConfig:
             up to N retries (N + 1 attempts), -1 means retry forever. Preemptions (SIGTERM) and
             interruptions of the driver never count.
         fail_fast: stop the whole experiment as soon as one trial is ERRORED. Running trials are
-            stopped cleanly and keep their checkpoints; the experiment can be restored later.
+            killed at once (no further result, as in Ray) and PAUSED with their checkpoints;
+            the experiment can be restored later.
             ``"raise"`` (Ray Tune's): the same, and ``Tuner.fit()`` then raises the trial's error
             (an :class:`ftnb.TrialError` that is also an instance of the trial's exception class
             when that is a built-in one, so ``except ValueError`` works as with Ray).
@@ -255,6 +241,10 @@ class TuneConfig:
             trial to its end, in order. It takes ``metric`` and ``mode`` from here when it was
             given none. Its state is JSON in the experiment state; a restore rebuilds ftnb's
             schedulers from it (docs/schedulers.md).
+        reuse_actors: accepted for Ray Tune's scripts (a bool) and changes nothing: every trial
+            attempt gets a fresh process forked from a warm fork server (imports already paid),
+            which costs milliseconds, so no ``Trainable.reset_config`` is ever needed and no state
+            leaks from one trial into the next (docs: "Coming from Ray Tune").
     """
 
     num_samples: int = 1
@@ -267,8 +257,12 @@ class TuneConfig:
     trial_dirname_creator: Optional[Callable[[Any], str]] = None
     search_alg: Any = None
     scheduler: Any = None
+    reuse_actors: Optional[bool] = False
 
     def __post_init__(self) -> None:
+        if self.reuse_actors is not None and not isinstance(self.reuse_actors, bool):
+            raise TypeError(f"TuneConfig(reuse_actors={self.reuse_actors!r}) must be True or "
+                            "False (ftnb starts each trial in a fresh process either way).")
         if (
             isinstance(self.num_samples, bool)
             or not isinstance(self.num_samples, int)
@@ -441,112 +435,6 @@ class RunConfig:
             )
 
 
-#: ScalingConfig's default hang limit: a dead or stopped peer is found in half a minute, while
-#: an all-reduce of a real model (milliseconds to seconds) is far inside it.
-DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
-
-
-@dataclass
-class ScalingConfig:
-    """How many ranks a data-parallel run has, and what each one gets (Ray Train's names).
-
-    Args:
-        num_workers: ranks of the group (processes running ``train_loop_per_worker``, joined in
-            one ``torch.distributed`` process group). The group starts, fails and restarts as
-            one unit.
-        use_gpu: give each rank one GPU of its own (it sees only that one through
-            ``CUDA_VISIBLE_DEVICES``) and use NCCL; else CPUs and gloo.
-        resources_per_worker: ``{"CPU": n, "GPU": m}`` for each rank (default 1 CPU, and 1 GPU
-            with ``use_gpu``). A trial of ``num_workers`` ranks takes ``num_workers`` times this.
-        collective_timeout_s: how long a rank may wait on its peers (an all-reduce, a barrier,
-            the rendezvous) or stay stopped before the group counts as hung and is restarted from
-            its latest checkpoint. The default (30 s) finds a dead or stopped peer in half a
-            minute and leaves every real all-reduce far inside it; raise it when one rank does
-            long work alone (rank 0 downloading a dataset) while the others wait in a collective.
-        placement_strategy: accepted for Ray compatibility ("PACK", "SPREAD", ...); on one
-            machine every rank is on the same node.
-
-    Example:
-        >>> ScalingConfig(num_workers=2).worker_resources()
-        TrialResources(cpu=1.0, gpu=0.0)
-    """
-
-    num_workers: int = 1
-    use_gpu: bool = False
-    resources_per_worker: Optional[dict] = None
-    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
-    placement_strategy: str = "PACK"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) \
-                or self.num_workers < 1:
-            raise ValueError(
-                f"ScalingConfig(num_workers={self.num_workers!r}) must be a whole number >= 1 "
-                "(the ranks of the group). Fix: ScalingConfig(num_workers=2)."
-            )
-        if not isinstance(self.use_gpu, bool):
-            raise TypeError(
-                f"ScalingConfig(use_gpu={self.use_gpu!r}) must be True or False."
-            )
-        if not _is_number(self.collective_timeout_s) or not self.collective_timeout_s > 0 \
-                or not math.isfinite(self.collective_timeout_s):
-            raise ValueError(
-                f"ScalingConfig(collective_timeout_s={self.collective_timeout_s!r}) must be a "
-                "number of seconds > 0. Fix: ScalingConfig(collective_timeout_s=60)."
-            )
-        if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
-            raise ValueError(
-                f"ScalingConfig(placement_strategy={self.placement_strategy!r}) is not one of "
-                "'PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD'."
-            )
-        if self.resources_per_worker is not None and not isinstance(self.resources_per_worker,
-                                                                    Mapping):
-            raise TypeError(
-                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}) must be a "
-                "dict like {'CPU': 2, 'GPU': 1}."
-            )
-        resources = self.worker_resources()
-        if resources.gpu and not self.use_gpu:
-            raise ValueError(
-                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}) asks for GPUs "
-                "but use_gpu=False. Fix: ScalingConfig(use_gpu=True, ...)."
-            )
-        if self.use_gpu and resources.gpu == 0:
-            raise ValueError(
-                f"ScalingConfig(use_gpu=True, resources_per_worker={self.resources_per_worker!r})"
-                " gives each rank no GPU. Fix: leave 'GPU' out (one per rank) or set it to 1."
-            )
-        if self.num_workers > 1 and 0 < resources.gpu < 1:
-            raise ValueError(
-                f"ScalingConfig(num_workers={self.num_workers}, resources_per_worker="
-                f"{self.resources_per_worker!r}): the ranks of a group cannot share a GPU (NCCL "
-                "refuses two ranks on one device). Fix: give each rank a whole GPU ('GPU': 1), or "
-                "use num_workers=1 to share GPUs between trials."
-            )
-
-    def worker_resources(self) -> Any:
-        """What each rank asks for, as a :class:`~ftnb.execution.resources.TrialResources`."""
-        from .execution.resources import TrialResources
-
-        given = dict(self.resources_per_worker or {})
-        keys = {str(k).lower() for k in given}
-        if "cpu" not in keys:
-            given["cpu"] = 1
-        if "gpu" not in keys and self.use_gpu:
-            given["gpu"] = 1
-        try:
-            return TrialResources.from_user(given)
-        except (TypeError, ValueError) as exc:
-            message = str(exc).replace("resources_per_trial", "resources_per_worker")
-            raise type(exc)(f"ScalingConfig: {message}") from None
-
-    @property
-    def total_resources(self) -> dict:
-        """What the whole group takes: ``num_workers`` times :meth:`worker_resources`."""
-        one = self.worker_resources()
-        return {"CPU": one.cpu * self.num_workers, "GPU": one.gpu * self.num_workers}
-
-
 def _validate_name(name: Any) -> None:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(
@@ -583,17 +471,8 @@ def _validate_stop(stop: Any) -> None:
     for key, value in stop.items():
         if not isinstance(key, str):
             raise TypeError(f"RunConfig(stop=...) keys must be metric names; got {key!r}.")
-        if not _is_number(value) or (isinstance(value, float) and math.isnan(value)):
+        if not isinstance(value, numbers.Real) or (isinstance(value, float) and math.isnan(value)):
             raise TypeError(
-                f"RunConfig(stop={{{key!r}: {value!r}}}): thresholds must be numbers. "
-                f'Fix: stop={{"{key}": 10}}.'
+                f"RunConfig(stop={{{key!r}: {value!r}}}): thresholds must be numbers or "
+                f'booleans. Fix: stop={{"{key}": 10}} or stop={{"done": True}}.'
             )
-
-
-def describe_stop(stop: StopCriterion) -> Any:
-    """A JSON-able description of a stop criterion, for the experiment state."""
-    if stop is None:
-        return None
-    if callable(stop):
-        return {"function": getattr(stop, "__qualname__", repr(stop))}
-    return dict(stop)

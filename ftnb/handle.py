@@ -103,6 +103,7 @@ def launch(
     from . import supervisor
     from .input_checks import check_trainable
     from .launchers import launcher_for
+    from .launchers.temp_folders import sweep_temp_folders
     from .objects import bind_objects
     from .objects.cell_source import carry_cell_source
     from .start_or_resume import start_or_resume
@@ -114,29 +115,11 @@ def launch(
     carry_cell_source(trainable)  # its traceback in a trial shows the notebook cell's lines
     # Recorded, so that a new kernel finds the trainable again (%ftresume, handle.resume()).
     origin = origin or {"trainable": getattr(trainable, "__name__", None)}
-    if run_config is None:  # a TorchTrainer brings its own (name, storage, failure config)
-        run_config = getattr(trainable, "run_config", None) if getattr(
-            trainable, "_ftnb_trainer", False) else None
-    rc = run_config if run_config is not None else RunConfig()
-    if not isinstance(rc, RunConfig):
-        raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
-    # The path itself, not $FTNB_STORAGE_PATH: a supervisor elsewhere may not have that variable.
-    rc = dataclasses.replace(rc, name=name or rc.name,
-                             storage_path=storage_path or rc.storage_path or default_storage_path())
-    rc = chosen.prepare(rc)
-    chosen.check(rc)
-    if rc.name:
-        existing = _live_handle(rc)
-        if existing is not None:
-            existing._say(f"ftnb: experiment {rc.name!r} is already running "
-                          f"({existing._owner_text()}); attached to it.", quiet)
-            return existing._finish_launch(wait)
-        finished = finished_experiment(rc)
-        if finished is not None:
-            finished._say(f"ftnb: experiment {rc.name!r} already finished; attached to it "
-                          "(nothing to resume).", quiet)
-            return finished
-    supervisor.sweep_temp_folders()  # of supervisors SIGKILLed on this machine
+    rc = _launch_run_config(trainable, run_config, name, storage_path, chosen)
+    existing = _existing_experiment(rc, wait, quiet)
+    if existing is not None:
+        return existing
+    sweep_temp_folders()  # of supervisors SIGKILLed on this machine
     # Objects go to this machine's object store once; a supervisor here adopts them (one
     # elsewhere gets them by value, in the launch file).
     space = bind_objects(param_space)[0] if param_space is not None else None
@@ -172,6 +155,43 @@ def launch(
     handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor "
                 f"{started.where}, log {started.log})", quiet)
     return handle._finish_launch(wait)
+
+
+def _launch_run_config(trainable: Any, run_config: Optional[RunConfig], name: Optional[str],
+                       storage_path: Optional[str], chosen: Any) -> RunConfig:
+    """The run config a launch runs with: ``run_config`` (or a TorchTrainer's own: name,
+    storage, failure config), with ``name`` and ``storage_path`` over it and the storage path
+    spelled out, as the launcher ``chosen`` prepares and checks it."""
+    if run_config is None:  # a TorchTrainer brings its own (name, storage, failure config)
+        run_config = getattr(trainable, "run_config", None) if getattr(
+            trainable, "_ftnb_trainer", False) else None
+    rc = run_config if run_config is not None else RunConfig()
+    if not isinstance(rc, RunConfig):
+        raise TypeError(f"ftnb.launch(run_config=...) must be an ftnb.RunConfig; got {rc!r}.")
+    # The path itself, not $FTNB_STORAGE_PATH: a supervisor elsewhere may not have that variable.
+    rc = dataclasses.replace(rc, name=name or rc.name,
+                             storage_path=storage_path or rc.storage_path or default_storage_path())
+    rc = chosen.prepare(rc)
+    chosen.check(rc)
+    return rc
+
+
+def _existing_experiment(rc: RunConfig, wait: bool, quiet: bool) -> Optional["ExperimentHandle"]:
+    """The handle a launch returns without starting anything, saying so: the experiment named
+    ``rc.name`` is running (attached to it) or finished; None when there is one to start or
+    resume."""
+    if not rc.name:
+        return None
+    existing = _live_handle(rc)
+    if existing is not None:
+        existing._say(f"ftnb: experiment {rc.name!r} is already running "
+                      f"({existing._owner_text()}); attached to it.", quiet)
+        return existing._finish_launch(wait)
+    finished = finished_experiment(rc)
+    if finished is not None:
+        finished._say(f"ftnb: experiment {rc.name!r} already finished; attached to it "
+                      "(nothing to resume).", quiet)
+    return finished
 
 
 def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
@@ -323,7 +343,7 @@ class ExperimentHandle:
         ``supervisor.json`` and its log, then exits (milliseconds): wait for that too, so both
         are complete when :meth:`wait` returns (10 s at most, and never past ``deadline``, a
         :func:`time.monotonic` time). ``ftnb logs --follow`` waits so for the log's last lines."""
-        from .storage.lease import host_id, process_state
+        from .system.processes import host_id, process_state
 
         limit = time.monotonic() + _SUPERVISOR_EXIT_S
         if deadline is not None:

@@ -5,8 +5,12 @@ a file may be trusted.
 the file each one is imported from and the sha256 of its content, in the state's
 ``settings["origin"]["code"]``::
 
-    {"trainable": {"file": "/home/u/proj/train.py", "sha256": "9f86d0..."},
+    {"trainable": {"file": "/home/u/proj/train.py", "sha256": "9f86d0...",
+                   "imports": [{"file": "/home/u/proj/helpers.py", "sha256": "..."}]},
      "param_space": {"file": "/home/u/proj/space.py", "sha256": "..."}}
+
+``imports``: the modules of the file's own folder it imports (:func:`local_imports`), which
+are checked as it is.
 
 A state is data that anyone who can write the experiment's folder can change, so what it names
 is never imported on its word alone. ``ftnb resume`` (a user's own command) says which file it
@@ -26,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["CODE", "TRUSTED_CODE_VARIABLE", "RecordedFile", "file_sha256", "files_run_by",
-           "is_code_reference", "is_file_reference", "recorded_file", "split_reference",
-           "trusted_by_caller", "untrusted_file", "untrusted_path"]
+           "import_root", "is_code_reference", "is_file_reference", "local_imports",
+           "record_of", "recorded_file", "recorded_imports", "split_reference",
+           "trusted_by_caller", "untrusted_file", "untrusted_imports", "untrusted_path"]
 
 #: The key of the recorded files in ``settings["origin"]``.
 CODE = "code"
@@ -185,6 +190,124 @@ def untrusted_file(recorded: RecordedFile, folders: Sequence[str], uid: Optional
         return (f"{recorded.file} changed since the experiment recorded it (sha256 "
                 f"{recorded.sha256[:12]}... then, {now[:12]}... now)")
     return None
+
+
+#: The most modules of its own folder an experiment's file is followed into.
+_MAX_LOCAL_IMPORTS = 500
+
+
+def local_imports(file: str, root: str) -> list[str]:
+    """The Python files of the folder ``root`` (where the file's imports are looked up first:
+    a ``FILE.py``'s own folder, the folder ``ftnb run`` ran in for ``MODULE:NAME``) that
+    ``file`` imports, and those they import in turn, found by reading their ``import``
+    statements without running them (a sibling ``helpers.py``, a package ``utils/`` of the
+    folder with its ``__init__.py``). ``file`` itself is left out; a file that cannot be
+    parsed is not followed (importing it fails). Dynamic imports (``importlib``) are not
+    seen."""
+    import ast
+
+    root = os.path.abspath(root)
+    start = os.path.abspath(file)
+    found: list[str] = []
+    todo = [start]
+    seen = {start}
+    while todo and len(found) < _MAX_LOCAL_IMPORTS:
+        current = todo.pop(0)
+        try:
+            with open(current, "rb") as f:
+                tree = ast.parse(f.read(), current)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for path in _files_named(tree, current, root):
+            if path not in seen:
+                seen.add(path)
+                found.append(path)
+                todo.append(path)
+    return found
+
+
+def _files_named(tree: Any, current: str, root: str) -> list[str]:
+    """The files of ``root`` that the import statements of ``tree`` (the file ``current``)
+    would load: each package on a dotted name's way, and the module itself."""
+    import ast
+
+    names: list[tuple[str, list[str]]] = []  # (folder it is looked up in, dotted parts)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(root, alias.name.split(".")) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = root
+            if node.level:  # relative: from the importing module's package
+                base = os.path.dirname(current)
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+            parts = node.module.split(".") if node.module else []
+            names += [(base, parts + [alias.name]) for alias in node.names if alias.name != "*"]
+            if parts:
+                names.append((base, parts))
+    out: list[str] = []
+    for base, parts in names:
+        folder = base
+        for part in parts:
+            package = os.path.join(folder, part, "__init__.py")
+            module = os.path.join(folder, part + ".py")
+            if os.path.isfile(package):
+                out.append(package)
+                folder = os.path.join(folder, part)
+            else:
+                if os.path.isfile(module):
+                    out.append(module)
+                break  # (a module, or a name in one: nothing below it is a file here)
+    return out
+
+
+def recorded_imports(origin: Any, role: str) -> list[RecordedFile]:
+    """The files of its own folder that the file recorded for ``role`` imports, as recorded
+    (``settings["origin"]["code"][role]["imports"]``; none recorded: an empty list)."""
+    code = origin.get(CODE) if isinstance(origin, Mapping) else None
+    entry = code.get(role) if isinstance(code, Mapping) else None
+    imports = entry.get("imports") if isinstance(entry, Mapping) else None
+    if not isinstance(imports, list):
+        return []
+    found = [recorded_file({CODE: {"f": item}}, "f") for item in imports]
+    return [item for item in found if item is not None]
+
+
+def record_of(file: str, root: str) -> dict:
+    """What an experiment records of ``file`` (its path and sha256) and, when it imports
+    modules of its folder ``root``, of each of them (``imports``)."""
+    entry = RecordedFile.of(file).to_json()
+    imports = [RecordedFile.of(path).to_json() for path in local_imports(file, root)]
+    if imports:
+        entry["imports"] = imports
+    return entry
+
+
+def untrusted_imports(origin: Any, role: str, file: str, root: str,
+                      folders: Sequence[str], uid: Optional[int] = None) -> Optional[str]:
+    """Why the modules of its folder that ``file`` (checked already: it has its recorded
+    content, so it imports what it imported then) imports are not to be imported: one whose
+    sha256 was not recorded, or one that :func:`untrusted_file` objects to. None when all may
+    be."""
+    recorded = {os.path.realpath(item.file): item for item in recorded_imports(origin, role)}
+    for path in local_imports(file, root):
+        item = recorded.get(os.path.realpath(path))
+        if item is None:
+            return (f"{file} imports {path}, whose sha256 the experiment did not record (it "
+                    "was started by an older ftnb, or its state was edited)")
+        why = untrusted_file(item, folders, uid)
+        if why is not None:
+            return f"{file} imports {why}"
+    return None
+
+
+def import_root(reference: str, file: str, cwd: Optional[str]) -> str:
+    """Where the imports of ``file``, the file ``reference`` imports, are looked up first: a
+    ``FILE.py``'s own folder, else the folder it runs in (``cwd``, default the current)."""
+    target, _ = split_reference(reference.strip())
+    if is_file_reference(target):
+        return os.path.dirname(os.path.abspath(file))
+    return cwd or os.getcwd()
 
 
 def _listed(folders: Sequence[str]) -> str:

@@ -6,14 +6,25 @@ import math
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .checkpoint import Checkpoint
+from .core.checkpoint_queries import SHOULD_CHECKPOINT
 from .core.records import ExperimentState, TrialRecord, TrialStatus
+from .schedulers.stop_criterion import DONE
 from .storage import ExperimentPaths
 from .storage.result_log import flatten_row
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["NoBestResultError", "Result", "ResultGrid", "TrialError"]
+__all__ = ["DONE", "NoBestResultError", "Result", "ResultGrid", "SHOULD_CHECKPOINT", "TrialError"]
+
+#: Ray Tune's result keys (``ray.tune.result``). ``DONE`` true in a result ends its trial
+#: (TERMINATED); ``SHOULD_CHECKPOINT`` set true by a class Trainable's ``step()`` or by a
+#: ``Callback.on_trial_result`` makes that trial checkpoint with this result.
+TRAINING_ITERATION = "training_iteration"
+TIME_TOTAL_S = "time_total_s"
+TIME_THIS_ITER_S = "time_this_iter_s"
+TIMESTAMP = "timestamp"
+TRIAL_ID = "trial_id"
 
 #: ``get_best_result(scope=...)``: how many of each trial's last values each averaging scope takes.
 _AVERAGED_SCOPES = {"avg": None, "last-5-avg": 5, "last-10-avg": 10}
@@ -350,7 +361,14 @@ class ResultGrid:
         last = _metric_value(result.metrics, metric)
         if scope == "last" and _is_number(last):
             return [last]  # from the trial's record: no need to read its rows
-        values = [v for v in (_metric_value(r, metric) for r in result.rows) if _is_number(v)]
+        every = [_metric_value(r, metric) for r in result.rows]
+        text = next((v for v in [last, *every] if isinstance(v, str)), None)
+        if text is not None:
+            raise ValueError(
+                f"get_best_result({metric!r}): trial {result.trial_id} reported {metric!r} as "
+                f"text ({text[:60]!r}), so it cannot be ranked by it. Fix: rank by a metric "
+                "reported as a number, or report this one as a number (e.g. float(...)).")
+        values = [v for v in every if _is_number(v)]
         if scope == "all" or not values:
             return values
         if scope == "last":

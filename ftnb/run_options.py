@@ -225,6 +225,19 @@ def samples(text: str) -> int:
     return value
 
 
+def worker_count(text: str) -> "int | tuple[int, int]":
+    """The type of ``--num-workers``: ``N`` (0: local mode), or ``MIN:MAX`` for an elastic group
+    (ScalingConfig checks the numbers)."""
+    try:
+        values = tuple(int(part) for part in text.split(":"))
+    except ValueError:
+        values = ()
+    if len(values) not in (1, 2):
+        raise argparse.ArgumentTypeError(
+            f"expected N or MIN:MAX (an elastic group, e.g. 2:4), got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
 def amount(text: str) -> float:
     """The type of an option that takes a finite number >= 0 (an int when it is whole)."""
     try:
@@ -354,8 +367,9 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
               "each trial is a group of ranks in one torch.distributed process group, which\n"
               "fails and restarts as one; every rank runs TRAINABLE with the trial's config\n"
               "(for a TorchTrainer these options replace those of its ScalingConfig)"),
-        opt("--num-workers", type=int, metavar="N",
-            help="ranks per trial (default 1, or a TorchTrainer's own)"),
+        opt("--num-workers", type=worker_count, metavar="N",
+            help="ranks per trial (default 1, or a TorchTrainer's own); MIN:MAX an elastic "
+                 "group, 0 the loop in this process (local mode)"),
         opt("--gpus-per-worker", type=amount, metavar="N",
             help="GPUs per rank, whole ones (a rank sees only its own; NCCL) unless there is "
                  "one rank (default 0: CPUs and gloo)"),
@@ -744,7 +758,8 @@ def is_trainer(value: Any) -> bool:
 def _given_flags(args: argparse.Namespace, flags: Mapping[str, str]) -> list[str]:
     """The options of ``flags`` given in ``args``, as typed (``--num-workers 2``)."""
     return [f"{flag} {getattr(args, dest):g}" if isinstance(getattr(args, dest), float)
-            else f"{flag} {getattr(args, dest)}"
+            else f"{flag} {':'.join(map(str, getattr(args, dest)))}"
+            if isinstance(getattr(args, dest), tuple) else f"{flag} {getattr(args, dest)}"
             for dest, flag in flags.items() if getattr(args, dest, None) is not None]
 
 

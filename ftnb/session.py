@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointUploadMode
 from .config import metric_value
 from .core.records import encode_metrics
+from .schedulers.stop_criterion import DONE, is_done, threshold_met
 from .storage import AUTO_KEYS, NONFINITE_KEY
-from .storage.faults import waiting_out_faults
+from .storage.reported_checkpoints import ReportJob
 from .storage.result_log import flatten_row
 
 #: A metric that is not in a report (None is a value a trainable may report).
@@ -202,6 +203,11 @@ class TrialSession:
         self.preempted = False
         self.stop_requested = False
         self._stop_keys_checked = False
+        #: The asynchronous reports' queue (:class:`~ftnb.storage.checkpoint_uploads.
+        #: UploadQueue`), made by the first one.
+        self._uploads: Any = None
+        #: The checkpoint names the trial's rows use (set by the first report).
+        self._checkpoint_names: Optional[set[str]] = None
         #: The scheduler's decision points (:class:`~ftnb.execution.contract.DecisionPoints`):
         #: the reports that wait for the controller's answer (``wait_decision``).
         self.decision_points = decision_points
@@ -214,7 +220,85 @@ class TrialSession:
             replay(context.trial_id, list(log.rows))
 
     # -- report --------------------------------------------------------------------------------
-    def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None) -> None:
+    def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None,
+               **options: Any) -> None:
+        """See :func:`report`; ``options``: its checkpoint keywords (Ray Train's names)."""
+        values = self._checked_metrics(metrics, checkpoint)
+        plan = self._checkpoint_plan(checkpoint, options)
+        if self._uploads is not None:
+            self._uploads.raise_error()  # an earlier asynchronous report's upload failed
+
+        self.iteration += 1
+        merged = self._group_checkpoint(plan) if self.group is not None else None
+        if self.group is not None and self.group.rank != 0:
+            if merged is not None and merged.merged and plan is not None:
+                self._write_shard(plan, merged)  # its files, into the merged checkpoint
+            # Only rank 0 persists; the others go on once it has, and end where it ends.
+            end = self.group.decision(self.iteration)
+            if end is not None:
+                raise _ENDS[end]()
+            return
+        now = time.time()
+        row = dict(values)
+        row.update(
+            training_iteration=self.iteration,
+            trial_id=self.context.trial_id,
+            time_this_iter_s=now - self.last_report,
+            time_total_s=self.time_offset + (now - self.started),
+            timestamp=now,
+            attempt=self.context.attempt,
+        )
+        self.last_report = now
+        job = ReportJob(self, row, plan, UsageError)
+        if plan is not None or merged is not None:
+            self._check_fence(force=True)
+            name = merged.name if merged is not None else self._checkpoint_name(plan)
+            row["checkpoint_dir_name"] = job.name = name
+            if merged is not None and merged.merged:
+                from .storage.checkpoint_uploads import shard_folder
+
+                job.other_ranks = [r for r in merged.ranks if r != 0]
+                job.shards = shard_folder(self.storage, self.paths.dir, name,
+                                          self.paths.checkpoint(name))
+        background = (plan is not None and plan.mode is CheckpointUploadMode.ASYNC) or (
+            self._uploads is not None and not self._uploads.idle())
+        if background and plan is not None and plan.mode is CheckpointUploadMode.ASYNC \
+                and plan.local:
+            from .storage.checkpoint_uploads import snapshot_folder
+
+            job.snapshot = snapshot_folder(plan.checkpoint.path)
+        # Whether the trial ends here anyway (its stop criterion): then it does not wait for a
+        # decision (Ray asks no scheduler then), so a driver killed meanwhile never leaves it
+        # waiting at its last report, to be resumed past its stop criterion.
+        end: Optional[_AttemptEnd] = None
+        error: Optional[BaseException] = None
+        try:
+            end = self._decide_end(row, job.name is not None)
+        except BaseException as exc:  # raised once the row is persisted (and sent)
+            error = exc
+        points = self.decision_points
+        if error is None and points is not None and self.wait_decision is not None:
+            previous, self._decision_value = self._decision_value, points.value(row)
+            if end is None and points.reached(previous, row):
+                # A scheduler's decision point: the trial ends exactly here if it says so.
+                job.kind = "decision_point"
+        if background:
+            self._upload_queue().put(job, job.name is not None)  # waits while too many queued
+            if error is not None or end is not None or job.kind == "decision_point":
+                self._uploads.drain()  # the row must be persisted (and the answer known)
+        else:
+            job()
+        if error is not None:
+            raise error
+        decision = self.wait_decision(self.iteration) if job.kind == "decision_point" else None
+        if end is None and decision in ("stop", "pause"):
+            end = _StopRequested()
+        if self.group is not None:
+            self.group.publish(self.iteration, _end_name(end) if end is not None else None)
+        if end is not None:
+            raise end
+
+    def _checked_metrics(self, metrics: Any, checkpoint: Optional[Checkpoint]) -> dict:
         if not isinstance(metrics, Mapping):
             raise UsageError(
                 f"report(metrics=...) needs a dict of metric names to values; got "
@@ -244,67 +328,101 @@ class TrialSession:
                 f" Fix: report {attr!r} together with every checkpoint, or change "
                 "checkpoint_score_attribute."
             )
+        return values
 
-        self.iteration += 1
-        if self.group is not None and self.group.rank != 0:
-            # Only rank 0 persists; the others go on once it has, and end where it ends.
-            end = self.group.decision(self.iteration)
-            if end is not None:
-                raise _ENDS[end]()
-            return
-        now = time.time()
-        row = dict(values)
-        row.update(
-            training_iteration=self.iteration,
-            trial_id=self.context.trial_id,
-            time_this_iter_s=now - self.last_report,
-            time_total_s=self.time_offset + (now - self.started),
-            timestamp=now,
-            attempt=self.context.attempt,
-        )
-        self.last_report = now
-        if checkpoint is not None:
-            self._check_fence(force=True)
-            row["checkpoint_dir_name"] = self._persist_checkpoint(checkpoint, row)
-        self._check_fence(force=checkpoint is not None)
+    def _checkpoint_plan(self, checkpoint: Optional[Checkpoint], options: dict) -> Any:
+        """The report's checkpoint options, checked (a UsageError before any work)."""
+        from .storage.reported_checkpoints import ReportOptionError, plan_checkpoint
+
+        if self._checkpoint_names is None:
+            self._checkpoint_names = {r["checkpoint_dir_name"] for r in self.log.rows
+                                      if r.get("checkpoint_dir_name")}
         try:
-            # Whole, or a StorageFault raised here in the trial with nothing of the row left.
-            waiting_out_faults(lambda: self.log.append(row, durable=checkpoint is not None),
-                               self.storage_wait_s, f"report({self.iteration})")
-        except OSError:
-            if checkpoint is not None:  # a checkpoint no row names is debris: free its space
-                try:
-                    self.storage.remove(self.paths.checkpoint(row["checkpoint_dir_name"]),
-                                        recursive=True)
-                except OSError:
-                    pass
-            raise
-        decision = None
-        # Whether the trial ends here anyway (its stop criterion): then it does not wait for a
-        # decision (Ray asks no scheduler then), so a driver killed meanwhile never leaves it
-        # waiting at its last report, to be resumed past its stop criterion.
+            return plan_checkpoint(
+                checkpoint, dir_name=options.get("checkpoint_dir_name"),
+                mode=options.get("checkpoint_upload_mode"),
+                delete_local=options.get("delete_local_checkpoint_after_upload"),
+                upload_fn=options.get("checkpoint_upload_fn"), paths=self.paths,
+                used_names=self._checkpoint_names)
+        except ReportOptionError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _group_checkpoint(self, plan: Any) -> Any:
+        """In a group: this report's checkpoint, from every rank's (the same answer on every
+        rank, see :mod:`~ftnb.storage.rank_checkpoints`), its name counted on every rank."""
+        from .storage.rank_checkpoints import checkpoint_info, merged_checkpoint
+        from .storage.reported_checkpoints import ReportOptionError
+
+        assert self._checkpoint_names is not None
         try:
-            end = self._decide_end(row, checkpoint is not None)
-        except BaseException:
-            self.send("result", row)  # (persisted: the controller hears of it before the error)
-            raise
-        points = self.decision_points
-        if points is not None and self.wait_decision is not None:
-            previous, self._decision_value = self._decision_value, points.value(row)
-            if end is None and points.reached(previous, row):
-                # A scheduler's decision point: the trial ends exactly here if it says so.
-                self.send("decision_point", row)
-                decision = self.wait_decision(self.iteration)
-            else:
-                self.send("result", row)
+            infos = self.group.exchange(self.iteration, checkpoint_info(plan))
+            merged = merged_checkpoint(infos, self.next_checkpoint_index, self._checkpoint_names)
+        except ReportOptionError as exc:
+            raise UsageError(str(exc)) from None
+        if merged is not None:
+            self.next_checkpoint_index += not any(infos[r]["dir_name"] for r in merged.ranks)
+            self._checkpoint_names.add(merged.name)
+        return merged
+
+    def _write_shard(self, plan: Any, merged: Any) -> None:
+        """A rank other than 0: write its files of the merged checkpoint."""
+        from .storage.checkpoint_uploads import shard_folder, snapshot_folder
+        from .storage.rank_checkpoints import ShardJob
+
+        name = merged.name
+        folder = shard_folder(self.storage, self.paths.dir, name, self.paths.checkpoint(name))
+        job = ShardJob(self, plan, self.iteration, folder,
+                       merged.duplicates.get(self.group.rank, []))
+        if plan.mode is CheckpointUploadMode.ASYNC or not self._upload_queue().idle():
+            if plan.mode is CheckpointUploadMode.ASYNC:
+                job.snapshot = snapshot_folder(plan.checkpoint.path)
+            self._upload_queue().put(job, True)
         else:
-            self.send("result", row)
-        if end is None and decision in ("stop", "pause"):
-            end = _StopRequested()
-        if self.group is not None:
-            self.group.publish(self.iteration, _end_name(end) if end is not None else None)
-        if end is not None:
-            raise end
+            job()
+
+    def _checkpoint_name(self, plan: Any) -> str:
+        from .storage import checkpoint_dir_name
+
+        name = plan.dir_name
+        if name is None:
+            name = checkpoint_dir_name(self.next_checkpoint_index)
+            self.next_checkpoint_index += 1
+        assert self._checkpoint_names is not None
+        self._checkpoint_names.add(name)
+        return name
+
+    def _upload_queue(self) -> Any:
+        if self._uploads is None:
+            from .storage.checkpoint_uploads import UploadQueue, max_checkpoints_in_flight
+
+            self._uploads = UploadQueue(max_checkpoints_in_flight())
+        return self._uploads
+
+    def finish_uploads(self, quiet: bool = False) -> None:
+        """Wait for the attempt's asynchronous checkpoints and their rows (the attempt's end);
+        ``quiet``: an upload's error is not raised (the attempt fails for another reason)."""
+        if self._uploads is None:
+            return
+        try:
+            self._uploads.drain()
+        except BaseException:
+            if not quiet:
+                raise
+
+    def ask_checkpoint(self, metrics: dict) -> bool:
+        """Whether the driver's callbacks ask for a checkpoint with the report of ``metrics``
+        about to be made (a class trainable asks: :mod:`ftnb.core.checkpoint_queries`)."""
+        from .core.checkpoint_queries import CHECKPOINT, CHECKPOINT_QUERY
+
+        if self.wait_decision is None or self.group is not None:
+            return False
+        now, iteration = time.time(), self.iteration + 1
+        self.send("decision_point", {
+            **metrics, "training_iteration": iteration, "trial_id": self.context.trial_id,
+            "time_this_iter_s": now - self.last_report,
+            "time_total_s": self.time_offset + (now - self.started), "timestamp": now,
+            "attempt": self.context.attempt, CHECKPOINT_QUERY: True})
+        return self.wait_decision(iteration) == CHECKPOINT
 
     def _check_fence(self, force: bool) -> None:
         """Nothing is written once another driver owns the experiment (see ftnb.storage.lease)."""
@@ -317,32 +435,17 @@ class TrialSession:
         except FencedError as exc:
             raise _Fenced(str(exc)) from None
 
-    def _persist_checkpoint(self, checkpoint: Checkpoint, row: dict) -> str:
-        from .storage import checkpoint_dir_name
-
-        name = checkpoint_dir_name(self.next_checkpoint_index)
-        self.next_checkpoint_index += 1
-        dest = self.paths.checkpoint(name)
-        marker = {
-            "trial_id": self.context.trial_id,
-            "training_iteration": row["training_iteration"],
-            "time_total_s": row["time_total_s"],
-            "attempt": self.context.attempt,
-        }
-        with checkpoint.as_directory() as local:
-            waiting_out_faults(lambda: self.storage.persist_directory(local, dest, marker),
-                               self.storage_wait_s, f"report({row['training_iteration']})")
-        return name
-
     def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[_AttemptEnd]:
         """Whether the attempt ends at this report, and how (None: it goes on). Raises
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
         if self.metric_to_check is not None:
             metric, self.metric_to_check = self.metric_to_check, None
             _check_metric_reported(metric, row)
+        stopped = False
         if self.stop is not None:
             if not self._stop_keys_checked and isinstance(self.stop, Mapping):
-                missing = [k for k in self.stop if metric_value(row, k, _MISSING) is _MISSING]
+                missing = [k for k in self.stop
+                           if k != DONE and metric_value(row, k, _MISSING) is _MISSING]
                 if missing:
                     reported = ", ".join(sorted(flatten_row(row)))
                     raise UsageError(
@@ -352,9 +455,12 @@ class TrialSession:
                         "reported metrics in stop, or report it."
                     )
                 self._stop_keys_checked = True
-            if _stop_met(self.stop, self.context.trial_id, row):
-                # A trial a Stopper ends is stopped, not finished (a threshold is its goal).
-                return _StopRequested() if hasattr(self.stop, "stop_all") else _StopCriterionMet()
+            stopped = _stop_met(self.stop, self.context.trial_id, row)
+        if is_done(row):  # Ray's reserved key: the trainable says it is finished
+            return _StopCriterionMet()
+        if stopped:
+            # A trial a Stopper ends is stopped, not finished (a threshold is its goal).
+            return _StopRequested() if hasattr(self.stop, "stop_all") else _StopCriterionMet()
         if not self.stop_requested and self.poll_stop():
             self.stop_requested = True
         if self.stop_requested:
@@ -391,7 +497,14 @@ LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
 
 def _check_metric_reported(metric: str, row: dict) -> None:
-    """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report."""
+    """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report, or
+    is text there (it ranks the trials: only numbers can)."""
+    value = metric_value(row, metric)
+    if isinstance(value, str):
+        raise UsageError(
+            f"TuneConfig(metric={metric!r}) ranks the trials, but this trainable reports it as "
+            f"text ({value[:60]!r}), not a number. Fix: report a number (e.g. float(...)), or "
+            "rank by another metric (other metrics may hold any value).")
     flat = flatten_row(row)
     if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":
         return
@@ -410,13 +523,11 @@ def _check_metric_reported(metric: str, row: dict) -> None:
 
 
 def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:
+    """Whether ``row`` ends the trial under ``stop`` (a function or Stopper, which sees every
+    row, or a dict of thresholds), or says ``done`` (Ray's reserved key)."""
     if callable(stop):
-        return bool(stop(trial_id, row))
-    for key, threshold in stop.items():
-        value = metric_value(row, key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
-            return True
-    return False
+        return bool(stop(trial_id, row)) or is_done(row)
+    return threshold_met(row, stop)
 
 
 _session: Optional[TrialSession] = None
@@ -436,7 +547,11 @@ def _current(fn: str) -> TrialSession:
     return session
 
 
-def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None) -> None:
+def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
+           checkpoint_dir_name: Optional[str] = None,
+           checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+           delete_local_checkpoint_after_upload: Optional[bool] = None,
+           checkpoint_upload_fn: Optional[Callable[[Checkpoint, str], Checkpoint]] = None) -> None:
     """Record one result of the running trial, and optionally a checkpoint.
 
     Returns only once the result line (and the checkpoint, copied into the trial's
@@ -444,12 +559,24 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None) -> None:
     ftnb adds ``training_iteration``, ``trial_id``, ``time_total_s``, ``time_this_iter_s``,
     ``timestamp`` and ``attempt`` to every row.
 
+    The checkpoint keywords are Ray Train's (README, "Checkpoints that never stall training"):
+    ``checkpoint_dir_name`` (the folder's name in the trial's folder; default
+    ``checkpoint_NNNNNN``), ``checkpoint_upload_mode`` (``SYNC``; ``ASYNC``: return once the
+    folder is snapshotted, upload in the background, the row visible once the checkpoint is
+    whole; ``NO_UPLOAD``: the folder already is in the trial's folder),
+    ``delete_local_checkpoint_after_upload`` (default: True for ``ASYNC``) and
+    ``checkpoint_upload_fn(checkpoint, dir_name) -> Checkpoint`` (writes the files itself).
+
     Example:
         >>> def train(config):  # doctest: +SKIP
         ...     for step in range(10):
         ...         ftnb.report({"loss": 1 / (step + 1)})
     """
-    _current("report").report(metrics, checkpoint)
+    _current("report").report(
+        metrics, checkpoint, checkpoint_dir_name=checkpoint_dir_name,
+        checkpoint_upload_mode=checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
+        checkpoint_upload_fn=checkpoint_upload_fn)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:

@@ -34,6 +34,8 @@ import pickle
 import tempfile
 from typing import Any, Optional, Union
 
+from .core.checkpoint_queries import SHOULD_CHECKPOINT
+
 __all__ = ["Trainable"]
 
 #: Where a ``save_checkpoint`` that returned a dict keeps it in the checkpoint's folder.
@@ -117,8 +119,11 @@ class ClassTrainableRunner:
     """A :class:`Trainable` subclass as the function trainable a trial process runs, with the
     CheckpointConfig's ``checkpoint_frequency`` and ``checkpoint_at_end``."""
 
-    def __init__(self, cls: type, checkpoint_frequency: int, checkpoint_at_end: bool) -> None:
+    def __init__(self, cls: type, checkpoint_frequency: int, checkpoint_at_end: bool,
+                 ask_callbacks: bool = False) -> None:
         self.cls = cls
+        #: Whether each result is shown to the driver's callbacks first (SHOULD_CHECKPOINT).
+        self.ask_callbacks = ask_callbacks
         self.checkpoint_frequency = checkpoint_frequency
         self.checkpoint_at_end = checkpoint_at_end
         self.__name__ = cls.__name__
@@ -147,8 +152,10 @@ class ClassTrainableRunner:
                         f"{type(result).__name__}: {result!r}. Fix: return {{'loss': loss}}.")
                 result = dict(result)
                 done = bool(result.pop("done", False))
+                asked = bool(result.pop(SHOULD_CHECKPOINT, False))
                 trainable._iteration += 1
-                if self._checkpoint_now(trainable._iteration, result, done, session):
+                if asked or self._checkpoint_now(trainable._iteration, result, done, session) \
+                        or (self.ask_callbacks and session.ask_checkpoint(result)):
                     with tempfile.TemporaryDirectory() as folder:
                         saved = trainable.save_checkpoint(folder)
                         if saved is not None:
@@ -210,6 +217,16 @@ def _saved(folder: str) -> Union[dict, str]:
         with open(path, "rb") as f:
             return pickle.load(f)
     return folder
+
+
+def show_results_to(trainable: Any, callbacks: Any) -> None:
+    """Make a wrapped class trainable show each result to the driver's ``callbacks`` before
+    reporting it when one of them may set ``SHOULD_CHECKPOINT`` (callbacks are given again
+    on each run, a restore's too, so this is decided when the run starts)."""
+    from .callback import asks_checkpoints
+
+    if isinstance(trainable, ClassTrainableRunner):
+        trainable.ask_callbacks = asks_checkpoints(callbacks)
 
 
 def as_function_trainable(trainable: Any, checkpoint_config: Any, stop: Any) -> Any:

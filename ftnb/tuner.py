@@ -110,6 +110,8 @@ class Tuner:
             _resources_per_trial(trainable, resources_per_trial))
         #: Ranks per trial (a TorchTrainer's ScalingConfig), and their hang limit.
         self.num_workers = group.num_workers
+        #: An elastic group's {"max_workers", "resize_interval_s"} (num_workers is its min).
+        self.elastic = group.elastic
         self.collective_timeout_s = group.collective_timeout_s
         #: A TorchTrainer's code, written to ``trainer.pkl`` (see ExperimentPaths.trainer).
         self.trainer_pickle = group.pickle
@@ -121,6 +123,11 @@ class Tuner:
         #: The restore that ``fit()`` carries out (:meth:`Tuner.restore`); None for a new
         #: experiment.
         self.restore_plan: Optional[RestorePlan] = None
+        #: For a new experiment started by name (``ftnb.run``, ``ftnb run``...): the run that
+        #: resumes it, should ``fit()`` find it stored meanwhile (another driver of the same
+        #: name finished it after this one looked). Set by
+        #: :func:`~ftnb.lifecycle.start_or_resume.start_or_resume`; None: refused, as always.
+        self.when_stored: Optional[Callable[[], "Tuner"]] = None
         self._results: Optional[ResultGrid] = None
 
     # -- starting ------------------------------------------------------------------------------
@@ -133,15 +140,24 @@ class Tuner:
         is the last thing printed (no traceback) and the exit status is Ctrl+C's (130 in a
         shell). A driver that dies any other way is resumed the same way
         (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
+        from .trainable_class import show_results_to
+
+        show_results_to(self.trainable, self.run_config.callbacks)
         try:
             if self.restore_plan is not None:
                 from .lifecycle.run import run_restored
 
                 self._results = run_restored(self, self.restore_plan, self._executor())
             else:
+                from .lifecycle.plan_new import ExperimentExistsError
                 from .lifecycle.run import run_new
 
-                self._results = run_new(self, check_new_experiment(self))
+                try:
+                    self._results = run_new(self, check_new_experiment(self))
+                except ExperimentExistsError:
+                    if self.when_stored is None:
+                        raise
+                    return self.when_stored().fit()  # (nothing was written: it resumes it)
         except KeyboardInterrupt as exc:
             from .core.controller import RESUME_LINE_PRINTED
 
@@ -169,6 +185,8 @@ class Tuner:
         settings = {"resources_per_trial": self.resources.as_dict(),
                     "num_workers": self.num_workers,
                     "collective_timeout_s": self.collective_timeout_s}
+        if self.elastic:
+            settings["elastic"] = dict(self.elastic)
         if self.trainer_settings:
             settings["trainer"] = self.trainer_settings
         parameters = getattr(self.trainable, "_ftnb_parameters", None)
@@ -181,6 +199,10 @@ class Tuner:
         handing their output over when it is shown (``verbose >= 1``)."""
         from .execution import executor_for
 
+        if (self.trainer_settings or {}).get("local_mode"):
+            from .train.local_mode import caller_executor
+
+            return caller_executor(self.run_config.executor, self.tune_config)
         return executor_for(self.run_config.executor, output_events=self.run_config.verbose >= 1)
 
     # -- restoring -----------------------------------------------------------------------------
@@ -294,6 +316,7 @@ class Tuner:
                 f"{callable_name(trainable)}, {names}))."
             )
         tuner.num_workers = group.num_workers if group.trainer else plan.num_workers
+        tuner.elastic = group.elastic if group.trainer else plan.state.settings.get("elastic")
         tuner.collective_timeout_s = (group.collective_timeout_s if group.trainer
                                       else plan.collective_timeout_s)
         tuner.trainer_pickle = keep_file
@@ -363,6 +386,7 @@ class _GroupSettings:
         self.trainer = trainer
         self.resources: Any = None
         self.num_workers = 1
+        self.elastic: Optional[dict] = None
         self.collective_timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
         self.pickle: Optional[bytes] = None
         #: What the state records of the trainer (settings["trainer"]), None for a function.
@@ -375,8 +399,13 @@ class _GroupSettings:
             scaling = trainer.scaling_config
             self.settings = {"kind": type(trainer).__name__, "use_gpu": scaling.use_gpu,
                              "backend": trainer.torch_config.backend}
+            if scaling.local_mode:  # one "rank": the caller (ftnb.execution.caller)
+                self.settings["local_mode"] = True
             self.resources = scaling.worker_resources()
-            self.num_workers = scaling.num_workers
+            self.num_workers = max(scaling.min_workers, 1)  # an elastic group's min must fit
+            if scaling.elastic:
+                self.elastic = {"max_workers": scaling.max_workers,
+                                "resize_interval_s": scaling.elastic_resize_monitor_interval_s}
             self.collective_timeout_s = (trainer.torch_config.timeout_s
                                          or scaling.collective_timeout_s)
             self.pickle = _trainer_kind(type(trainer).__name__).trainer_pickle(trainer)

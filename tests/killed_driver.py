@@ -36,3 +36,13 @@ def trial_with_reports(exp, count) -> Any:
         if len(result_rows(str(result.parent))) in count:
             return result.parent
     return None
+
+
+def killed_then_rerun(tmp_path, script: str, args: list[str], condition: Callable[[], Any],
+                      what: str) -> str:
+    """SIGKILL ``script`` once ``condition()`` holds (:func:`kill_when`), then run it again to
+    its end, which must print DONE; returns that run's output."""
+    kill_when(tmp_path, script, args, condition, what)
+    out = run_to_end(tmp_path, script, args)
+    assert "DONE" in out, out
+    return out

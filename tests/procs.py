@@ -95,7 +95,7 @@ def stop_outside_the_lease_lock(pid: int, experiment_dir) -> None:
     machine waits for that lock; one of this machine is killed, which frees it)."""
     import signal
 
-    from ftnb.storage.lease import process_status
+    from ftnb.system.processes import process_status
 
     while True:
         os.kill(pid, signal.SIGSTOP)

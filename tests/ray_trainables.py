@@ -115,3 +115,35 @@ def uses_objects(config: dict) -> None:
                      "rows": len(frame), "array_type": type(array).__name__,
                      "frame_type": type(frame).__name__, "node": _node(),
                      "value": config["lr"] * float(array[0])})
+
+
+def loud_family_hangs_once(config: dict) -> None:
+    """For tests/test_ray_edges.py: each attempt starts a family of stray processes
+    (tests/stray_family.py, pids into ``config["pids"]``), notes the cgroup it runs in, prints
+    ``config["lines"]`` lines of 100 bytes between a ``FIRST-attempt-N`` and a
+    ``LAST-attempt-N`` line (attempt 2 and later: those two alone), and reports 3 steps with a
+    checkpoint each; attempt 1 hangs after step 2."""
+    import sys
+
+    from stray_family import start_family_into
+
+    ctx = ftnb.get_context()
+    start_family_into(config["pids"])
+    with open("/proc/self/cgroup") as f:
+        cgroup = next(line.strip() for line in f if line.startswith("0::"))
+    print(f"FIRST-attempt-{ctx.attempt}")
+    if ctx.attempt == 1:
+        for i in range(config["lines"]):
+            sys.stdout.write(f"line {i:08d} ".ljust(99, "x") + "\n")
+    print(f"LAST-attempt-{ctx.attempt}", flush=True)
+    start = 0
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read())
+    for step in range(start, 3):
+        saved = tempfile.mkdtemp()
+        open(os.path.join(saved, "step"), "w").write(str(step + 1))
+        ftnb.report({"step": step + 1, "cgroup": cgroup},
+                    checkpoint=ftnb.Checkpoint.from_directory(saved))
+        if ctx.attempt == 1 and step + 1 == 2:
+            time.sleep(600)  # hung: the hang watch ends it

@@ -93,10 +93,6 @@ def _report_list(config):
     ftnb.report([1, 2])
 
 
-def _report_object(config):
-    ftnb.report({"model": object()})
-
-
 def _report_reserved(config):
     ftnb.report({"training_iteration": 3})
 
@@ -105,7 +101,6 @@ def _report_reserved(config):
     "trainable,pattern",
     [
         (_report_list, r"report\(metrics=\.\.\.\) needs a dict.*got list"),
-        (_report_object, r"metric 'model' has a value of type object that cannot be written as JSON"),
         (_report_reserved, r"'training_iteration', which ftnb fills in itself"),
     ],
 )

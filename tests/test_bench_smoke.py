@@ -91,6 +91,12 @@ def test_report_throughput_acknowledges_only_persisted_reports(tmp_path: Path) -
     assert figures["unpersisted_acks"] == 0
 
 
+def test_stopper_throughput_runs_both_sides(tmp_path: Path) -> None:
+    figures = _run_quick("stopper_throughput", tmp_path)
+    assert figures["reports_per_s"] > 0 and figures["stopper_reports_per_s"] > 0
+    assert figures["stopper_vs_plain"] > 0
+
+
 def test_checkpoint_io(tmp_path: Path) -> None:
     figures = _run_quick("checkpoint_io", tmp_path)
     assert figures["checkpoint_s"] > 0 and figures["vs_raw"] > 0

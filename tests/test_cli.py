@@ -81,7 +81,7 @@ def _snapshot(root: Path) -> dict:
 def _ls_rows(out: str) -> dict[str, list[str]]:
     lines = out.strip().splitlines()
     assert lines[0].split() == [
-        "NAME", "STATUS", "TRIALS", "PEND", "RUN", "PAUSE", "TERM", "ERR",
+        "NAME", "STATUS", "TRIALS", "PEND", "RUN", "INTR", "PAUSE", "TERM", "ERR",
         "FAILURES", "PREEMPT", "UPDATED",
     ]
     rows = {}
@@ -105,6 +105,44 @@ def _assert_one_line_error(err: str, *fragments: str) -> None:
 # -- ftnb ls -----------------------------------------------------------------------------------
 
 
+_DRIVER_KILLED_MID_RUN = """
+import time
+import ftnb
+
+def train(config):
+    for step in range(10_000):
+        ftnb.report({{"step": step}})
+        time.sleep(0.05)
+
+ftnb.run(train, name="cut", storage_path={root!r}, param_space={{"x": ftnb.grid_search([1, 2, 3])}},
+         tune_config=ftnb.TuneConfig(max_concurrent_trials=2))
+"""
+
+
+def test_ls_counts_the_trials_a_dead_driver_left_running(tmp_path, capsys) -> None:
+    from procs import wait_for
+
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER_KILLED_MID_RUN.format(root=str(tmp_path / "runs")))
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    try:
+        exp = tmp_path / "runs" / "cut"
+
+        def two_reporting() -> bool:
+            assert driver.poll() is None, "the driver ended before it was killed"
+            return len([r for r in exp.glob("*/result.json") if r.stat().st_size]) == 2
+
+        wait_for(two_reporting, timeout=120, what="two trials reporting")
+    finally:
+        driver.kill()
+        driver.wait()
+    assert main(["ls", str(tmp_path / "runs")]) == 0
+    row = _ls_rows(capsys.readouterr().out)["cut"]
+    # The two trials that were running count as INTERRUPTED (they continue on a resume), the
+    # third as PENDING: every trial is in some column.
+    assert row[1:9] == ["INTERRUPTED", "3", "1", "0", "2", "0", "0", "0"]
+
+
 def test_ls_lists_each_experiment_with_counts_and_failures(store, capsys) -> None:
     assert main(["ls", str(store)]) == 0
     out, err = capsys.readouterr()
@@ -113,11 +151,11 @@ def test_ls_lists_each_experiment_with_counts_and_failures(store, capsys) -> Non
     assert list(rows) == ["alpha", "beta"]  # sorted by last update, newest last
     assert "notes" not in out and "README" not in out
 
-    name, status, trials, pend, run, pause, term, err_, failures, preempt, day, clock = rows[
+    name, status, trials, pend, run, intr, pause, term, err_, failures, preempt, day, clock = rows[
         "alpha"
     ]
-    assert (status, trials, pend, run, pause, term, err_) == (
-        "FINISHED", "3", "0", "0", "0", "3", "0"
+    assert (status, trials, pend, run, intr, pause, term, err_) == (
+        "FINISHED", "3", "0", "0", "0", "0", "3", "0"
     )
     assert (failures, preempt) == ("1", "0")
     state = ExperimentState.load(ExperimentPaths.at(str(store / "alpha")))
@@ -126,8 +164,8 @@ def test_ls_lists_each_experiment_with_counts_and_failures(store, capsys) -> Non
     )
 
     beta = rows["beta"]
-    assert beta[2:8] == ["2", "0", "0", "0", "1", "1"]  # one TERMINATED, one ERRORED
-    assert beta[8] == "2"  # the ERRORED trial failed on both of its attempts
+    assert beta[2:9] == ["2", "0", "0", "0", "0", "1", "1"]  # one TERMINATED, one ERRORED
+    assert beta[9] == "2"  # the ERRORED trial failed on both of its attempts
 
 
 def test_ls_default_storage_comes_from_the_environment(store, capsys, monkeypatch) -> None:
@@ -348,7 +386,7 @@ def test_corrupt_state_falls_back_to_the_previous_generation(store, tmp_path, ca
 
     assert main(["ls", str(tmp_path)]) == 0
     row = _ls_rows(capsys.readouterr().out)["alpha"]
-    assert row[1] != "UNREADABLE" and row[2] == "3" and row[6] == "3" and row[8] == "1"
+    assert row[1] != "UNREADABLE" and row[2] == "3" and row[7] == "3" and row[9] == "1"
 
 
 def test_both_states_corrupt_is_listed_unreadable_with_the_reason(store, tmp_path, capsys):

@@ -20,7 +20,7 @@ from ftnb.execution.contract import ErrorEvent, ExitEvent, RankExit
     ({"training_iteration": 3}, {"training_iteration": 3}, True),
     ({"training_iteration": 2}, {"training_iteration": 3}, False),
     ({"loss": 0.5}, {"training_iteration": 3}, False),  # not reported: not met
-    ({"done": True}, {"done": 1}, False),  # a bool is no number here
+    ({"done": True}, {"done": 1}, True),  # Ray: done ends the trial, and True >= 1
     ({"training_iteration": 9}, lambda trial_id, row: True, False),  # judged by the trial
     (None, {"training_iteration": 1}, False),
     ({"training_iteration": 1}, None, False),

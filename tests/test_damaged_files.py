@@ -225,7 +225,7 @@ def test_a_trial_with_no_intact_checkpoint_starts_over_and_says_why(tmp_path):
     assert all(r["resumed_from"] == 0 for r in rows)
 
 
-def test_the_marker_records_sizes_and_small_files_crc(tmp_path):
+def test_the_marker_records_every_files_size_and_crc(tmp_path):
     from ftnb.storage import Storage
     from ftnb.storage.checkpoint_files import DIGEST_FILE_LIMIT, checkpoint_damage
 
@@ -238,11 +238,21 @@ def test_the_marker_records_sizes_and_small_files_crc(tmp_path):
     storage.persist_directory(str(src), dest, {"training_iteration": 1})
     marker = json.loads((tmp_path / "checkpoint_000000" / ".ftnb_checkpoint.json").read_text())
     assert marker["files"] == {"small.json": 11, "sub/big.bin": DIGEST_FILE_LIMIT + 1}
-    assert set(marker["crc32"]) == {"small.json"}  # a big file is only sized, never read
+    # (the big file summed while it was copied)
+    assert set(marker["crc32"]) == {"small.json", "sub/big.bin"}
     assert checkpoint_damage(storage, dest) is None
+    with open(os.path.join(dest, "sub", "big.bin"), "r+b") as f:  # damaged at the same size
+        f.seek(DIGEST_FILE_LIMIT // 2)
+        f.write(b"y")
+    assert "sub/big.bin does not hold what was written" in checkpoint_damage(storage, dest)
     with open(os.path.join(dest, "sub", "big.bin"), "r+b") as f:
         f.truncate(10)
     assert "sub/big.bin has 10 bytes" in checkpoint_damage(storage, dest)
+    # A marker of an older ftnb, with small files' CRC-32 alone, is checked for what it has.
+    marker["crc32"] = {"small.json": marker["crc32"]["small.json"]}
+    marker["files"]["sub/big.bin"] = 10
+    (tmp_path / "checkpoint_000000" / ".ftnb_checkpoint.json").write_text(json.dumps(marker))
+    assert checkpoint_damage(storage, dest) is None
 
 
 # -- debris and counts --------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 import ftnb
-from ftnb.storage.lease import process_name, process_status
+from ftnb.storage.lease import process_name
+from ftnb.system.processes import process_status
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 from procs import pid_alive, processes_named, run_script, stop_outside_the_lease_lock, wait_for

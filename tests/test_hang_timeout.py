@@ -129,3 +129,44 @@ def test_a_slow_steady_trial_is_not_hung(tmp_path):
     [trial] = ExperimentState.load(ExperimentPaths.at(results.experiment_path)).trials
     assert trial.failures == [] and len(trial.attempts) == 1
     assert [r["training_iteration"] for r in results[0].rows] == list(range(1, 15))
+
+
+def _group_rank_one_hangs(config):
+    """Two gloo ranks, an all_reduce and a report (rank 0's with a checkpoint) per step; in
+    attempt 1, rank 1 writes its pid and sleeps before step 3's all_reduce, so rank 0 waits
+    there forever: the group, as a whole, never reports again."""
+    import torch
+    import torch.distributed as dist
+
+    ctx = ftnb.get_context()
+    for step in range(restored_step() + 1, 6):
+        if ctx.attempt == 1 and step == 3 and ctx.get_world_rank() == 1:
+            with open(os.path.join(config["dir"], "hung.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(300)
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        assert int(value.item()) == 2
+        report_step({"step": step}, step, ctx.get_world_rank() == 0)
+
+
+def test_a_hung_rank_of_a_group_ends_the_attempt_as_a_hang(tmp_path):
+    pytest.importorskip("torch")
+    result = ftnb.TorchTrainer(
+        _group_rank_one_hangs, train_loop_config={"dir": str(tmp_path)},
+        # (its collective timeout far off: the hang watch is what ends it)
+        scaling_config=ftnb.ScalingConfig(num_workers=2, collective_timeout_s=600),
+        run_config=ftnb.RunConfig(
+            storage_path=str(tmp_path), name="group", verbose=0,
+            # (above the start of a retry's two ranks, torch's import and the gloo rendezvous
+            # included, on a loaded machine: 3 s was not, and the retry hung too)
+            failure_config=ftnb.FailureConfig(hang_timeout_s=10, max_failures=1)),
+    ).fit()
+    [trial] = ExperimentState.load(ExperimentPaths.at(os.path.dirname(result.path))).trials
+    assert result.error is None, [(f.kind, f.message) for f in trial.failures]
+    assert [f.kind for f in trial.failures] == ["hang"]
+    assert trial.failures[0].counted and trial.failures[0].iteration == 2
+    assert len(trial.attempts) == 2 and trial.attempts[1].start_iteration == 2
+    assert [r["training_iteration"] for r in result.rows] == [1, 2, 3, 4, 5]
+    pid = int(open(tmp_path / "hung.pid").read())
+    assert not pid_alive(pid)  # the hung rank, ended with its attempt

@@ -27,7 +27,8 @@ def test_the_fork_servers_preload_imports_no_scheduler():
     loaded = _modules_after(f"for m in {_ALWAYS_PRELOAD!r}: __import__(m)")
     assert "ftnb.execution.contract" in loaded
     assert {m for m in loaded if m.startswith("ftnb.schedulers")} == {
-        "ftnb.schedulers", "ftnb.schedulers.decision_points"}
+        "ftnb.schedulers", "ftnb.schedulers.decision_points",
+        "ftnb.schedulers.stop_criterion"}  # (RunConfig(stop={...}) and done, no scheduler)
     assert "statistics" not in loaded  # (the median stopping rule's and PBT's)
 
 

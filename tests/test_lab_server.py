@@ -26,7 +26,7 @@ from tornado.httpclient import HTTPClientError
 
 import ftnb
 from ftnb.storage import ExperimentPaths
-from ftnb.storage.lease import process_status
+from ftnb.system.processes import process_status
 from ftnb.ui import read_model
 
 pytest.importorskip("jupyter_server", reason="needs ftnb[lab] (jupyter_server)")

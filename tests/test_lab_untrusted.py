@@ -310,3 +310,102 @@ def test_the_resume_the_server_runs_imports_only_the_files_it_checked(cli, marke
                           env=env, text=True, capture_output=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 1 and "x=2 is broken" in done.stdout, done.stdout + done.stderr
+
+
+# -- modules of the trainable's own folder --------------------------------------------------------
+#: A trainable that imports a sibling module, which imports a package of the same folder.
+JOBS_WITH_HELPERS = '''
+import ftnb
+import helpers
+
+def broken(config):
+    ftnb.report({"loss": helpers.loss()})
+    if config["x"] == 2:
+        raise ValueError("x=2 is broken")
+'''
+HELPERS = "from tools import scale\n\ndef loss():\n    return scale(1.0)\n"
+TOOLS = "def scale(x):\n    return 2 * x\n"
+
+
+def _with_helpers(cli, name):
+    (cli.cwd / "jobs.py").write_text(JOBS_WITH_HELPERS)
+    (cli.cwd / "helpers.py").write_text(HELPERS)
+    (cli.cwd / "tools").mkdir(exist_ok=True)
+    (cli.cwd / "tools" / "__init__.py").write_text(TOOLS)
+    return _errored(cli, name)
+
+
+def test_ftnb_run_records_the_modules_of_its_folder_that_the_trainable_imports(cli):
+    folder = _with_helpers(cli, "h1")
+    state = json.loads((folder / "experiment_state.json").read_text())
+    recorded = state["settings"]["origin"][CODE]["trainable"]
+    assert recorded["file"] == str(cli.cwd / "jobs.py")
+    assert recorded["imports"] == [RecordedFile.of(str(cli.cwd / "helpers.py")).to_json(),
+                                   RecordedFile.of(str(cli.cwd / "tools" / "__init__.py")
+                                                   ).to_json()]
+
+
+@pytest.mark.parametrize("how", ["changed", "changed further down", "not recorded"])
+@on_server_loop
+async def test_a_changed_module_of_the_trainables_folder_is_not_resumed(jp_fetch, cli, marker,
+                                                                       how):
+    folder = _with_helpers(cli, "helped")
+    path = str(folder)
+    page = await _get(jp_fetch, "experiment", path=path)
+    assert page["actions"]["resume"]["available"] is True, page["actions"]  # as it was
+    changed = cli.cwd / ("tools/__init__.py" if how == "changed further down" else "helpers.py")
+    if how == "not recorded":  # an older ftnb's record, or an edited one
+        _edit_origin(folder, lambda origin: origin[CODE]["trainable"].pop("imports"))
+        (cli.cwd / "helpers.py").write_text(_evil(marker) + HELPERS)
+        said = f"imports {changed}, whose sha256 the experiment did not record"
+    else:
+        changed.write_text(_evil(marker) + changed.read_text())
+        said = f"imports {changed} changed since the experiment recorded it"
+
+    response = await _post(jp_fetch, "resume", {"path": path}, request_timeout=110)
+    assert not marker.exists(), "the server imported the changed module"
+    assert response.code == 409, response.body
+    message = _message(response)
+    assert said in message and f"ftnb resume {path}" in message, message
+    page = await _get(jp_fetch, "experiment", path=path)
+    assert page["actions"]["resume"]["available"] is False
+
+
+def test_ftnb_resume_warns_when_a_module_of_the_trainables_folder_changed(cli, marker):
+    folder = _with_helpers(cli, "h2")
+    helpers = cli.cwd / "helpers.py"
+    # The command the server runs, given the files it checked, refuses a module changed since.
+    checked = [RecordedFile.of(str(cli.cwd / "jobs.py")).to_json()]
+    helpers.write_text(_evil(marker) + HELPERS)
+    env = dict(cli.env, **{TRUSTED_CODE_VARIABLE: json.dumps(checked)})
+    done = subprocess.run([FTNB, "resume", str(folder), "--detach", "--json"], cwd=cli.cwd,
+                          env=env, text=True, capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and not marker.exists(), done.stderr
+    assert f"imports {helpers}, which is not one of the files checked" in done.stderr
+    # By hand: resumed with the module as it is now, with a warning naming it.
+    done = cli("resume", "h2", "--verbose", "0")
+    assert done.returncode == 1, done.stderr
+    assert f"ftnb: warning: {helpers} changed since the experiment recorded it" in done.stderr
+    assert marker.exists()
+    # Its new content is recorded: no warning the next time.
+    done = cli("resume", "h2", "--verbose", "0")
+    assert "warning" not in done.stderr, done.stderr
+
+
+def test_local_imports_follow_the_folders_modules_only(tmp_path):
+    from ftnb.recorded_code import local_imports
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import inner\nfrom .deep import x\n")
+    (tmp_path / "pkg" / "inner.py").write_text("import os\n")
+    (tmp_path / "pkg" / "deep.py").write_text("x = 1\n")
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("import a\nimport json, pkg.inner\n")
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "main.py").write_text(
+        "import os, sys\nfrom a import thing\nimport broken\nimport missing\n"
+        "def f():\n    import pkg\n")
+    found = local_imports(str(tmp_path / "main.py"), str(tmp_path))
+    assert found == [str(tmp_path / n) for n in (
+        "a.py", "broken.py", "pkg/__init__.py", "b.py", "pkg/inner.py", "pkg/deep.py")]

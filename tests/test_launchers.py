@@ -15,6 +15,7 @@ import pytest
 
 import ftnb
 from ftnb import supervisor
+from ftnb.launchers import temp_folders
 from ftnb.launchers import LauncherError, LocalLauncher, launcher_for, launcher_setting
 from ftnb.launchers.command import CommandLauncher
 from ftnb.notebook.magic_commands import RunCommand
@@ -217,7 +218,7 @@ def test_a_sigkilled_supervisor_leaves_no_temporary_folder_after_the_next_launch
                          storage_path=store, quiet=True)
     record = _record(handle)
     pid = record["pid"]
-    root = supervisor.temp_folders_root()
+    root = temp_folders.temp_folders_root()
     mine = [n for n in os.listdir(root) if n.split("-")[1:2] == [str(pid)]]
     assert len(mine) == 1, os.listdir(root)
     folder = os.path.join(root, mine[0])

@@ -24,6 +24,8 @@ LAYERS = [
     ("ftnb.core", "core"),
     ("ftnb.execution", "execution"),
     ("ftnb.storage", "storage"),
+    # What the operating system tells of processes and this machine (/proc): below everything.
+    ("ftnb.system", "os"),
     ("ftnb.session", "trainable API"),
     ("ftnb.checkpoint", "base"),
     ("ftnb.config", "base"),
@@ -54,20 +56,22 @@ API = "public API"  # everything else: ftnb/__init__, tuner, restore, handle, ..
 
 # What each layer may import, besides itself.
 ALLOWED = {
-    "storage": {"base"},
-    "execution contract": {"base", "storage"},
-    "base": {"base", "storage"},
-    "execution": {"base", "storage", "trainable API"},
-    "trainable API": {"base", "storage", "core"},
-    "core": {"base", "storage", "execution contract"},
-    "read side": {"base", "storage", "core", "execution contract"},
-    API_PARTS: {"base", "storage", "core", "execution contract", "trainable API", "read side"},
-    "lifecycle": {"base", "storage", "core", "execution contract", "execution", "trainable API",
-                  "read side", API_PARTS},
-    API: {"base", "storage", "core", "execution contract", "execution", "trainable API",
+    "os": set(),
+    "storage": {"base", "os"},
+    "execution contract": {"os", "base", "storage"},
+    "base": {"os", "base", "storage"},
+    "execution": {"os", "base", "storage", "trainable API"},
+    "trainable API": {"os", "base", "storage", "core"},
+    "core": {"os", "base", "storage", "execution contract"},
+    "read side": {"os", "base", "storage", "core", "execution contract"},
+    API_PARTS: {"os", "base", "storage", "core", "execution contract", "trainable API",
+                "read side"},
+    "lifecycle": {"os", "base", "storage", "core", "execution contract", "execution",
+                  "trainable API", "read side", API_PARTS},
+    API: {"os", "base", "storage", "core", "execution contract", "execution", "trainable API",
           "read side", API_PARTS, "lifecycle", API},
-    "front-end": {"base", "storage", "core", "execution contract", "execution", "trainable API",
-                  "read side", API_PARTS, "lifecycle", API},
+    "front-end": {"os", "base", "storage", "core", "execution contract", "execution",
+                  "trainable API", "read side", API_PARTS, "lifecycle", API},
 }
 # The executor contract and the resource requests it names are what the core may know of
 # execution; a concrete executor (local, inprocess, ...) is chosen by the API through the

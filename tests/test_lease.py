@@ -26,6 +26,7 @@ import pytest
 
 import ftnb
 from ftnb.cli import main
+from ftnb.lifecycle.own import take_over_now
 from ftnb.storage.lease import (
     DEFAULT_TTL_S,
     ExperimentLockedError,
@@ -34,12 +35,10 @@ from ftnb.storage.lease import (
     Lease,
     LeaseInfo,
     LeaseLostError,
-    host_id,
-    pid_start_time,
     process_name,
     read_lease,
-    take_over_now,
 )
+from ftnb.system.processes import host_id, pid_start_time
 from ftnb.execution.process_tree import end_strays_of
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths

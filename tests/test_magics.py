@@ -398,6 +398,9 @@ def test_worker_options_replace_only_what_they_give_of_a_trainers_scaling():
     assert p.kwargs["param_space"] == {"train_loop_config": SPACE}  # a trainer's space as given
     # The notebook's trainer is left as it was.
     assert trainer.scaling_config.num_workers == 3 and not trainer.scaling_config.use_gpu
+    # An elastic range and local mode, as ScalingConfig takes them.
+    assert plan("trainer --num-workers 2:4", ns).trainable.scaling_config.num_workers == (2, 4)
+    assert plan("trainer --num-workers 0", ns).trainable.scaling_config.local_mode
     p = plan("trainer -p space --num-workers 2 --cpus-per-worker 1", ns)
     assert p.trainable.scaling_config.num_workers == 2
     assert p.trainable.scaling_config.resources_per_worker == {"CPU": 1}
@@ -414,8 +417,8 @@ def test_worker_options_replace_only_what_they_give_of_a_trainers_scaling():
       "--cpus-per-trial 2")),
     ("trainer --gpus-per-trial 0.5",
      "--gpus-per-trial 0.5 with a TorchTrainer: in a data-parallel run"),
-    ("train --num-workers 0",
-     ("--num-workers 0: ScalingConfig(num_workers=0) must be a whole number >= 1 (the ranks of "
+    ("train --num-workers -1",
+     ("--num-workers -1: ScalingConfig(num_workers=-1) must be a whole number >= 1 (the ranks of "
       "the group)")),
     ("train --num-workers 2 --gpus-per-worker 0.5",
      ("--num-workers 2 --gpus-per-worker 0.5: ScalingConfig(num_workers=2, "
@@ -423,7 +426,10 @@ def test_worker_options_replace_only_what_they_give_of_a_trainers_scaling():
     ("train --collective-timeout 0",
      ("--collective-timeout 0: ScalingConfig(collective_timeout_s=0.0) must be a number of "
       "seconds > 0")),
-    ("train --num-workers two", "%ftrun: argument --num-workers: invalid int value: 'two'"),
+    ("train --num-workers two", "%ftrun: argument --num-workers: expected N or MIN:MAX (an "
+                                "elastic group, e.g. 2:4), got 'two'"),
+    ("train --num-workers 3:2", "--num-workers 3:2: ScalingConfig(num_workers=(3, 2)) is not an "
+                                "elastic range"),
     ("train --gpus-per-worker -1", "argument --gpus-per-worker: must be a finite number >= 0"),
 ])
 def test_bad_worker_options(line, says):

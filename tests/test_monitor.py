@@ -340,7 +340,7 @@ def test_dead_driver_signal_case_uses_lease_not_state(errored_experiment, tmp_pa
     owner = os.path.join(path, "owner.json")
     lease = json.loads(open(owner).read())
     # This process as the owner: alive.
-    from ftnb.storage.lease import host_id, pid_start_time
+    from ftnb.system.processes import host_id, pid_start_time
 
     lease.update(released=False, pid=os.getpid(), pid_start=pid_start_time(os.getpid()),
                  host_id=host_id())

@@ -194,3 +194,56 @@ def test_a_workergroup_worker_the_oom_killer_kills_is_oom(small_memory_cgroup):
     with ftnb.WorkerGroup(_Idle, 1) as group:
         [result] = group.map(_worker_out_of_memory, _procs_file(small_memory_cgroup))
     assert not result.ok and result.error["kind"] == "oom", result.error
+
+
+# -- the attempt's own cgroup decides, where it counts ---------------------------------------------
+#: A pid no kernel log record names (above the kernel's pid limit, 2**22).
+_NO_SUCH_PID = (1 << 22) + 7
+
+
+def test_the_attempts_cgroup_count_decides_over_the_kernel_log(tmp_path):
+    """What the local executor does at an attempt's end (read ``memory.events`` of the
+    attempt's cgroup before removing it, then decide), over a cgroup v2 folder's layout made in
+    tmp: the count of the attempt's own cgroup decides, whatever the kernel log says; no count
+    (no memory accounting) leaves the kernel log to decide."""
+    from ftnb.execution.oom import oom_killed
+
+    cgroup = tmp_path / "ftnb.tok.t1_00000.1"
+    cgroup.mkdir()
+    (cgroup / "cgroup.procs").write_text("")
+    assert oom_killed(_NO_SUCH_PID, 0.0, cgroup_oom_kills(str(cgroup))) is False  # no count
+    (cgroup / "memory.events").write_text(
+        "low 0\nhigh 0\nmax 12\noom 1\noom_kill 0\noom_group_kill 0\n")
+    assert cgroup_oom_kills(str(cgroup)) == 0
+    # Its processes hit the limit (oom 1) but none was killed: a SIGKILL is a signal.
+    assert oom_killed(_NO_SUCH_PID, 0.0, cgroup_oom_kills(str(cgroup))) is False
+    (cgroup / "memory.events").write_text(
+        "low 0\nhigh 0\nmax 40\noom 2\noom_kill 1\noom_group_kill 0\n")
+    assert oom_killed(_NO_SUCH_PID, 0.0, cgroup_oom_kills(str(cgroup))) is True
+    # A file of another shape (a kernel that names things otherwise): no count, no guess.
+    (cgroup / "memory.events").write_text("oom_kill one\n")
+    assert cgroup_oom_kills(str(cgroup)) is None
+
+
+def test_a_real_attempt_cgroup_has_a_count_only_with_memory_accounting():
+    """On this machine's own cgroup v2 hierarchy: an attempt's cgroup has an ``oom_kill``
+    count exactly when the memory controller is enabled for its parent's children (not where
+    memory is cgroup v1's, as on the CI machine: then the kernel log decides)."""
+    import os
+    import uuid
+
+    from ftnb.execution.process_tree import AttemptCgroup
+
+    cgroup = AttemptCgroup.create(f"probe.{uuid.uuid4().hex}")
+    if cgroup is None:
+        pytest.skip("this machine gives no cgroup to make")
+    try:
+        with open(os.path.join(os.path.dirname(cgroup.folder), "cgroup.subtree_control")) as f:
+            accounted = "memory" in f.read().split()
+        kills = cgroup_oom_kills(cgroup.folder)
+        assert (kills is not None) is accounted, (cgroup.folder, kills)
+        if accounted:
+            assert kills == 0
+    finally:
+        cgroup.end()
+    assert cgroup.removed

@@ -10,7 +10,7 @@ import signal
 from procs import pid_alive, run_script, wait_for
 
 from ftnb.execution.process_tree import ATTEMPT_VARIABLE
-from ftnb.storage.lease import process_status
+from ftnb.system.processes import process_status
 
 
 _CHATTY_DRIVER = r'''

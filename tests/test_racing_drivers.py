@@ -82,3 +82,39 @@ def test_an_unreadable_state_gets_the_restores_error_not_advice_to_delete(tmp_pa
         text = str(caught.value)
         assert "both unreadable" in text and "not valid JSON" in text, text
         assert "delete that folder" not in text
+
+
+def test_a_driver_that_looked_before_the_other_finished_resumes_it_as_a_rerun_does(tmp_path,
+                                                                                   capsys):
+    """The race's other end, made deterministic: the second ``ftnb.run`` looked (no state yet:
+    a new experiment), then the first one finished, then the second one fits. It ends as the
+    same ``ftnb.run`` run again after the first one does: the finished experiment resumed,
+    nothing run twice, not "already exists"."""
+    from ftnb.start_or_resume import start_or_resume
+
+    call = dict(name="raced", storage_path=str(tmp_path),
+                param_space={"n": N, "i": ftnb.grid_search([0, 1])},
+                run_config=ftnb.RunConfig(verbose=1))
+    second, resuming = start_or_resume(
+        scripted, tune_config=None, resources_per_trial=None, caller="ftnb.run", **call)
+    assert resuming is None  # it looked before the experiment existed
+    first = ftnb.run(scripted, **call)
+    assert first.num_terminated == 2
+    capsys.readouterr()
+
+    raced = second.fit()
+    said = capsys.readouterr().out
+    rerun = ftnb.run(scripted, **call)  # what the same call does after the first one
+    rerun_said = capsys.readouterr().out
+    assert "already exists" not in said
+    assert "Resuming" in said or "resum" in said.lower(), said
+    for results in (raced, rerun):
+        assert results.num_terminated == 2 and results.num_errors == 0
+        for result in results:
+            assert [r["training_iteration"] for r in result.rows] == list(range(1, N + 1))
+    from ftnb.core.records import ExperimentState
+    from ftnb.storage import ExperimentPaths
+
+    state = ExperimentState.load(ExperimentPaths.at(str(tmp_path / "raced")))
+    assert [len(t.attempts) for t in state.trials] == [1, 1]  # nothing ran again
+    assert said.splitlines()[0] == rerun_said.splitlines()[0]  # the same resume line

@@ -419,6 +419,21 @@ def test_checkpoints_persist_complete_and_read_back(backend, storage, trial, tmp
             ftnb.Checkpoint.from_directory(trial.checkpoint(checkpoint_dir_name(7)))
 
 
+def test_a_checkpoint_moves_whole_to_its_new_name(backend, storage, trial, tmp_path):
+    # What a PBT exploit does with the donor's staged copy: it becomes the trial's checkpoint.
+    staged, dest = trial.checkpoint("pbt_exploit_3"), trial.checkpoint(checkpoint_dir_name(4))
+    storage.persist_directory(_checkpoint_source(tmp_path, 3), staged, {"i": 3})
+    storage.move_checkpoint(staged, dest)
+    assert checkpoint_dir_name(4) in trial.checkpoint_dirs()
+    assert json.loads(storage.read_text(trial.checkpoint_marker(checkpoint_dir_name(4))))["i"] == 3
+    assert checkpoint_damage(storage, dest) is None
+    with ftnb.Checkpoint(dest, storage.fs).as_directory() as folder:
+        with open(os.path.join(folder, "sub", "deeper", "weights.bin"), "rb") as f:
+            assert f.read() == bytes([3]) * 4096
+    # A rename on a local disk; elsewhere a copy, the staged folder left to its owner.
+    assert storage.exists(staged) is (not backend.local)
+
+
 def test_leftover_temporary_files_of_owner_files_are_removed(backend, storage, paths, trial):
     storage.write_atomic(trial.results, b"")
     names = [".result.json.0123456789ab.tmp", ".params.json.ba9876543210.tmp",

@@ -301,7 +301,7 @@ def test_a_long_tmpdir_still_leaves_room_for_the_fork_servers_socket(tmp_path, m
     address and the supervisor died starting its first trial ("AF_UNIX path too long")."""
     import tempfile
 
-    from ftnb.supervisor import temp_folders_root
+    from ftnb.launchers.temp_folders import temp_folders_root
 
     long_dir = tmp_path / ("a-long-temporary-folder-name-" * 3)
     long_dir.mkdir()

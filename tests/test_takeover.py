@@ -26,7 +26,8 @@ import pytest
 import ftnb
 from clirun import FTNB, cli_in, literal, one_line_error
 from ftnb.storage import ExperimentPaths
-from ftnb.storage.lease import process_name, process_status
+from ftnb.storage.lease import process_name
+from ftnb.system.processes import process_status
 from procs import (TESTS, holds_a_lock, pid_alive, processes_named, run_script,
                    stop_outside_the_lease_lock, wait_for)
 from scripted import result_rows, scripted

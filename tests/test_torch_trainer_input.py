@@ -17,7 +17,7 @@ def _nothing_written(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"num_workers": 0}, ["ScalingConfig(num_workers=0)", "Fix: ScalingConfig(num_workers=2)"]),
+    ({"num_workers": -1}, ["ScalingConfig(num_workers=-1)", "Fix: ScalingConfig(num_workers=2)"]),
     ({"num_workers": 2.0}, ["ScalingConfig(num_workers=2.0)", "whole number"]),
     ({"use_gpu": "yes"}, ["ScalingConfig(use_gpu='yes')", "True or False"]),
     ({"collective_timeout_s": 0}, ["collective_timeout_s=0", "Fix:"]),
@@ -28,12 +28,37 @@ def _nothing_written(tmp_path):
      ["cannot share a GPU", "Fix: give each rank a whole GPU"]),
     ({"resources_per_worker": {"TPU": 1}}, ["unknown key 'TPU'", "resources_per_worker"]),
     ({"placement_strategy": "SPRED"}, ["placement_strategy='SPRED'"]),
+    ({"num_workers": (0, 2)}, ["ScalingConfig(num_workers=(0, 2)) is not an elastic range",
+                               "1 <= min <= max", "Fix: ScalingConfig(num_workers=(2, 4))"]),
+    ({"num_workers": (4, 2)}, ["ScalingConfig(num_workers=(4, 2))", "1 <= min <= max"]),
+    ({"num_workers": (1.5, 2)}, ["ScalingConfig(num_workers=(1.5, 2))", "two whole numbers"]),
+    ({"num_workers": (True, 2)}, ["ScalingConfig(num_workers=(True, 2))", "two whole numbers"]),
+    ({"num_workers": (1, 2, 3)}, ["ScalingConfig(num_workers=(1, 2, 3))", "two whole numbers"]),
+    ({"num_workers": "2:4"}, ["ScalingConfig(num_workers='2:4')", "elastic range (min, max)"]),
+    ({"num_workers": (1, 2), "use_gpu": True, "resources_per_worker": {"GPU": 0.5}},
+     ["an elastic group cannot give its ranks fractional GPUs", "Fix: 'GPU': 1 per rank"]),
+    ({"num_workers": (1, 2), "elastic_resize_monitor_interval_s": 0},
+     ["elastic_resize_monitor_interval_s=0", "number of seconds > 0", "Fix:"]),
+    ({"num_workers": (1, 2), "elastic_resize_monitor_interval_s": float("inf")},
+     ["elastic_resize_monitor_interval_s=inf"]),
 ])
 def test_scaling_config_refuses_bad_values(kwargs, words):
     with pytest.raises((TypeError, ValueError)) as info:
         ftnb.ScalingConfig(**kwargs)
     for word in words:
         assert word in str(info.value)
+
+
+def test_scaling_config_takes_rays_elastic_range_and_local_mode():
+    elastic = ftnb.ScalingConfig(num_workers=[2, 4], elastic_resize_monitor_interval_s=5)
+    assert elastic.num_workers == (2, 4) and elastic.elastic
+    assert (elastic.min_workers, elastic.max_workers) == (2, 4)
+    assert elastic.total_resources == {"CPU": 4.0, "GPU": 0.0}  # what it asks for: max
+    fixed = ftnb.ScalingConfig(num_workers=(3, 3))
+    assert not fixed.elastic and fixed.max_workers == 3
+    local = ftnb.ScalingConfig(num_workers=0)
+    assert local.local_mode and not local.elastic and local.total_resources["CPU"] == 1.0
+    assert ftnb.ScalingConfig().elastic_resize_monitor_interval_s == 60.0  # Ray's default
 
 
 def test_scaling_config_resources():

@@ -193,7 +193,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _supervisor_source(handle: Any) -> list[_Source]:
     """The supervisor's log, or (no supervisor ran it) every trial's output, labelled."""
-    from ..storage.lease import host_id
+    from ..system.processes import host_id
     from ..ui.read_model import supervisor_record
 
     storage = handle.paths.storage

@@ -26,8 +26,11 @@ __all__ = ["DEFAULT_MAX_ROWS", "cmd_ls", "cmd_status", "find_experiment", "list_
            "open_storage"]
 
 DEFAULT_MAX_ROWS = 50
-_STATUSES = tuple(TrialStatus)
-_STATUS_HEADERS = ("PEND", "RUN", "PAUSE", "TERM", "ERR")
+#: The trial counts ``ftnb ls`` shows, with their headers: INTERRUPTED counts the trials that
+#: were running when their driver died (they continue on a resume).
+_STATUSES = (TrialStatus.PENDING, TrialStatus.RUNNING, ExperimentStatus.INTERRUPTED,
+             TrialStatus.PAUSED, TrialStatus.TERMINATED, TrialStatus.ERRORED)
+_STATUS_HEADERS = ("PEND", "RUN", "INTR", "PAUSE", "TERM", "ERR")
 
 
 # -- ftnb ls -----------------------------------------------------------------------------------

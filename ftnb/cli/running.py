@@ -46,7 +46,11 @@ from ..recorded_code import (
     TRUSTED_CODE_VARIABLE,
     RecordedFile,
     file_sha256,
+    import_root,
+    local_imports,
+    record_of,
     recorded_file,
+    recorded_imports,
     trusted_by_caller,
 )
 from ..wording import plural
@@ -162,7 +166,7 @@ def _code_files(trainable_ref: Optional[str], space_text: Optional[str]) -> dict
     for role, ref in (("trainable", trainable_ref), ("param_space", space_text)):
         file = reference_file(ref) if ref and is_code_reference(ref) else None
         if file and os.path.isfile(file):
-            files[role] = RecordedFile.of(file).to_json()
+            files[role] = record_of(file, import_root(ref, file, None))
     return files
 
 
@@ -176,12 +180,17 @@ def _say_imported(role: str, ref: str, recorded_ref: Optional[str], origin: dict
     out = sys.stderr if as_json else sys.stdout
     file = reference_file(ref)
     trusted = trusted_by_caller()
-    if trusted is not None and not _is_trusted(file, trusted):
-        raise CliError(f"ftnb resume: its {what} {ref} imports {file or 'a file not found'}, "
-                       f"which is not one of the files checked before this command ran "
-                       f"(${TRUSTED_CODE_VARIABLE}): nothing imported. Fix: look at the "
-                       "experiment's state, which may have changed meanwhile, then run ftnb "
-                       "resume by hand")
+    if trusted is not None:
+        unchecked = [file] if not _is_trusted(file, trusted) else [
+            path for path in local_imports(file, import_root(ref, file, None))  # type: ignore[arg-type]
+            if not _is_trusted(path, trusted)]
+        if unchecked:
+            raise CliError(
+                f"ftnb resume: its {what} {ref} imports {unchecked[0] or 'a file not found'}, "
+                f"which is not one of the files checked before this command ran "
+                f"(${TRUSTED_CODE_VARIABLE}), or not with the content checked: nothing "
+                "imported. Fix: look at the experiment's state and its code, which may have "
+                "changed meanwhile, then run ftnb resume by hand")
     if file is None:
         print(f"ftnb: resuming with the {what} {ref} (its file is found when it is imported)",
               file=out, flush=True)
@@ -201,6 +210,21 @@ def _say_imported(role: str, ref: str, recorded_ref: Optional[str], origin: dict
                   f"change, stop it (Ctrl+C, or ftnb stop) and check {file}", file=sys.stderr,
                   flush=True)
         return
+    _warn_changed(recorded, what)
+    known = {os.path.realpath(item.file): item for item in recorded_imports(origin, role)}
+    for path in local_imports(file, import_root(ref, file, None)):
+        item = known.get(os.path.realpath(path))
+        if item is None:
+            print(f"ftnb: warning: {file} imports {path}, of which the experiment recorded no "
+                  f"hash, so whether it changed since cannot be checked", file=sys.stderr,
+                  flush=True)
+        else:
+            _warn_changed(item, what)
+
+
+def _warn_changed(recorded: RecordedFile, what: str) -> None:
+    """Warn (stderr) when the recorded file's content is not the recorded one."""
+    file = recorded.file
     try:
         now = file_sha256(file)
     except OSError:

@@ -39,6 +39,8 @@ class AttemptStarts:
         #: The PENDING trials in the order they start: ``(0 if resumed else 1, position, id)``,
         #: a heap. Entries of trials that are no longer PENDING are dropped when they come up.
         self._queue: list[tuple[int, int, str]] = []
+        #: Ranks of the attempt about to start, by trial (an elastic group's size that fits).
+        self._sizes: dict[str, int] = {}
 
     # -- the queue -----------------------------------------------------------------------------
     def queue_pending(self, state: ExperimentState) -> None:
@@ -112,8 +114,11 @@ class AttemptStarts:
         exploit = self.controller.scheduling.exploit_due(trial)
         if exploit is not None:
             self.carry_out_exploit(trial, exploit)
-        return self.controller.executor.has_room(self.resources_of(trial),
-                                                 self.controller.num_workers)
+        size = self.controller.resizing.size_to_start(trial, self.resources_of(trial))
+        if size is None:
+            return False
+        self._sizes[trial.trial_id] = size  # the start that follows takes it
+        return True
 
     # -- resources and configs -----------------------------------------------------------------
     def resources_of(self, trial: TrialRecord) -> TrialResources:
@@ -169,9 +174,10 @@ class AttemptStarts:
             started=time.time(),
             start_iteration=start_iteration,
             restored_from=latest["dir_name"] if latest else None,
-            num_workers=c.num_workers,
+            num_workers=self._sizes.pop(trial.trial_id, c.num_workers),
         )
         trial.attempts.append(attempt)
+        c.resizing.started(trial, attempt.num_workers)
         trial.status = TrialStatus.RUNNING.value
         trial.iteration = start_iteration
         trial.last_result = rows[-1] if rows else None
@@ -207,7 +213,7 @@ class AttemptStarts:
             trial_dir_name=trial.dir_name,
             trial_name=trial.name,
             resources=self.resources_of(trial),
-            num_workers=c.num_workers,
+            num_workers=attempt.num_workers,
             restore_checkpoint=latest["dir_name"] if latest else None,
             start_iteration=attempt.start_iteration,
             time_offset_s=latest.get("time_total_s", 0.0) if latest else 0.0,

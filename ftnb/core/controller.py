@@ -38,10 +38,12 @@ from ..storage.lease import Lease, LeaseLostError
 from . import policy
 from .attempt_ends import attempt_end, rank_output_text
 from .attempt_starts import AttemptStarts
+from .checkpoint_queries import CHECKPOINT_QUERY, answer_checkpoint_query
 from .index_upkeep import index_entry_writer
 from .interruption import RESUME_LINE_PRINTED, say_interrupted
 from .listeners import ExperimentListener, NullListener
 from .live_attempt import LiveAttempt, hung_attempts, record_recovery, take_result
+from .resizing import GroupResizing, elastic_sizes
 from .records import (
     ExperimentState,
     ExperimentStatus,
@@ -81,6 +83,7 @@ class Controller:
         control: Optional[ControlInbox] = None,
         num_workers: int = 1,
         collective_timeout_s: float = 30.0,
+        elastic: Optional[dict] = None,
         search: Optional[PersistedSearcher] = None,
         scheduler: Any = None,
     ) -> None:
@@ -100,6 +103,7 @@ class Controller:
         #: Ranks per attempt (a group: TorchTrainer), each asking for ``resources``.
         self.num_workers = num_workers
         self.collective_timeout_s = collective_timeout_s
+        self.resizing = GroupResizing(self, num_workers, *elastic_sizes(num_workers, elastic))
         self.executor = executor
         self.listeners = listeners
         #: The search algorithm that makes the trials as they can start (TuneConfig(search_alg=
@@ -204,6 +208,7 @@ class Controller:
         self._answer_decisions()
         self._enforce_stop_deadlines()
         self._kill_hung()
+        self.resizing.tick()
         self._take_control_requests()
         if self.lease is not None and self.lease.lost:
             raise LeaseLostError(self.lease.lost)
@@ -273,6 +278,8 @@ class Controller:
             if not live.reported:
                 live.reported = True
                 record_recovery(trial, time.time())
+            if CHECKPOINT_QUERY in event.row:  # a class trainable's row, not persisted yet
+                return answer_checkpoint_query(self, trial, event)
             self._on_result(trial, event.row, event.awaits_decision)
         elif event.kind is EventKind.EXIT:
             assert isinstance(event, ExitEvent)
@@ -299,6 +306,8 @@ class Controller:
         attempt.ended = time.time()
         attempt.end_iteration = trial.iteration
         end, error = attempt_end(live, exit_event)
+        if self.resizing.ended(trial, live, exit_event, error):
+            return  # a resize it was asked for: queued again, not a failure
         ending = policy.classify_end(end, attempt=attempt.number, iteration=trial.iteration,
                                      now=time.time())
         if ending.failure is not None and ending.failure.kind == FailureKind.STORAGE.value:
@@ -351,6 +360,9 @@ class Controller:
             self.storage_stop.fault({"message": failure.message}, trial.trial_id)
         elif decision.stop_experiment:
             self.stop(decision.stop_experiment)
+            if decision.stop_experiment == "fail_fast":  # at once: no further result (Ray's)
+                for trial_id in list(self.live):
+                    self.executor.kill(trial_id)
 
     def complete(self, trial: TrialRecord, status: TrialStatus) -> None:
         """End ``trial`` with ``status`` (told to the listeners and the scheduler)."""

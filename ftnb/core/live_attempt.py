@@ -30,6 +30,8 @@ class LiveAttempt:
     reported: bool = False  # a result of this attempt arrived
     #: The scheduler paused the trial: its attempt ends at a report, the trial waits PAUSED.
     pausing: bool = False
+    #: An elastic group asked to checkpoint and re-form bigger (ftnb.core.resizing).
+    resizing: bool = False
     #: When (time.monotonic()) the attempt's process started (None: not yet; on Ray it may
     #: wait for room) or last reported: FailureConfig(hang_timeout_s) counts from there; and
     #: how long it had been silent, once killed for it.

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Optional
 
 from ..storage import ExperimentPaths
+from ..storage.json_lines import reported_object
 from ..storage.record_journal import (
     JournalCache,
     RecordJournal,
@@ -265,6 +266,9 @@ class TrialRecord:
     note: Optional[str] = None
     #: TuneConfig(trial_name_creator=...)'s name for it (None: its id).
     name: Optional[str] = None
+    #: An elastic group's re-forms: {"reason", "old_size", "new_size", "time", "attempt",
+    #: "mode"} (see ftnb.core.resizing).
+    resizes: list = field(default_factory=list)
 
     @property
     def num_failures(self) -> int:
@@ -740,10 +744,9 @@ def _as_scalar(value: Any) -> Any:
 
 
 def encode_metrics(metrics: dict) -> dict:
-    """Validate reported metrics as JSON and return them as plain Python values.
-
-    Raises TypeError naming the first key whose value cannot be written as JSON.
-    """
+    """Reported metrics as plain Python values (numpy and torch scalars as numbers). A value
+    that is not JSON (a string is) stays itself when it pickles, else becomes its text, as Ray
+    Tune hands its callbacks any value: the JSON record keeps its text form (``json_line``)."""
     return {str(k): _metric_value(v, str(k)) for k, v in metrics.items()}
 
 
@@ -759,16 +762,7 @@ def _metric_value(value: Any, key: str) -> Any:
     scalar = _as_scalar(value)
     if scalar is not _NOT_SCALAR:
         return scalar
-    raise TypeError(
-        f"report() metric {key!r} has a value of type {type(value).__name__} that cannot be "
-        f"written as JSON: {_short_repr(value)}. Fix: report numbers, strings, bools, lists or "
-        "dicts of them (e.g. float(loss) or loss.item()); save larger objects in a checkpoint."
-    )
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return reported_object(value)
 
 
 # -- how a record reads after its driver died (the rules every reader and restore share) -------

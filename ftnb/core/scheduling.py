@@ -26,9 +26,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..config import metric_value
 from . import exploits
 from .records import TrialRecord, TrialStatus, encode_value
+from ..schedulers.decision_points import DecisionPoints
+from ..schedulers.stop_criterion import threshold_met
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -63,20 +64,18 @@ class Exploit:
 
 
 def meets_stop_criterion(row: Optional[dict], stop: Any) -> bool:
-    """Whether ``row`` meets ``RunConfig(stop={...})`` (``stop``): the trial ends at it. Only
-    a dict is judged here (a function or a Stopper keeps its state in the trial's process).
+    """Whether ``row`` meets ``RunConfig(stop={...})`` (``stop``) or says ``done`` (Ray's
+    reserved key): the trial ends at it. Only a dict is judged here (a function or a Stopper
+    keeps its state in the trial's process).
 
     >>> meets_stop_criterion({"training_iteration": 3}, {"training_iteration": 3})
     True
     """
-    if not row or not isinstance(stop, dict):
-        return False
-    for key, threshold in stop.items():
-        value = metric_value(row, key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(
-                threshold, (int, float)) and value >= threshold:
-            return True
-    return False
+    return threshold_met(row, stop if isinstance(stop, dict) else None)
+
+
+#: Every report is a decision point (``training_iteration`` >= 0).
+EVERY_REPORT = DecisionPoints("training_iteration", from_value=0)
 
 
 class SchedulerBookkeeping:
@@ -93,6 +92,9 @@ class SchedulerBookkeeping:
         self.fed: dict[str, int] = {}
         self.decided: dict[str, dict] = {}
         self.told_ended: set[str] = set()
+        #: Whether every report waits for the controller's decision: a driver-side stopper
+        #: (a Stopper subclass's __call__) decides at it, so the trial ends exactly there.
+        self.every_report = False
         #: Whether the scheduler was brought up to date with the stored experiment (until then
         #: a save keeps the stored record: a restore saves before the loop runs).
         self.ready = False
@@ -102,9 +104,11 @@ class SchedulerBookkeeping:
                   awaits: bool) -> Optional[SchedulerAnswer]:
         """What to do after ``trial`` reported ``row`` (``awaits``: the report waits for the
         answer); None: nothing (the trial goes on)."""
-        if self.scheduler is None:  # (only a scheduler publishes decision points)
-            return SchedulerAnswer(trial.trial_id, int(trial.iteration), CONTINUE) if awaits \
-                else None
+        if self.scheduler is None:  # (every report waits only for a driver-side stopper)
+            if not awaits:
+                return None
+            answer = STOP if self._being_stopped(trial.trial_id) else CONTINUE
+            return SchedulerAnswer(trial.trial_id, int(trial.iteration), answer)
         if not awaits and meets_stop_criterion(row, self.controller.run_config.stop):
             # Ray asks no scheduler about a result that meets the stop criterion: the trial
             # ends there (a PBT exploit decided at it would never run).
@@ -138,10 +142,16 @@ class SchedulerBookkeeping:
             answer = PAUSE
         else:
             answer = CONTINUE
-        if answer == CONTINUE and live is not None and (
-                live.stop_requested_at is not None or controller.stopping):
+        if answer == CONTINUE and self._being_stopped(trial_id):
             answer = STOP  # it is being stopped anyway (a user, a stopper, the experiment)
         return SchedulerAnswer(trial_id, iteration, answer)
+
+    def _being_stopped(self, trial_id: str) -> bool:
+        """Whether the running ``trial_id`` is being stopped anyway (a user, a stopper, the
+        experiment)."""
+        live = self.controller.live.get(trial_id)
+        return live is not None and (live.stop_requested_at is not None
+                                     or bool(self.controller.stopping))
 
     def _paused_note(self, iteration: Any) -> str:
         return (f"paused by {type(self.scheduler).__name__} at "
@@ -171,9 +181,17 @@ class SchedulerBookkeeping:
             self.scheduler.on_trial_add(self.view, trial)
 
     def decision_points(self, trial: TrialRecord) -> Any:
-        """Which reports of ``trial``'s next attempt wait for a decision (None: none)."""
+        """Which reports of ``trial``'s next attempt wait for a decision (None: none): every
+        one when a driver-side stopper decides (:attr:`every_report`), else its scheduler's."""
         if self.scheduler is None:
-            return None
+            return EVERY_REPORT if self.every_report else None
+        if self.every_report:
+            self._points(trial)
+            return EVERY_REPORT
+        return self._points(trial)
+
+    def _points(self, trial: TrialRecord) -> Any:
+        """The scheduler told of ``trial``'s next attempt; its decision points for it."""
         self.add(trial)
         self.decided.pop(trial.trial_id, None)  # (a pause it resumes from)
         self.told_ended.discard(trial.trial_id)  # (an errored trial a restore runs again)

@@ -113,7 +113,7 @@ def backend_name(executor: Any) -> str:
     from ..registry import ELASTIC_BACKENDS
 
     if executor is None:
-        from .ray_workers import in_ray_worker
+        from ..system.processes import in_ray_worker
 
         return "ray" if in_ray_worker() else "local"
     if executor not in ELASTIC_BACKENDS:

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..system.processes import in_ray_worker
 from .backend import START_TIMEOUT_S, Answer, WorkerSlot, is_time
 from .worker import WorkerBody, describe_error, load_factory
 
@@ -135,18 +136,6 @@ def _actor_class(ray: Any) -> Any:
     if _ACTOR_CLASS is None:
         _ACTOR_CLASS = ray.remote(concurrency_groups={"watch": 1})(_WorkerActor)
     return _ACTOR_CLASS
-
-
-def in_ray_worker() -> bool:
-    """Whether this process is a Ray actor (a trial on the Ray executor is one); never imports
-    ray."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return False
-    try:
-        return ray.get_runtime_context().get_actor_id() is not None
-    except Exception:
-        return False
 
 
 class RayWorkers:
@@ -417,7 +406,7 @@ class RayWorkers:
             self._end(handle)
         # Wait (a moment) for the actors' processes on this machine to be gone, so a caller
         # that checks finds none left.
-        from ..storage.lease import process_status
+        from ..system.processes import process_status
 
         here = ray.util.get_node_ip_address()
         deadline = time.monotonic() + _CLOSE_S

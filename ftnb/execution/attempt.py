@@ -149,9 +149,9 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
         group=group,
         decision_points=spec.decision_points,
-        # (asked only with a scheduler's decision points: a channel written before the
-        # decisions, an executor's own, need not have it)
-        wait_decision=channel.decision if spec.decision_points is not None else None,
+        # (asked only at a scheduler's decision points and by a class trainable's checkpoint
+        # query: a channel written before the decisions, an executor's own, need not have it)
+        wait_decision=getattr(channel, "decision", None),
         storage_wait_s=spec.storage_wait_s,
     )
     session_mod._set_session(session, this_thread_only=this_thread_only)
@@ -167,6 +167,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         returned = spec.trainable(config)
         if isinstance(returned, dict) and returned:
             session.report(returned)  # Ray's function API: a returned dict is the final result
+        session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
         outcome = "finished"
     except session_mod._AttemptEnd as end:
         outcome = end.outcome
@@ -178,9 +179,11 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
                 except Exception:
                     pass
     except session_mod.UsageError as exc:
+        session.finish_uploads(quiet=True)  # the reports before the error are still persisted
         report_exception(channel, ids, exc, "usage", rank=rank)
         return EXIT_ERROR
     except SystemExit as exc:
+        session.finish_uploads(quiet=True)
         code = exc.code
         if code in (None, 0):
             outcome = "finished"
@@ -193,6 +196,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     except passthrough:
         raise
     except BaseException as exc:
+        session.finish_uploads(quiet=True)
         report_exception(channel, ids, exc, "oom" if _is_out_of_memory(exc) else "exception",
                          session.iteration, rank=rank)
         return EXIT_ERROR

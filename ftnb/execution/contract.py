@@ -139,7 +139,7 @@ class AttemptFence:
 
 
 #: What the controller answers a report that waits for its decision (:meth:`Executor.decide`).
-DECISIONS = ("continue", "stop", "pause")
+DECISIONS = ("continue", "stop", "pause", "checkpoint")  # (checkpoint: ftnb.core.checkpoint_queries)
 
 
 def _one_cpu() -> TrialResources:

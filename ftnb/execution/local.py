@@ -536,6 +536,13 @@ class LocalProcessExecutor(OneMachineExecutor):
         if run is not None:
             self._send_all(run, ("stop", None))
 
+    def request_resize(self, trial_id: str) -> None:
+        """An elastic group re-forms: every rank checkpoints at its next report with a
+        checkpoint and ends there, as when one rank's slot is preempted."""
+        run = self._running.get(trial_id)
+        if run is not None:
+            self._send_all(run, ("preempt", None))
+
     def decide(self, trial_id: str, iteration: int, decision: str) -> None:
         run = self._running.get(trial_id)
         if run is None:
@@ -606,7 +613,7 @@ def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, s
 def _is_stopped(pid: Optional[int]) -> bool:
     """Whether the process is stopped (SIGSTOP, a debugger): Linux's ``/proc/PID/stat`` state
     ``T`` or ``t``; False where that cannot be read."""
-    from ..storage.lease import process_status
+    from ..system.processes import process_status
 
     return bool(pid) and process_status(pid) in ("T", "t")
 

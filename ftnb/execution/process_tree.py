@@ -47,6 +47,7 @@ __all__ = [
     "join_cgroup",
     "kill_marked",
     "kill_tree",
+    "name_this_thread",
     "process_table",
 ]
 
@@ -177,19 +178,22 @@ def end_descendants() -> list[int]:
 def _environ_has(pid: int, prefix: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return any(item.startswith(prefix) for item in f.read().split(b"\0"))
+            return any((item + b"\0").startswith(prefix) for item in f.read().split(b"\0"))
     except OSError:
         return False
 
 
 def kill_marked(marker_prefix: str, name: Optional[str] = None,
-                spare: Iterable[int] = (), timeout_s: float = _WAIT_S) -> list[int]:
+                spare: Iterable[int] = (), timeout_s: float = _WAIT_S,
+                exact: bool = False) -> list[int]:
     """SIGKILL this machine's processes whose :data:`ATTEMPT_VARIABLE` starts with
-    ``marker_prefix``, or whose name is ``name``, except this process and the trees of
-    ``spare`` (live trial processes, whose own processes carry the same name), and wait for
-    each by pid. Returns their pids."""
+    ``marker_prefix`` (``exact``: is it), or whose name is ``name``, except this process and
+    the trees of ``spare`` (live trial processes, whose own processes carry the same name), and
+    wait for each by pid. Returns their pids."""
     deadline = time.monotonic() + timeout_s
     wanted = f"{ATTEMPT_VARIABLE}={marker_prefix}".encode()
+    if exact:
+        wanted += b"\0"  # (the environment's items are read with their ends, see below)
     spare = set(spare)
     killed: list[int] = []
     while time.monotonic() < deadline:
@@ -203,6 +207,16 @@ def kill_marked(marker_prefix: str, name: Optional[str] = None,
         killed.extend(pid for pid in found if pid not in killed)
         _wait_gone(found, deadline)
     return killed
+
+
+def name_this_thread(name: str) -> None:
+    """Name the calling thread (``/proc/PID/comm`` of what it forks without ``exec``), best
+    effort: in a process whose main thread is not the trial's (a Ray actor)."""
+    try:
+        with open("/proc/thread-self/comm", "w") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
 
 
 def end_strays_of(token: str) -> list[int]:

@@ -14,7 +14,9 @@ Protocol (``SOCK_SEQPACKET``, one JSON object a message):
 
 * driver -> server: ``{"op": "pump", "id": N, "path": P, "max_bytes": M}`` with the pipe's
   read end attached; ``{"op": "give_up", "id": N}``: stop waiting for that pipe's writers (a
-  process that escaped its attempt's end holds it).
+  process that escaped its attempt's end holds it); ``{"op": "sweep", "marker": M, "name": N,
+  "cgroup": C}``: once the driver is gone, end that attempt's processes first (the "driver" is
+  then a Ray actor hosting one rank, see :mod:`ftnb.execution.ray_rank_processes`).
 * server -> driver: ``{"op": "ended", "id": N}`` once the pipe is closed (or given up) and
   everything read from it is in the file, which is closed.
 
@@ -22,7 +24,8 @@ Lifetime: the server lives as long as the driver's end of the socket is open. At
 driver exited, however: a SIGKILL included) it goes on copying the pipes it has until they
 close (the trials die with their fork server), :data:`DRAIN_AFTER_DRIVER_S` at most, then exits.
 It runs in its own session (Ctrl+C and Ctrl+Z in the driver's terminal are not for it) and
-without ``FTNB_ATTEMPT`` (no attempt's end sweeps it).
+without ``FTNB_ATTEMPT`` (no attempt's end sweeps it). ``PumpServer(detached=True)`` makes it
+nobody's child (its first process forks it and exits): a Ray worker's children die with it.
 
 Threading: :class:`PumpServer` (the driver's side) is used from the executor's thread; a lock
 guards it all the same.
@@ -61,7 +64,7 @@ class PumpServer:
     True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, detached: bool = False) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if k != ATTEMPT_VARIABLE}
         here = os.path.dirname(os.path.abspath(__file__))
@@ -73,13 +76,27 @@ class PumpServer:
                 f"    sys.modules[name] = types.ModuleType(name); "
                 f"sys.modules[name].__path__ = [path]\n"
                 f"from ftnb.execution.pump_server import serve\n"
-                f"serve({theirs.fileno()})\n")
+                f"serve({theirs.fileno()}, detached={detached!r})\n")
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if detached else subprocess.DEVNULL,
+                start_new_session=True)
         finally:
             theirs.close()
+        self._pid = self.process.pid
+        if detached:  # the server is the grandchild, which says its pid; its parent exits
+            try:
+                assert self.process.stdout is not None
+                self._pid = int(self.process.stdout.readline() or 0)
+            except ValueError:
+                self._pid = 0
+            finally:
+                if self.process.stdout is not None:
+                    self.process.stdout.close()
+                self.process.wait()
+        self._detached = detached
         self._sock: Optional[socket.socket] = ours
         self._lock = threading.Lock()
         self._next = 0
@@ -87,10 +104,20 @@ class PumpServer:
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self._pid
 
     def alive(self) -> bool:
+        if self._detached:
+            return self._sock is not None and _pid_running(self._pid)
         return self._sock is not None and self.process.poll() is None
+
+    def sweep_at_exit(self, marker: str, name: Optional[str], cgroup: Optional[str]) -> None:
+        """Once this process is gone (however it ended: a SIGKILL included), the server ends
+        the processes of the attempt ``marker`` (this rank's, exactly), named ``name`` or in
+        the cgroup folder ``cgroup``, before it finishes the pipes: for a process that hosts
+        an attempt and is killed with it (a Ray actor), whose strays nobody else would end."""
+        with self._lock:
+            self._send({"op": "sweep", "marker": marker, "name": name, "cgroup": cgroup})
 
     def pump(self, read_fd: int, path: str, max_bytes: int) -> int:
         """Hand the pipe's read end ``read_fd`` to the server (it is closed here) to copy into
@@ -171,12 +198,49 @@ class PumpServer:
             pass
 
 
-def serve(fd: int) -> None:
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def _detach() -> None:
+    """In the server's first process: fork; the parent says the child's pid and exits, so the
+    server is nobody's child (a Ray worker's children are killed with it, and it must outlive
+    the worker to end its strays)."""
+    child = os.fork()
+    if child:
+        os.write(1, f"{child}\n".encode())
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+def _sweep(message: Optional[dict]) -> None:
+    """The attempt's processes, once the process that hosted it is gone (see
+    :meth:`PumpServer.sweep_at_exit`)."""
+    if not message:
+        return
+    from .process_tree import AttemptCgroup, kill_marked
+
+    if message.get("cgroup"):
+        AttemptCgroup(message["cgroup"]).end()
+    kill_marked(message["marker"], message.get("name"), exact=True)
+
+
+def serve(fd: int, detached: bool = False) -> None:
     """The server's main loop, on the socket ``fd`` (see the module)."""
     import signal
 
+    if detached:
+        _detach()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
+    sweep: Optional[dict] = None
     send_lock = threading.Lock()
     pumps: dict[int, PumpedOutput] = {}
     pumps_lock = threading.Lock()
@@ -215,6 +279,8 @@ def serve(fd: int) -> None:
             with pumps_lock:
                 if not pump.ended:
                     pumps[ident] = pump
+        elif message.get("op") == "sweep":
+            sweep = message
         elif message.get("op") == "give_up":
             with pumps_lock:
                 pump = pumps.get(ident)
@@ -223,7 +289,9 @@ def serve(fd: int) -> None:
         else:
             for extra in fds:
                 os.close(extra)
-    # The driver is gone: its trials die with its fork server, closing their pipes.
+    # The driver is gone: its trials die with its fork server, closing their pipes (an
+    # attempt's host that is gone leaves its processes to be ended here: then they close).
+    _sweep(sweep)
     deadline = time.monotonic() + DRAIN_AFTER_DRIVER_S
     while time.monotonic() < deadline:
         with pumps_lock:

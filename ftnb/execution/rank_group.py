@@ -112,6 +112,27 @@ class RankGroup:
         self.store.wait([key], _DECISION_WAIT)
         return json.loads(self.store.get(key)).get("end")
 
+    # -- checkpoints of several ranks (merged into one folder) -----------------------------------
+    def exchange(self, iteration: int, info: Optional[dict]) -> list[Optional[dict]]:
+        """Every rank: publish what this rank reports with the report of ``iteration`` (its
+        checkpoint's files and name, None without one) and return every rank's, by rank."""
+        self.store.set(f"{_PREFIX}ckpt/{iteration}/{self.rank}", json.dumps(info))
+        keys = [f"{_PREFIX}ckpt/{iteration}/{r}" for r in range(self.world_size)]
+        self.store.wait(keys, _DECISION_WAIT)
+        return [json.loads(self.store.get(key)) for key in keys]
+
+    def shard_written(self, iteration: int, error: Optional[str]) -> None:
+        """This rank's files of the checkpoint of ``iteration`` are in storage (or ``error``)."""
+        self.store.set(f"{_PREFIX}shard/{iteration}/{self.rank}", json.dumps({"error": error}))
+
+    def shards_written(self, iteration: int, ranks: list[int]) -> list[str]:
+        """Rank 0: wait until ``ranks`` wrote their files of that checkpoint; their errors."""
+        keys = [f"{_PREFIX}shard/{iteration}/{r}" for r in ranks]
+        if keys:
+            self.store.wait(keys, _DECISION_WAIT)
+        errors = [json.loads(self.store.get(key)).get("error") for key in keys]
+        return [f"rank {r}: {e}" for r, e in zip(ranks, errors) if e]
+
     # -- the end -------------------------------------------------------------------------------
     def finish(self) -> None:
         """This rank's trainable returned. Rank 0 serves the store, so it waits (up to the

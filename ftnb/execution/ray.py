@@ -22,10 +22,10 @@ Events come back by long polls: each actor holds its attempt's events until the 
 pending ``next_events`` call takes them. A node that dies takes its actors with it: their
 attempt ends with a ``node_lost`` exit event, which is noticed as fast as Ray's health checks
 allow (``health_check_period_ms`` x ``health_check_failure_threshold``: about 14 s by default,
-1.5 s with 500 ms x 3; see the README). Its actors' connections can break before that, and
-Ray then raises with no cause while the node still reads alive (:func:`death_untold`); the
-rank is then probed, without holding up the other attempts, until Ray says why or the node
-reads dead, so a lost node is not taken for a killed process.
+1.5 s with 500 ms x 3; see docs/how-to/ray-clusters.md). Its actors' connections can break
+before that, and Ray then raises with no cause while the node still reads alive
+(:func:`death_untold`); the rank is then probed, without holding up the other attempts, until
+Ray says why or the node reads dead, so a lost node is not taken for a killed process.
 
 A node drained for preemption (``ray drain-node`` / the GCS's ``DrainNode`` with reason
 PREEMPTION and a deadline, as cloud autoscalers do) is seen by the executor's poll (the GCS's
@@ -79,6 +79,9 @@ if TYPE_CHECKING:
 __all__ = ["RayExecutor"]
 
 SHARED_STORAGE_ENV = "FTNB_SHARED_STORAGE"
+#: Settings of the driver's environment that its actors take over: the output files' cap
+#: and whether attempts get cgroups.
+_DRIVER_CHOICES = ("FTNB_OUTPUT_MAX_BYTES", "FTNB_ATTEMPT_CGROUPS")
 _LONG_POLL_S = 1.0
 _DRAIN_CHECK_S = 0.5
 _EPS = 1e-9
@@ -155,7 +158,10 @@ class _AttemptActor:
     """The actor side of one rank of one attempt (made a Ray actor class on first use)."""
 
     def __init__(self, env: dict, sys_path: list, cwd: Optional[str]) -> None:
+        from .ray_rank_processes import RankProcesses
+
         adopt_driver_context(env, sys_path, cwd)
+        self._processes = RankProcesses()  # (its pump server first: before any stray exists)
         self._events: list = []
         self._cond = threading.Condition()
         self._stop = False
@@ -166,11 +172,13 @@ class _AttemptActor:
         self._tails: list = []
 
     # -- what the executor calls -----------------------------------------------------------------
-    def where(self) -> tuple[str, str, int]:
+    def where(self) -> tuple[str, str, int, int]:
+        """This actor's node id and address, its pid and its pump server's."""
         import ray
 
         ctx = ray.get_runtime_context()
-        return ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()
+        return (ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid(),
+                self._processes.server_pid)
 
     def run(self, payload: bytes, objects: dict, place: Optional[RankPlace],
             master_addr: str, output_events: bool) -> int:
@@ -195,6 +203,8 @@ class _AttemptActor:
         # A node taken for lost may go on running this actor: once the trial has a later
         # attempt, this one writes nothing more (its output included).
         paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
+        self._processes.begin(spec.fence.token if spec.fence is not None else None,
+                              spec.trial_id, spec.attempt, rank)
         publisher = self._redirect(spec, output_events, rank, AttemptGuard(paths, spec.attempt))
 
         def on_session(session: Any) -> None:
@@ -206,8 +216,7 @@ class _AttemptActor:
             return run_attempt(spec, self, rank=rank, place=place, on_session=on_session,
                                guard=AttemptGuard(paths, spec.attempt))
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            self._processes.end()  # its strays gone, its output in its files
             publisher.close()
 
     def next_events(self, timeout: float) -> list:
@@ -283,7 +292,6 @@ class _AttemptActor:
         lets this attempt write."""
         from ..storage import ExperimentPaths
         from .output_pump import FileTail
-        from .trial_process import _redirect_output
 
         paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         stdout = spec.storage.staged_file(paths.rank_stdout(rank))
@@ -300,7 +308,7 @@ class _AttemptActor:
                 tail = FileTail(stream, output.local_path)
                 tail.ids = (spec.trial_id, spec.attempt)  # type: ignore[attr-defined]
                 self._tails.append(tail)
-        _redirect_output(stdout.local_path, stderr.local_path)
+        self._processes.redirect(stdout.local_path, stderr.local_path)
         return PeriodicPublisher([stdout, stderr], check=guard.check)
 
 
@@ -311,6 +319,7 @@ class _Rank:
     node_id: Optional[str] = None
     ip: Optional[str] = None
     pid: Optional[int] = None
+    server_pid: int = 0  # its actor's output pump, which ends the rank's strays once it died
     where_ref: Any = None
     run_ref: Any = None
     events_ref: Any = None
@@ -483,6 +492,9 @@ class RayExecutor:
             env["OMP_NUM_THREADS"] = str(max(1, int(res.cpu)))
         if os.environ.get(PUBLISH_INTERVAL_ENV):  # the actors publish output as often
             env[PUBLISH_INTERVAL_ENV] = str(publish_interval_s())
+        for name in _DRIVER_CHOICES:  # (the driver's choices hold on every node)
+            if os.environ.get(name):
+                env[name] = os.environ[name]
         options: dict = dict(num_cpus=res.cpu, num_gpus=res.gpu, max_restarts=0,
                              max_concurrency=4)
         placement = ready = None
@@ -622,7 +634,7 @@ class RayExecutor:
         if kind == "where":
             rank.where_ref = None
             try:
-                rank.node_id, rank.ip, rank.pid = ray.get(ref)
+                rank.node_id, rank.ip, rank.pid, rank.server_pid = ray.get(ref)
             except Exception as exc:
                 return self._rank_gone(ray, attempt, rank, exc)
             return self._maybe_run(attempt)
@@ -909,13 +921,14 @@ def _this_ip() -> str:
 
 
 def _wait_gone(ranks: list, timeout: float = 5.0) -> None:
-    """Wait (a moment) for the processes of ``ranks`` on this machine to be gone: an attempt's
-    processes are released by the time its exit event is handed over."""
-    from ..storage.lease import process_status
+    """Wait (a moment) for the processes of ``ranks`` on this machine to be gone, and their
+    pump servers (which end what a killed actor left, then finish its output files): an
+    attempt's processes are released by the time its exit event is handed over."""
+    from ..system.processes import process_status
 
     deadline = time.monotonic() + timeout
-    for rank in ranks:
-        while rank.pid and time.monotonic() < deadline:
-            if process_status(rank.pid) in (None, "Z", "X"):
+    for pid in [pid for rank in ranks for pid in (rank.pid, rank.server_pid)]:
+        while pid and time.monotonic() < deadline:
+            if process_status(pid) in (None, "Z", "X"):
                 break
             time.sleep(0.01)

@@ -26,9 +26,12 @@ from ..core.records import ExperimentState, ExperimentStatus, TrialStatus
 from ..recorded_code import (
     TRUSTED_CODE_VARIABLE,
     files_run_by,
+    import_root,
     is_code_reference,
     recorded_file,
+    recorded_imports,
     untrusted_file,
+    untrusted_imports,
     untrusted_path,
 )
 from ..storage import ExperimentPaths
@@ -185,6 +188,9 @@ def code_refusal(origin: Mapping[str, Any], code_folders: Sequence[str],
         why = untrusted_file(record, code_folders, uid)
         for package in files[:-1]:
             why = why or untrusted_path(package, code_folders, uid)
+        # (the file has its recorded content: it imports the modules it imported then)
+        why = why or untrusted_imports(origin, role, files[-1],
+                                       import_root(ref, files[-1], cwd), code_folders, uid)
         if why is not None:
             return f"its {what}'s file {why}"
     return None
@@ -214,6 +220,7 @@ def resume(paths: ExperimentPaths, takeover: Any = False,
     roles = ["trainable"] + (["param_space"] if isinstance(space, str)
                              and is_code_reference(space) else [])
     checked = [recorded_file(origin, role).to_json() for role in roles]  # type: ignore[union-attr]
+    checked += [item.to_json() for role in roles for item in recorded_imports(origin, role)]
     env = dict(os.environ, **{TRUSTED_CODE_VARIABLE: json.dumps(checked)})
     # -P: python -m would put the folder it runs in first on sys.path, where a module named
     # like the standard library's or ftnb itself would be imported before them.

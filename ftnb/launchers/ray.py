@@ -218,7 +218,8 @@ class SupervisorActor:
         import ray
         from ray.experimental.internal_kv import _internal_kv_get
 
-        from ..supervisor import log_to, private_temp_folder, sweep_temp_folders
+        from ..supervisor import log_to
+        from .temp_folders import private_temp_folder, sweep_temp_folders
 
         context = ray.get_runtime_context()
         self._restarted = bool(context.was_current_actor_reconstructed)

@@ -16,15 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from ..config import (
-    CheckpointConfig,
-    RunConfig,
-    TuneConfig,
-    callable_name,
-    describe_stop,
-)
+from ..config import CheckpointConfig, RunConfig, TuneConfig, callable_name
 from ..core.records import ExperimentState, TrialRecord, encode_value
 from ..input_checks import check_picklable
+from ..schedulers.stop_criterion import describe_stop
 from ..storage import ExperimentPaths, Storage, default_storage_path
 from .stored import load_state, refuse_remains
 
@@ -32,8 +27,17 @@ if TYPE_CHECKING:
     from ..execution.contract import Executor
     from ..execution.resources import TrialResources
 
-__all__ = ["NewExperiment", "NewExperimentPlan", "initial_state", "plan_new_experiment",
-           "refuse_existing"]
+__all__ = ["ExperimentExistsError", "NewExperiment", "NewExperimentPlan", "check_group_fits",
+           "initial_state",
+           "plan_new_experiment", "refuse_existing"]
+
+
+class ExperimentExistsError(ValueError):
+    """A new experiment was to start where one is stored, readable and run by no live driver
+    (:func:`refuse_existing`). A run made by starting *or resuming* by name
+    (:func:`~ftnb.lifecycle.start_or_resume.start_or_resume`) that meets it, because the
+    experiment was stored after it looked (another ``ftnb.run`` of the same name finished
+    meanwhile), resumes it instead, as the same call made a moment later would."""
 
 
 class NewExperiment(Protocol):
@@ -68,6 +72,26 @@ class NewExperimentPlan:
     max_concurrent: Optional[int] = None
 
 
+def check_group_fits(executor: "Executor", tuner: Any) -> None:
+    """The trials' ranks can run on ``executor`` (an elastic group: its min, on an executor
+    that can resize a running group)."""
+    elastic = getattr(tuner, "elastic", None)
+    if elastic and not hasattr(executor, "request_resize"):
+        raise ValueError(
+            f"ScalingConfig(num_workers=({tuner.num_workers}, {elastic['max_workers']})) on the "
+            f"{getattr(executor, 'name', type(executor).__name__)!r} executor: elastic groups "
+            "run on the local executor only in this version. Fix: a fixed "
+            f"num_workers={elastic['max_workers']}, or RunConfig(executor='local').")
+    try:
+        executor.check_fits(tuner.resources, tuner.num_workers)
+    except ValueError as exc:
+        if not elastic:
+            raise
+        raise ValueError(
+            f"ScalingConfig(num_workers=({tuner.num_workers}, {elastic['max_workers']})): even "
+            f"its min of {tuner.num_workers} ranks never fits: {exc}") from None
+
+
 def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperimentPlan:
     """Everything the new experiment of ``tuner`` needs checked, before its directory is
     touched: its resources fit ``executor``, its space generates its configs, its functions can
@@ -78,7 +102,7 @@ def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperi
     from ..storage import check_outage_settings
 
     rc, tc = tuner.run_config, tuner.tune_config
-    executor.check_fits(tuner.resources, tuner.num_workers)
+    check_group_fits(executor, tuner)
     space, _ = bind_objects(tuner.param_space)
     searcher, variants, max_concurrent = plan_search(tc, space)
     check_space = getattr(tc.scheduler, "_ftnb_check_space", None)
@@ -183,7 +207,7 @@ def refuse_existing(paths: ExperimentPaths, check_owner: bool = True) -> None:
       started a moment earlier, say): that driver is running it, and is never to be deleted;
     * a :class:`~ftnb.lifecycle.stored.RestoreError` when its state is unreadable, newer than
       this ftnb, or gone while its trial folders remain (the restore's own errors);
-    * a ValueError that says how to resume it otherwise.
+    * an :class:`ExperimentExistsError` (a ValueError) that says how to resume it otherwise.
 
     ``check_owner=False``: the caller owns the lease itself."""
     from ..storage.lease import refuse_if_owned
@@ -194,7 +218,7 @@ def refuse_existing(paths: ExperimentPaths, check_owner: bool = True) -> None:
         refuse_remains(paths, "start a new experiment at")
         return
     load_state(paths, what="start a new experiment at")
-    raise ValueError(
+    raise ExperimentExistsError(
         f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
         "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "
         f"ftnb.Tuner.restore({paths.uri!r}, trainable).fit() (or use ftnb.run(...), which "

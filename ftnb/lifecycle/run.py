@@ -16,7 +16,7 @@ from ..config import TuneConfig, callable_name
 from ..core.records import ExperimentState, ExperimentStatus
 from ..result import ResultGrid
 from ..storage import ExperimentPaths
-from .plan_new import NewExperiment
+from .plan_new import NewExperiment, check_group_fits
 
 if TYPE_CHECKING:
     from .plan_new import NewExperimentPlan
@@ -95,12 +95,16 @@ def run_restored(experiment: RunnableExperiment, plan: "RestorePlan",
     from .own import take_over
     from .reconcile import resume_trials
 
-    executor.check_fits(experiment.resources, experiment.num_workers)
+    check_group_fits(executor, experiment)
     check_storage = getattr(executor, "check_storage", None)
     if check_storage is not None:
         check_storage(plan.paths.storage)
     check_picklable(experiment.trainable, "trainable")
     paths = plan.paths
+    if plan.takeover:
+        from .own import end_stopped_driver
+
+        end_stopped_driver(paths)
     lease = Lease.acquire(paths, takeover=plan.takeover, what="restore")
     try:
         state = take_over(plan, lease)
@@ -170,13 +174,18 @@ def run_controller(experiment: RunnableExperiment, paths: ExperimentPaths,
         control=ControlInbox(paths, epoch=lease.info.epoch),
         num_workers=experiment.num_workers,
         collective_timeout_s=experiment.collective_timeout_s,
+        elastic=getattr(experiment, "elastic", None),
         search=search,
         scheduler=tc.scheduler,
     )
     if search is not None:
         controller.trial_setup = TrialSetup(state, tc, experiment.trainable)
     if stopping is not None:
+        from ..stopper import decides_in_driver
+
         stopping.controller = controller
+        # A Stopper deciding in the driver: each report waits for it (exact, as in Ray).
+        controller.scheduling.every_report = decides_in_driver(stopping.stopper)
     _, controller.trial_resources = trial_resources_of(experiment.trainable, configs)
     for request in set(controller.trial_resources.values()):
         executor.check_fits(request, experiment.num_workers)

@@ -18,7 +18,7 @@ from ..storage import ExperimentPaths, Storage, default_storage_path
 from ..ui.resume_lines import resuming_line
 from .stored import load_state
 
-__all__ = ["FrontDoor", "start_or_resume"]
+__all__ = ["FrontDoor", "NewRun", "start_or_resume"]
 
 Run = TypeVar("Run")
 
@@ -39,6 +39,14 @@ class FrontDoor(Protocol[Run]):
         """A run that resumes the experiment at ``path``."""
 
 
+class NewRun(Protocol):
+    """What :func:`start_or_resume` sets on a new run: ``when_stored``, the run that resumes
+    the experiment, for its ``fit()`` to carry out instead when it finds the experiment
+    stored after all (:class:`~ftnb.lifecycle.plan_new.ExperimentExistsError`)."""
+
+    when_stored: Optional[Callable[[], Any]]
+
+
 def start_or_resume(
     front_door: FrontDoor[Run],
     trainable: Callable[[dict], Any],
@@ -53,10 +61,21 @@ def start_or_resume(
     restart_errored: bool = False,
     allow_different_trainable: bool = False,
     caller: str,
+    _again: bool = False,
 ) -> tuple[Run, Optional[str]]:
     """The run (built by ``front_door``) that starts experiment ``name`` or resumes it (then
     also the line that says so); ``ftnb.run`` fits it here, ``ftnb.launch`` in a detached
-    supervisor. ``caller`` names the call in error messages."""
+    supervisor. ``caller`` names the call in error messages.
+
+    A new run resumes the experiment instead when, by the time it is fitted, the experiment
+    is stored (:class:`NewRun`): two ``ftnb.run`` of one name started together, the first
+    one done before the second one's ``fit()`` looked again, end as the second run of a
+    finished experiment does. (While the first one runs, the second gets the lock error.)"""
+    options = dict(name=name, param_space=param_space, storage_path=storage_path,
+                   tune_config=tune_config, run_config=run_config,
+                   resources_per_trial=resources_per_trial, takeover=takeover,
+                   restart_errored=restart_errored,
+                   allow_different_trainable=allow_different_trainable, caller=caller)
     rc = _run_config(name, storage_path, run_config, caller)
     if rc.name:
         storage = Storage(rc.storage_path or default_storage_path(), rc.storage_filesystem)
@@ -94,6 +113,15 @@ def start_or_resume(
         run_config=rc,
         resources_per_trial=resources_per_trial,
     )
+    if rc.name and not _again:
+        def resumed() -> Run:
+            again, line = start_or_resume(front_door, trainable, _again=True,
+                                          **options)  # type: ignore[arg-type]
+            if line and again.run_config.verbose:  # type: ignore[attr-defined]
+                print(line, flush=True)
+            return again
+
+        run.when_stored = resumed  # type: ignore[attr-defined]
     return run, None
 
 

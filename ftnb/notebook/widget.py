@@ -50,7 +50,7 @@ from ..core.records import ExperimentStatus, StateFormatError, StateVersionError
 from ..storage import is_transient
 from ..ui.failures import failure_what, group_lines, is_group_failure
 from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
-from ..ui.view import URGENCY, format_value, params_label, plural, shown_status
+from ..ui.view import URGENCY, format_value, params_label, plural, ranks_cell, shown_status
 from .chart import TrialChart, at_cell_end
 
 __all__ = ["ExperimentWidget", "text_view"]
@@ -124,7 +124,7 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
         last = last_results.get(row.trial_id, {})
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
         cells = [row.trial_id, row.shown_status or row.status,
-                 *([str(row.num_workers)] if group else []),
+                 *([ranks_cell(row)] if group else []),
                  str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(last.get(k)) for k in metrics]

@@ -50,7 +50,7 @@ _SHM_RESERVE_FRACTION = 0.2
 def _start_time(pid: int) -> Optional[int]:
     """The start time of ``pid`` in clock ticks since boot; None when the process does not
     exist, is a zombie, or /proc cannot be read."""
-    from ..storage.lease import pid_start_time
+    from ..system.processes import pid_start_time
 
     start = pid_start_time(pid)
     return None if start is None or start < 0 else start

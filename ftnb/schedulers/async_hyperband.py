@@ -19,7 +19,7 @@ import random
 import zlib
 from typing import Optional
 
-from ..config import metric_value
+from ..storage.result_log import metric_value
 from .decision_points import DecisionPoints
 from .trial_scheduler import (
     FIFOScheduler,

@@ -38,7 +38,7 @@ class DecisionPoints:
         """``attr`` in ``row`` as a number (None when it is not one)."""
         value = row.get(self.attr)
         if value is None and "/" in self.attr:
-            from ..config import metric_value
+            from ..storage.result_log import metric_value
 
             value = metric_value(row, self.attr)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

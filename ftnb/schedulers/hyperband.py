@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..config import metric_value
+from ..storage.result_log import metric_value
 from .decision_points import DecisionPoints
 from .trial_scheduler import (
     FIFOScheduler,

@@ -67,13 +67,9 @@ class Searcher:
     #: What :meth:`suggest` returns when the search is over (no more trials, ever).
     FINISHED = "FINISHED"
 
-    def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None) -> None:
-        if mode is not None and mode not in ("min", "max"):
-            raise ValueError(f'{type(self).__name__}(mode={mode!r}) is invalid. Fix: "min" or '
-                             '"max" (or leave it out to take TuneConfig(mode=...)).')
-        if metric is not None and not isinstance(metric, str):
-            raise TypeError(f"{type(self).__name__}(metric={metric!r}) must be a metric name "
-                            "(str), or None to take TuneConfig(metric=...).")
+    def __init__(self, metric: Union[str, list, None] = None,
+                 mode: Union[str, list, None] = None) -> None:
+        _check_objectives(type(self).__name__, metric, mode)
         self._metric = metric
         self._mode = mode
 
@@ -296,3 +292,26 @@ class BasicVariantGenerator(Searcher):
     def __repr__(self) -> str:
         return (f"BasicVariantGenerator(points_to_evaluate={len(self.points_to_evaluate)} "
                 f"points, max_concurrent={self.max_concurrent})")
+
+
+def _check_objectives(owner: str, metric: Any, mode: Any) -> None:
+    """Ray's rules for a searcher's ``metric``/``mode``: a name and "min"/"max", or (a
+    multi-objective searcher's) a list of names and a list of "min"/"max"/"obs" as long."""
+    if isinstance(metric, list) or isinstance(mode, list):
+        names_ok = metric is None or (isinstance(metric, list) and metric
+                                      and all(isinstance(m, str) for m in metric))
+        modes_ok = mode is None or (isinstance(mode, list)
+                                    and all(m in ("min", "max", "obs") for m in mode))
+        if not (names_ok and modes_ok) or (metric is not None and mode is not None
+                                           and len(metric) != len(mode)):
+            raise ValueError(
+                f"{owner}(metric={metric!r}, mode={mode!r}): a multi-objective searcher takes "
+                'a list of metric names and a list of modes ("min", "max" or "obs") as long. '
+                'Fix: e.g. metric=["loss", "accuracy"], mode=["min", "max"].')
+        return
+    if mode is not None and mode not in ("min", "max"):
+        raise ValueError(f'{owner}(mode={mode!r}) is invalid. Fix: "min" or '
+                         '"max" (or leave it out to take TuneConfig(mode=...)).')
+    if metric is not None and not isinstance(metric, str):
+        raise TypeError(f"{owner}(metric={metric!r}) must be a metric name "
+                        "(str), or None to take TuneConfig(metric=...).")

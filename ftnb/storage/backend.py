@@ -20,11 +20,12 @@ import os
 import posixpath
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .checkpoint_files import describe_folder
+from .checkpoint_files import FolderDigest
 from .faults import faults_named
 from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
 from .file_versions import FileVersions
@@ -35,6 +36,7 @@ from .local_disk import (
     persist_folder,
     write_file_atomically,
 )
+from .object_store_conditions import is_s3, s3_get_with_etag, s3_put_if, s3_status
 from .outage import (
     OUTAGE_ENV,
     RETRY_FIRST_S,
@@ -77,7 +79,7 @@ class Storage:
             self.root = os.path.abspath(self.root)
         self._down_since: Optional[float] = None  # when remote writes started failing
         # Whether write_if is a compare-and-swap here: None until an S3 server was probed.
-        self._conditional_writes: Optional[bool] = None if _is_s3(fs) else False
+        self._conditional_writes: Optional[bool] = None if is_s3(fs) else False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -172,8 +174,6 @@ class Storage:
         if self.is_local:
             yield path
             return
-        import tempfile
-
         tmp = tempfile.mkdtemp(prefix="ftnb-checkpoint-")
         try:
             self._download_folder(path, tmp)
@@ -189,6 +189,22 @@ class Storage:
             shutil.copytree(path, target, dirs_exist_ok=True)
         else:
             self._download_folder(path, target)
+
+    def move_checkpoint(self, source: str, dest: str) -> None:
+        """Put the whole checkpoint folder ``source`` (its marker written) at ``dest``, which
+        must not exist: on a local disk a rename (atomic); elsewhere a copy through this
+        machine, marker last, so ``dest`` counts only once whole (``source`` stays: its owner
+        removes it)."""
+        if self.is_local:
+            with faults_named(dest):
+                os.rename(source, dest)
+            return
+        marker = json.loads(self.read_bytes(self.join(source, CHECKPOINT_MARKER)))
+        with tempfile.TemporaryDirectory(prefix="ftnb-checkpoint-") as local:
+            self._download_folder(source, local)
+            # The marker is written last, describing the files; it is not one of them.
+            os.remove(os.path.join(local, CHECKPOINT_MARKER))
+            self.persist_directory(local, dest, marker)
 
     def _download_folder(self, path: str, target: str) -> None:
         # File by file: a folder copy's meaning hangs on trailing slashes, which a wrapper such
@@ -366,7 +382,7 @@ class Storage:
         from fsspec.asyn import sync
 
         try:
-            return sync(self.fs.loop, _s3_get_with_etag, self.fs, path, **self._deadline())
+            return sync(self.fs.loop, s3_get_with_etag, self.fs, path, **self._deadline())
         except FileNotFoundError:
             return None, None
 
@@ -392,7 +408,7 @@ class Storage:
         def put() -> bool:
             nonlocal tries
             tries += 1
-            return _s3_put_if(self.fs, path, data, version, self._deadline(len(data)))
+            return s3_put_if(self.fs, path, data, version, self._deadline(len(data)))
 
         if self._retrying(f"writing {self.uri(path)}", put):
             return True
@@ -419,9 +435,9 @@ class Storage:
 
         def put_refused(version: Optional[str]) -> bool:
             try:
-                return not _s3_put_if(self.fs, probe, b"", version, deadline)
+                return not s3_put_if(self.fs, probe, b"", version, deadline)
             except Exception as exc:
-                status = _s3_status(exc)
+                status = s3_status(exc)
                 if status == 501 or (status is not None and 400 <= status < 500
                                      and status not in (408, 409, 429)):
                     return False  # an answer, not an outage: the condition is not supported
@@ -537,9 +553,13 @@ class Storage:
         so ``dest`` either does not exist or is complete. On object stores the files are uploaded
         and the marker goes last: a folder without a marker is incomplete.
         """
-        # Its files' sizes (and small files' CRC-32), so a restore can tell it is intact.
-        marker = {**marker, **describe_folder(source)}
-        marker_bytes = json.dumps(marker).encode("utf-8")
+        # Its files' sizes and CRC-32s, so a restore can tell it is intact: big files are
+        # summed while they are copied (FolderDigest), and the marker waits for them.
+        digest = FolderDigest(source)
+
+        def marker_bytes() -> bytes:
+            return json.dumps({**marker, **digest.result()}).encode("utf-8")
+
         if self.is_local:
             with faults_named(dest):
                 persist_folder(source, dest, marker_bytes)
@@ -551,63 +571,11 @@ class Storage:
                            source.rstrip("/") + "/", dest.rstrip("/") + "/", recursive=True,
                            **self._deadline(size))
             self._retrying(f"writing {self.uri(dest)}", self.fs.pipe_file,
-                           self.join(dest, CHECKPOINT_MARKER), marker_bytes, **self._deadline())
+                           self.join(dest, CHECKPOINT_MARKER), marker_bytes(),
+                           **self._deadline())
 
 
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
-
-
-def _is_s3(fs: Any) -> bool:
-    """Whether ``fs`` is s3fs's filesystem (s3fs is imported already if it is)."""
-    s3fs = sys.modules.get("s3fs")
-    return s3fs is not None and isinstance(fs, s3fs.S3FileSystem)
-
-
-async def _s3_get_with_etag(fs: Any, path: str) -> tuple[bytes, str]:
-    """The object ``path`` and its ETag, from one GET (a HEAD then a GET could pair the
-    contents of one version with the ETag of the next)."""
-    bucket, key, version_id = fs.split_path(path)
-    extra = {"VersionId": version_id} if version_id else {}
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
-    try:
-        return await response["Body"].read(), response["ETag"]
-    finally:
-        response["Body"].close()
-
-
-def _s3_put_if(fs: Any, path: str, data: bytes, version: Optional[str], deadline: dict) -> bool:
-    """PUT ``data`` at ``path`` if the object's ETag is ``version`` (None: if there is no
-    object); False when the server refuses because it is not (412 Precondition Failed, or no
-    object to match)."""
-    condition = {"mode": "create"} if version is None else {"IfMatch": version}
-    try:
-        fs.pipe_file(path, data, **condition, **deadline)
-    except FileNotFoundError:
-        if version is None:
-            raise  # no bucket: not a lost race
-        return False
-    except Exception as exc:
-        if _precondition_failed(exc):
-            return False
-        raise
-    return True
-
-
-def _precondition_failed(exc: BaseException) -> bool:
-    """Whether a storage error is S3's 412 Precondition Failed."""
-    return _s3_status(exc) == 412
-
-
-def _s3_status(exc: BaseException) -> Optional[int]:
-    """The HTTP status of the S3 answer behind a storage error (s3fs keeps botocore's error as
-    the cause of its own); None when no answer came (a network error)."""
-    seen: Optional[BaseException] = exc
-    while seen is not None:
-        response = getattr(seen, "response", None)
-        if isinstance(response, dict):
-            return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        seen = seen.__cause__
-    return None
 
 
 def _is_local_path_with_colons(url: str) -> bool:

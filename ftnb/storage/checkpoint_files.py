@@ -2,21 +2,25 @@
 the check of a stored checkpoint against it.
 
 A checkpoint is written whole or not at all (:meth:`Storage.persist_directory`), but a file of
-it may be damaged later: a disk error, a hand edit, a tool that truncated it. Its marker records
-every file's size and, for small files, a CRC-32 (:func:`describe_folder`), so that a restore
-can tell an intact checkpoint from a damaged one (:func:`checkpoint_damage`) and resume from the
-newest intact one instead of failing on the damaged one.
+it may be damaged later: a disk error, a hand edit, a tool that truncated it or overwrote it at
+the same size. Its marker records every file's size and CRC-32 (:class:`FolderDigest`), so that
+a restore can tell an intact checkpoint from a damaged one (:func:`checkpoint_damage`) and
+resume from the newest intact one instead of failing on the damaged one.
 
-The cost stays that of a listing for big checkpoints: sizes come from the listing, and only
-files of up to :data:`DIGEST_FILE_LIMIT` bytes, :data:`DIGEST_BUDGET` bytes in all, are read to
-be summed (a model's weights are not; its small step counter or JSON state is). A marker written
-before ftnb recorded files (no ``files`` key) is taken as intact.
+The cost stays off the checkpoint's write: small files (up to :data:`DIGEST_FILE_LIMIT` bytes,
+:data:`DIGEST_BUDGET` in all) are summed before the copy; the others by a thread that reads
+them while they are copied (the copy moves bytes in the kernel and waits for the disk; the
+thread reads the same pages from the page cache, on another core: zlib releases the GIL), and
+the marker, written last, waits for it. A check reads each file once, in pieces. A marker
+written before ftnb recorded files (no ``files`` key) is taken as intact; one written before it
+summed big files (``crc32`` for small ones only) is checked for what it has.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import zlib
 from typing import TYPE_CHECKING, Optional
 
@@ -25,17 +29,71 @@ from .file_names import CHECKPOINT_MARKER
 if TYPE_CHECKING:
     from .backend import Storage
 
-__all__ = ["DIGEST_BUDGET", "DIGEST_FILE_LIMIT", "checkpoint_damage", "describe_folder"]
+__all__ = ["DIGEST_BUDGET", "DIGEST_FILE_LIMIT", "FolderDigest", "checkpoint_damage",
+           "describe_folder"]
 
-#: The biggest file whose CRC-32 a marker records.
+#: The biggest file summed before the copy (bigger ones are summed while it is copied).
 DIGEST_FILE_LIMIT = 1 << 20
-#: How many bytes of a checkpoint's files are summed at most (the smallest files first).
+#: How many bytes of a checkpoint's files are summed before the copy at most (the smallest
+#: files first).
 DIGEST_BUDGET = 4 << 20
+#: How much of a file is read at once to sum it.
+_READ_CHUNK = 4 << 20
 
 
-def describe_folder(source: str) -> dict:
+def file_crc32(path: str) -> int:
+    """The CRC-32 of the local file ``path``, read in pieces."""
+    crc = 0
+    buffer = bytearray(_READ_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(buffer)
+            if not n:
+                return crc
+            crc = zlib.crc32(view[:n], crc)
+
+
+class FolderDigest:
+    """What a marker records of the local folder ``source`` (see :func:`describe_folder`),
+    begun when made: its small files are summed at once, its big ones by a thread, which
+    :meth:`result` waits for. Make it before the folder's copy starts, ask for the result once
+    the copy is done: the summing then overlaps the copy."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._described = describe_folder(source, small_only=True)
+        self._big = [rel for rel in self._described["files"]
+                     if rel not in self._described["crc32"]]
+        self._digests: dict[str, int] = {}
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        if self._big:
+            self._thread = threading.Thread(target=self._sum, name="ftnb-checkpoint-crc",
+                                            daemon=True)
+            self._thread.start()
+
+    def _sum(self) -> None:
+        try:
+            for rel in self._big:
+                self._digests[rel] = file_crc32(os.path.join(self.source, *rel.split("/")))
+        except BaseException as exc:  # (a file that vanished: the copy says so too)
+            self._error = exc
+
+    def result(self) -> dict:
+        """``files`` (relative path, with ``/``, to size) and ``crc32`` (to CRC-32), every file."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return {"files": dict(self._described["files"]),
+                "crc32": {**self._described["crc32"], **self._digests}}
+
+
+def describe_folder(source: str, small_only: bool = False) -> dict:
     """What a marker records of the local folder ``source``: ``files`` (relative path, with
-    ``/``, to size in bytes) and ``crc32`` (relative path to CRC-32, small files only)."""
+    ``/``, to size in bytes) and ``crc32`` (relative path to CRC-32: every file, or with
+    ``small_only`` the small ones, see :data:`DIGEST_FILE_LIMIT`)."""
     sizes: dict[str, int] = {}
     for root, _, names in os.walk(source):
         for name in names:
@@ -44,10 +102,9 @@ def describe_folder(source: str) -> dict:
     digests: dict[str, int] = {}
     budget = DIGEST_BUDGET
     for rel, size in sorted(sizes.items(), key=lambda item: item[1]):
-        if size > DIGEST_FILE_LIMIT or size > budget:
+        if small_only and (size > DIGEST_FILE_LIMIT or size > budget):
             break
-        with open(os.path.join(source, *rel.split("/")), "rb") as f:
-            digests[rel] = zlib.crc32(f.read())
+        digests[rel] = file_crc32(os.path.join(source, *rel.split("/")))
         budget -= size
     return {"files": sizes, "crc32": digests}
 
@@ -74,12 +131,25 @@ def checkpoint_damage(storage: "Storage", folder: str) -> Optional[str]:
     digests = marker.get("crc32") if isinstance(marker.get("crc32"), dict) else {}
     for rel, digest in sorted(digests.items()):
         try:
-            data = storage.read_bytes(storage.join(folder, *rel.split("/")))
+            crc = _stored_crc32(storage, storage.join(folder, *rel.split("/")))
         except FileNotFoundError:
             return f"its file {rel} is missing"
-        if zlib.crc32(data) != digest:
+        if crc != digest:
             return f"its file {rel} does not hold what was written (its CRC-32 differs)"
     return None
+
+
+def _stored_crc32(storage: "Storage", path: str) -> int:
+    """The CRC-32 of a stored file, read in pieces."""
+    if storage.is_local:
+        return file_crc32(path)
+    crc = 0
+    with storage.fs.open(path, "rb") as f:
+        while True:
+            data = f.read(_READ_CHUNK)
+            if not data:
+                return crc
+            crc = zlib.crc32(data, crc)
 
 
 def _sizes(storage: "Storage", folder: str) -> dict[str, int]:

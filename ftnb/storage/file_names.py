@@ -44,6 +44,9 @@ STDERR_FILE = "stderr"
 #: read.
 _RANK_SUFFIX = ".rank"
 _CHECKPOINT_PREFIX = "checkpoint_"
+#: A PBT exploit's staged copy of its donor's checkpoint (see ftnb.core.exploits): not one of
+#: the trial's checkpoints, and no checkpoint debris.
+STAGED_EXPLOIT_PREFIX = "pbt_exploit_"
 # A folder being copied into place on a local disk (see Storage.persist_directory).
 _TEMP_FOLDER_PREFIX = ".tmp-"
 
@@ -81,8 +84,10 @@ def checkpoint_index(dir_name: str) -> Optional[int]:
 
 def is_temporary_checkpoint(dir_name: str) -> bool:
     """Whether ``dir_name`` is a checkpoint folder still being copied into place (debris once
-    its writer is dead)."""
-    return dir_name.startswith(_TEMP_FOLDER_PREFIX + _CHECKPOINT_PREFIX)
+    its writer is dead): numbered, or named by the trainable (``report(checkpoint_dir_name=
+    ...)``), or the ranks' merged files (``.tmp-<name>-shards``); a staged PBT copy is not."""
+    return (dir_name.startswith(_TEMP_FOLDER_PREFIX)
+            and not dir_name.startswith(_TEMP_FOLDER_PREFIX + STAGED_EXPLOIT_PREFIX))
 
 
 def temporary_folder_name(name: str) -> str:

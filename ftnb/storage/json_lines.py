@@ -37,15 +37,41 @@ _NONFINITE_TOKENS = frozenset({"NaN", "Infinity", "-Infinity"})
 
 
 def json_line(row: dict) -> bytes:
-    """``row`` as one line of strict JSON (see :data:`NONFINITE_KEY`), newline included."""
+    """``row`` as one line of strict JSON (see :data:`NONFINITE_KEY`), newline included. A
+    value that is not JSON is written as its text (an array as its list), as Ray Tune's
+    ``SafeFallbackEncoder`` writes it."""
     try:
-        text = json.dumps(row, default=str, allow_nan=False)
+        text = json.dumps(row, default=text_form, allow_nan=False)
     except ValueError:  # a NaN or an infinity somewhere (the rare case: only then a copy)
         overlay: dict = {}
         clean = _null_nonfinite(row, overlay)
         clean[NONFINITE_KEY] = overlay
-        text = json.dumps(clean, default=str, allow_nan=False)
+        text = json.dumps(clean, default=text_form, allow_nan=False)
     return (text + "\n").encode("utf-8")
+
+
+def text_form(value: Any) -> Any:
+    """What a JSON record keeps of a value that is not JSON: an array's (numpy, torch) list,
+    else its text (``str(value)``: ``"Ellipsis"``, ``"<MyModel ...>"``)."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and getattr(value, "shape", None) is not None:
+        try:
+            return tolist()
+        except Exception:  # (a tensor on a device it cannot be read from, say)
+            pass
+    return str(value)
+
+
+def reported_object(value: Any) -> Any:
+    """A reported value that is not JSON, as it travels from the trial to the driver's callbacks
+    and results: itself when it can (it pickles), else its text (:func:`text_form`'s)."""
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception:  # a lambda, a lock, an open file: any error pickle may raise
+        return str(value)
+    return value
 
 
 def _null_nonfinite(value: Any, overlay: dict) -> Any:

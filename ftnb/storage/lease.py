@@ -32,12 +32,13 @@ The lease is ``owner.json`` in the experiment folder::
   counts as alive until ``ttl_s``, but every view says for how long it has been silent and
   when it will count as dead, and offers the takeover. A driver on this machine whose process
   is stopped (SIGSTOP, Ctrl+Z) is silent too, and never counts as dead while it exists.
-* **Taking over** (:func:`take_over_now`, what ``ftnb resume --takeover`` does, and
-  ``Lease.acquire(takeover=True)``, what ``Tuner.restore(takeover=True)`` does): at once, with
+* **Taking over** (``Lease.acquire(takeover=True)``, what ``Tuner.restore(takeover=True)`` and
+  ``ftnb resume --takeover`` do through :func:`ftnb.lifecycle.own.take_over_now`): at once, with
   a new epoch and token, unless the driver is provably alive on this machine (same host id,
   its process there and neither a zombie nor stopped): that one is refused
-  (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first
-  (:func:`end_stopped_driver`; its trials die with it): it may be stopped inside a heartbeat,
+  (:func:`refuse_takeover_of_live_driver`). A driver stopped on this machine is killed first,
+  by the lifecycle (:func:`ftnb.lifecycle.own.end_stopped_driver`; storage kills nothing; its
+  trials die with it): it may be stopped inside a heartbeat,
   holding the lease lock, and continued it could only be a driver without a lease. Taking over a
   driver that is in fact alive on another machine is safe: fencing makes it stop writing (a
   driver there stopped inside a heartbeat holds the lock of a shared disk until it is
@@ -55,7 +56,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import threading
 import time
@@ -63,6 +63,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from ..system.processes import command_line, host_id, is_stopped, pid_start_time, process_state
 from . import LEASE_FILE, ExperimentPaths, is_transient
 
 __all__ = [
@@ -73,12 +74,9 @@ __all__ = [
     "LeaseInfo",
     "LeaseLostError",
     "Liveness",
-    "end_stopped_driver",
     "fence_out",
-    "host_id",
     "process_name",
     "refuse_takeover_of_live_driver",
-    "take_over_now",
 ]
 
 DEFAULT_TTL_S = 30.0
@@ -118,86 +116,6 @@ class LeaseLostError(RuntimeError):
 
 class FencedError(RuntimeError):
     """A trial process found that its driver no longer owns the experiment."""
-
-
-def host_id() -> str:
-    """What identifies this machine (and PID namespace) for pid checks.
-
-    ``$FTNB_HOST_ID`` overrides it (two containers that share a hostname and kernel, or tests).
-    """
-    override = os.environ.get("FTNB_HOST_ID")
-    if override:
-        return override
-    parts = [socket.gethostname()]
-    for path in ("/proc/sys/kernel/random/boot_id",):
-        try:
-            with open(path) as f:
-                parts.append(f.read().strip())
-        except OSError:
-            pass
-    try:
-        parts.append(os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        pass
-    return "/".join(parts)
-
-
-def process_status(pid: int) -> Optional[str]:
-    """The state letter of this machine's process ``pid`` in ``/proc/PID/stat`` (``R``, ``S``,
-    ``T`` stopped, ``t`` traced, ``Z`` zombie, ...), None when it cannot be read (gone, or not
-    Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: the state follows the last ')'.
-    state = data[data.rfind(b")") + 2:data.rfind(b")") + 3]
-    return state.decode("ascii", "replace") or None
-
-
-def pid_start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), which
-    tells a live process from a later one that reused its pid. None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None if not _pid_exists(pid) else -1
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if fields[:1] in ([b"Z"], [b"X"]):
-        return None  # a zombie is dead: only its exit status is left for its parent to collect
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return -1
-
-
-def process_state(pid: int, pid_start: Optional[int]) -> str:
-    """What became of the process ``pid`` of this machine that started at ``pid_start`` (None:
-    unknown): "running", "exited", or "reused" (its pid now names a later process)."""
-    start = pid_start_time(pid)
-    if start is None:
-        return "exited"
-    if pid_start is not None and start not in (-1, pid_start):
-        return "reused"
-    return "running"
-
-
-def _stopped(pid: int) -> bool:
-    """Whether this machine's process ``pid`` is stopped (SIGSTOP, Ctrl+Z) or traced."""
-    return process_status(pid) in ("T", "t")
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def process_name(token: str) -> str:
@@ -278,7 +196,7 @@ class LeaseInfo:
             if state == "reused":
                 return Liveness(False, f"its process {self.pid} on this machine has exited "
                                        "(pid reused)")
-            if _stopped(self.pid):
+            if is_stopped(self.pid):
                 # Not provably alive: it beats no more and may never be continued; not dead
                 # either: SIGCONT would wake it (and fencing would then stop it).
                 return Liveness(True, (
@@ -371,7 +289,7 @@ def _new_lease_info(current: Optional[LeaseInfo]) -> LeaseInfo:
         acquired=now,
         heartbeat=now,
         ttl_s=ttl,
-        command=_command_line(),
+        command=command_line(),
         heartbeat_s=_heartbeat_interval(ttl),
     )
 
@@ -399,57 +317,6 @@ def refuse_takeover_of_live_driver(paths: ExperimentPaths, current: Optional[Lea
             "cannot be proven (its machine or container is gone, or it is stopped). Fix: stop "
             f"it (`ftnb stop {paths.uri}`), or kill {current.pid} if it hangs, then resume."
         )
-
-
-def take_over_now(paths: ExperimentPaths, what: str = "take over") -> Optional[LeaseInfo]:
-    """Take the experiment from its driver at once, without waiting for its lease to expire,
-    and leave it free for a resume: a new epoch and token fence the old driver (it, and its
-    trials wherever they run, stop before their next write: :class:`LeaseLostError`,
-    :class:`FencedError`), the driver is killed when it is stopped on this machine, and the
-    lease is released (the caller ends the old trials' processes on this machine:
-    :func:`ftnb.restore.take_over_driver`). Refused while the driver is provably alive
-    on this machine (:func:`refuse_takeover_of_live_driver`).
-
-    Returns the lease taken over, or None when there was nothing to take (no owner, or one
-    that released the experiment or is dead already)."""
-    current = read_lease(paths)
-    if current is None or not current.liveness()[0]:
-        return None
-    refuse_takeover_of_live_driver(paths, current, what)
-    lease = Lease.acquire(paths, takeover=True, what=what)
-    try:
-        fence_out(paths, lease.previous)
-    finally:
-        lease.release()
-    return lease.previous
-
-
-def end_stopped_driver(paths: ExperimentPaths) -> None:
-    """Before a takeover: SIGKILL the experiment's driver if it is stopped (SIGSTOP, Ctrl+Z) on
-    this machine (its trials die with it; what they started is ended by the taker:
-    :func:`ftnb.restore.end_strays_of_driver`). It may be stopped inside a heartbeat, holding
-    the lease lock that the takeover needs (which would then wait forever), and continued it
-    could only be a driver without a lease. A driver running on this machine is left alone (a
-    takeover of it is refused before: :func:`refuse_takeover_of_live_driver`)."""
-    current = read_lease(paths)
-    if (current is None or current.released or current.host_id != host_id()
-            or not _stopped(current.pid)):
-        return
-    _kill_and_wait(current.pid, current.pid_start)
-
-
-def _kill_and_wait(pid: int, pid_start: Optional[int], timeout_s: float = 10.0) -> None:
-    """SIGKILL this machine's process ``pid`` (if it is still the one that started at
-    ``pid_start``) and wait until it is gone or a zombie (its files, and locks, closed)."""
-    if process_state(pid, pid_start) != "running":
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + timeout_s
-    while pid_start_time(pid) is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
@@ -489,8 +356,6 @@ class Lease:
                 what: str = "run") -> "Lease":
         """Become the experiment's owner, or raise :class:`ExperimentLockedError`."""
         storage = paths.storage
-        if takeover:
-            end_stopped_driver(paths)
         # Acquisitions are serialized where the storage has a lock (a local or NFS disk), and
         # are a compare-and-swap of owner.json where it has conditional writes (S3); elsewhere
         # the winner is whoever's token reads back after a settle delay. A driver of another
@@ -665,14 +530,6 @@ def _say_waiting_for_lock(paths: ExperimentPaths) -> None:
           f"held for over {Lease.LOCK_WAIT_NOTE_S:g} s: a driver stopped inside a heartbeat "
           "(SIGSTOP, a frozen container or machine) holds it until it runs again or is "
           "killed; this goes on then.", file=sys.stderr, flush=True)
-
-
-def _command_line() -> str:
-    try:
-        with open("/proc/self/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
-    except OSError:
-        return ""
 
 
 def _lost_race_message(paths: ExperimentPaths, won: Optional[LeaseInfo]) -> str:

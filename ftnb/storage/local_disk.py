@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from typing import Callable
 
 from .faults import FAULT_ERRNOS
 from .file_names import CHECKPOINT_MARKER, temporary_file_path, temporary_folder_name
@@ -68,15 +69,16 @@ def copy_file_atomically(source: str, path: str) -> None:
         raise
 
 
-def persist_folder(source: str, dest: str, marker_bytes: bytes) -> None:
+def persist_folder(source: str, dest: str, marker_bytes: Callable[[], bytes]) -> None:
     """Copy the folder ``source`` to ``dest`` with its checkpoint marker holding
-    ``marker_bytes``: built in a hidden temporary folder that is fsynced and renamed into place,
-    so ``dest`` either does not exist or is complete."""
+    ``marker_bytes()`` (asked for once the files are copied): built in a hidden temporary
+    folder that is fsynced and renamed into place, so ``dest`` either does not exist or is
+    complete."""
     parent = os.path.dirname(dest)
     tmp = os.path.join(parent, temporary_folder_name(os.path.basename(dest)))
     try:
         _copy_tree_fsync(source, tmp)
-        _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes)
+        _write_fsync(os.path.join(tmp, CHECKPOINT_MARKER), marker_bytes())
         _fsync_dir(tmp)
     except BaseException:
         # (a full disk, most often: what was copied would only hold the space the next try needs)

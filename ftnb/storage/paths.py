@@ -24,6 +24,7 @@ from .file_names import (
     PARAMS_FILE,
     PROGRESS_FILE,
     RESULTS_FILE,
+    STAGED_EXPLOIT_PREFIX,
     SEARCHER_STATE_FILE,
     STATE_BACKUP_FILE,
     STATE_FILE,
@@ -175,11 +176,17 @@ class TrialPaths:
         return read_json_lines(data, source=self.storage.uri(self.results))
 
     def checkpoint_dirs(self) -> list[str]:
-        """Names of the complete checkpoint folders (with a marker), oldest first."""
-        names = [n for n in self.storage.listdir(self.dir) if checkpoint_index(n) is not None]
+        """Names of the complete checkpoint folders (with a marker): the numbered ones oldest
+        first, then those the trainable named (``report(checkpoint_dir_name=...)``)."""
+        own = self.owner_files()
+        names = [n for n in self.storage.listdir(self.dir)
+                 if checkpoint_index(n) is not None
+                 or not (n.startswith((".", "stdout", "stderr", STAGED_EXPLOIT_PREFIX))
+                         or n in own)]
         return [
             n
-            for n in sorted(names, key=lambda n: checkpoint_index(n) or 0)
+            for n in sorted(names, key=lambda n: (checkpoint_index(n) is None,
+                                                  checkpoint_index(n) or 0, n))
             if self.storage.exists(self.checkpoint_marker(n))
         ]
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from . import Storage, TrialPaths, json_line
+from .json_lines import text_form
 
-__all__ = ["ResultLog", "flatten_row"]
+__all__ = ["ResultLog", "flatten_row", "metric_value"]
 
 
 def flatten_row(row: dict, prefix: str = "", sep: str = "/") -> dict:
@@ -34,6 +35,18 @@ def flatten_row(row: dict, prefix: str = "", sep: str = "/") -> dict:
     return out
 
 
+def metric_value(row: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The value of the metric ``name`` in a reported ``row``: a top-level key, or, as Ray Tune
+    flattens results with ``/``, a nested one (``"test/test1"`` is ``row["test"]["test1"]``).
+
+    >>> metric_value({"test": {"test1": {"test2": 6}}}, "test/test1/test2")
+    6
+    """
+    if name in row:
+        return row[name]
+    return flatten_row(dict(row)).get(name, default)
+
+
 def _csv_text(header: list[str], rows: Iterable[dict], with_header: bool) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
@@ -46,7 +59,7 @@ def _csv_text(header: list[str], rows: Iterable[dict], with_header: bool) -> str
 
 def _csv_value(value: Any) -> Any:
     if isinstance(value, (list, dict)):
-        return json.dumps(value)
+        return json.dumps(value, default=text_form)
     return value
 
 

@@ -75,8 +75,10 @@ class WorkerLoop:
     after the loop, so an experiment records the user's function as its trainable."""
 
     def __init__(self, loop: Callable[..., Any], takes_config: bool, use_gpu: bool,
-                 backend: Optional[str], timeout_s: float) -> None:
+                 backend: Optional[str], timeout_s: float, local_mode: bool = False) -> None:
         self.loop = loop
+        #: ``ScalingConfig(num_workers=0)``: the loop runs in the caller, with no process group.
+        self.local_mode = local_mode
         self.takes_config = takes_config
         self.use_gpu = use_gpu
         self.backend = backend
@@ -93,7 +95,7 @@ class WorkerLoop:
         session.datasets = dict(config.get(_DATASETS) or {})
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
-        group = self._init_process_group(session)
+        group = False if self.local_mode else self._init_process_group(session)
         try:
             if self.takes_config:
                 self.loop(loop_config)
@@ -235,7 +237,8 @@ class TorchTrainer:
         """The trainable each rank runs."""
         timeout = self.torch_config.timeout_s or self.scaling_config.collective_timeout_s
         return WorkerLoop(self.train_loop_per_worker, self._takes_config,
-                          self.scaling_config.use_gpu, self.torch_config.backend, timeout)
+                          self.scaling_config.use_gpu, self.torch_config.backend, timeout,
+                          local_mode=self.scaling_config.local_mode)
 
     def param_space(self, given: Optional[Mapping[str, Any]] = None) -> dict:
         """The search space of a Tuner over this trainer: ``given`` (its ``train_loop_config``
@@ -359,8 +362,13 @@ def trainer_from_settings(loop: Callable[..., Any], settings: Mapping[str, Any])
     use_gpu = bool(stored.get("use_gpu"))
     if not use_gpu:
         resources.pop("gpu", None)
+    elastic = settings.get("elastic") or {}
+    ranks: Any = int(settings.get("num_workers") or 1)
+    if elastic:
+        ranks = (ranks, int(elastic["max_workers"]))
     scaling = ScalingConfig(
-        num_workers=int(settings.get("num_workers") or 1),
+        num_workers=0 if stored.get("local_mode") else ranks,
+        elastic_resize_monitor_interval_s=float(elastic.get("resize_interval_s") or 60.0),
         use_gpu=use_gpu,
         resources_per_worker=resources or None,
         collective_timeout_s=float(settings.get("collective_timeout_s")

@@ -94,6 +94,11 @@ class TrialRow:
     retries: int = 0
     #: Its status as views show it (:func:`shown_status`: a stopped trial is ``STOPPED``).
     shown_status: str = ""
+    #: An elastic group's re-forms, as its record has them (``{"reason", "old_size",
+    #: "new_size", "time", "attempt", "mode"}``, see ftnb.core.resizing).
+    resizes: list = field(default_factory=list)
+    #: Why it stopped, or (an elastic group PENDING) what it waits for.
+    note: Optional[str] = None
 
 
 @dataclass
@@ -152,6 +157,8 @@ class ExperimentView:
                     num_workers=trial.attempts[-1].num_workers if trial.attempts else ranks,
                     retries=retries(trial),
                     shown_status=shown_status(trial),
+                    resizes=list(trial.resizes),
+                    note=trial.note,
                 )
             )
         end = state.updated if state.status != ExperimentStatus.RUNNING else time.time()
@@ -278,7 +285,7 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     for row in rows:
         failures = str(row.failures) + (f" (+{row.preemptions}p)" if row.preemptions else "")
         cells = [row.trial_id, row.shown_status or row.status,
-                 *([str(row.num_workers)] if group else []),
+                 *([ranks_cell(row)] if group else []),
                  str(row.iteration), str(row.attempts), failures]
         cells += [format_value(row.params.get(k)) for k in view.param_columns]
         cells += [format_value(row.metrics.get(k)) for k in view.metric_columns]
@@ -296,4 +303,29 @@ def render_table(view: ExperimentView, max_rows: int = 50) -> str:
     out.append(sep)
     if len(view.rows) > max_rows:
         out.append(f"... and {plural(len(view.rows) - max_rows, 'more trial')}")
+    out += resize_lines(rows)
+    out += [f"{row.trial_id}: {row.note}" for row in rows
+            if row.status == TrialStatus.PENDING and row.note]
     return "\n".join(out)
+
+
+def ranks_cell(row: TrialRow) -> str:
+    """A trial's ranks as a table shows them: ``2``, or for an elastic group that re-formed its
+    sizes so far, ``3 (3>2>3)``."""
+    if not row.resizes:
+        return str(row.num_workers)
+    sizes = [row.resizes[0].get("old_size")] + [r.get("new_size") for r in row.resizes]
+    return f"{row.num_workers} ({'>'.join(str(s) for s in sizes)})"
+
+
+def resize_lines(rows: list[TrialRow], per_trial: int = 5) -> list[str]:
+    """The re-forms of the elastic groups among ``rows``, a line each (the last ``per_trial`` of
+    a trial), e.g. ``3f2a1_00000 attempt 2: 3 -> 2 ranks (rank lost, cold) at 10:31:07``."""
+    lines = []
+    for row in rows:
+        for entry in row.resizes[-per_trial:]:
+            when = time.strftime("%H:%M:%S", time.localtime(entry.get("time") or 0))
+            lines.append(f"{row.trial_id} attempt {entry.get('attempt')}: "
+                         f"{entry.get('old_size')} -> {entry.get('new_size')} ranks "
+                         f"({entry.get('reason')}, {entry.get('mode', 'cold')}) at {when}")
+    return ["Group re-forms:", *lines] if lines else []
