@@ -13,15 +13,13 @@ __all__ = ["Checkpoint", "CheckpointUploadMode"]
 
 class CheckpointUploadMode(enum.Enum):
     """How ``report(..., checkpoint=...)`` brings a checkpoint into the trial's storage
-    (Ray Train's ``CheckpointUploadMode``; see the README's "Checkpoints that never stall
-    training").
+    (Ray Train's ``CheckpointUploadMode``; see docs/checkpoint-uploads.md).
 
-    Members:
-        SYNC: ``report`` returns once the checkpoint and its row are persisted (the default).
-        ASYNC: ``report`` returns once the folder is snapshotted; the upload runs in the
-            background, in order, and the row becomes visible once the checkpoint is whole.
-        NO_UPLOAD: the reported folder already is in the trial's folder on storage (written
-            there by the trainable); it is registered where it is, never copied.
+    - ``SYNC``: ``report`` returns once the checkpoint and its row are persisted (the default).
+    - ``ASYNC``: ``report`` returns once the folder is snapshotted; the upload runs in the
+      background, in order, and the row becomes visible once the checkpoint is whole.
+    - ``NO_UPLOAD``: the reported folder already is in the trial's folder on storage (written
+      there by the trainable); it is registered where it is, never copied.
     """
 
     SYNC = "SYNC"

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from .storage.result_log import metric_value  # noqa: F401  (re-exported: its old home)
-from .train.scaling import DEFAULT_COLLECTIVE_TIMEOUT_S, ScalingConfig
+from .train.scaling import DEFAULT_COLLECTIVE_TIMEOUT_S, ScalingConfig  # noqa: F401  (tuner reads it here)
 from .train.scaling import is_real_number as _is_number
 
 __all__ = [

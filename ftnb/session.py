@@ -409,10 +409,11 @@ class TrialSession:
             if not quiet:
                 raise
 
-    def ask_checkpoint(self, metrics: dict) -> bool:
+    def ask_checkpoint(self, metrics: dict, at_end: bool = False) -> bool:
         """Whether the driver's callbacks ask for a checkpoint with the report of ``metrics``
-        about to be made (a class trainable asks: :mod:`ftnb.core.checkpoint_queries`)."""
-        from .core.checkpoint_queries import CHECKPOINT, CHECKPOINT_QUERY
+        about to be made, or (``at_end``) a driver-side stopper ends the trial with it (a class
+        trainable asks: :mod:`ftnb.core.checkpoint_queries`)."""
+        from .core.checkpoint_queries import AT_END, CHECKPOINT, CHECKPOINT_QUERY
 
         if self.wait_decision is None or self.group is not None:
             return False
@@ -421,7 +422,7 @@ class TrialSession:
             **metrics, "training_iteration": iteration, "trial_id": self.context.trial_id,
             "time_this_iter_s": now - self.last_report,
             "time_total_s": self.time_offset + (now - self.started), "timestamp": now,
-            "attempt": self.context.attempt, CHECKPOINT_QUERY: True})
+            "attempt": self.context.attempt, CHECKPOINT_QUERY: AT_END if at_end else True})
         return self.wait_decision(iteration) == CHECKPOINT
 
     def _check_fence(self, force: bool) -> None:

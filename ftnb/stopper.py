@@ -336,6 +336,9 @@ class DriverStopping:
         #: The controller it acts on, set once the controller exists.
         self.controller: Any = None
         self._stopping_all = False
+        #: Per trial: (training_iteration, stops, reason) of the row it showed before
+        #: persisting it (a class trainable's checkpoint query), for that row's report.
+        self._previewed: dict[str, tuple] = {}
 
     def on_experiment_start(self, state: "ExperimentState") -> None:
         from .core.records import TrialStatus
@@ -360,9 +363,28 @@ class DriverStopping:
                 self._stop(trial, decided[trial.trial_id])
         self._check_all(state)
 
+    def on_result_preview(self, state: "ExperimentState", trial: "TrialRecord",
+                          row: dict) -> None:
+        """A class trainable's row before it is persisted (ftnb.core.checkpoint_queries): the
+        stopper sees it now, once; its verdict is marked in the row and kept for the row's
+        persisted report."""
+        from .core.checkpoint_queries import STOPS_HERE
+
+        stops = bool(self.stopper(trial.trial_id, row))
+        reason = self.stopper._ftnb_reason() if stops else None
+        self._previewed[trial.trial_id] = (row.get("training_iteration"), stops, reason)
+        if stops:
+            row[STOPS_HERE] = True
+
     def on_result(self, state: "ExperimentState", trial: "TrialRecord", row: dict) -> None:
-        if self.stopper(trial.trial_id, row):
-            self._stop(trial, self.stopper._ftnb_reason())
+        previewed = self._previewed.pop(trial.trial_id, None)
+        if previewed is not None and previewed[0] == row.get("training_iteration"):
+            stops, reason = previewed[1], previewed[2]
+        else:
+            stops = bool(self.stopper(trial.trial_id, row))
+            reason = self.stopper._ftnb_reason() if stops else None
+        if stops:
+            self._stop(trial, reason)
         self._check_all(state)
 
     def on_tick(self, state: "ExperimentState") -> None:

@@ -155,7 +155,7 @@ class ClassTrainableRunner:
                 asked = bool(result.pop(SHOULD_CHECKPOINT, False))
                 trainable._iteration += 1
                 if asked or self._checkpoint_now(trainable._iteration, result, done, session) \
-                        or (self.ask_callbacks and session.ask_checkpoint(result)):
+                        or self._driver_asks(session, result):
                     with tempfile.TemporaryDirectory() as folder:
                         saved = trainable.save_checkpoint(folder)
                         if saved is not None:
@@ -176,8 +176,22 @@ class ClassTrainableRunner:
             return False
         return done or _ends_at_report(session, {**result, "training_iteration": iteration})
 
+    def _driver_asks(self, session: Any, result: dict) -> bool:
+        """Whether the driver wants a checkpoint with ``result``: a callback set
+        SHOULD_CHECKPOINT, or a driver-side stopper ends the trial with it (checkpoint_at_end)."""
+        at_end = self.checkpoint_at_end and _stopper_decides(session)
+        if not (self.ask_callbacks or at_end):
+            return False
+        return session.ask_checkpoint(result, at_end=at_end)
+
     def __repr__(self) -> str:
         return f"<ftnb trainable {self.__name__}>"
+
+
+def _stopper_decides(session: Any) -> bool:
+    """Whether only a driver-side stopper decides at the session's reports (no scheduler)."""
+    points = getattr(session, "decision_points", None)
+    return bool(getattr(points, "stopper_only", False))
 
 
 def _ends_at_report(session: Any, row: dict) -> bool:
@@ -196,7 +210,7 @@ def _ends_at_report(session: Any, row: dict) -> bool:
         return True
     points = getattr(session, "decision_points", None)
     if (points is not None and getattr(session, "wait_decision", None) is not None
-            and points.reached(session._decision_value, row)):
+            and not points.stopper_only and points.reached(session._decision_value, row)):
         # A scheduler decides at this report (an ASHA rung, a HyperBand milestone, a PBT
         # interval) and may end the trial there: STOP or PAUSE must find its checkpoint on it.
         return True

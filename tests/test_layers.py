@@ -40,6 +40,8 @@ LAYERS = [
     ("ftnb.objects", "base"),
     # How a dataset is split between ranks: plain data handling that a trainable calls.
     ("ftnb.train.shards", "base"),
+    # ScalingConfig: a configuration object like those of ftnb.config, which re-exports it.
+    ("ftnb.train.scaling", "base"),
     # Starting, owning and resuming an experiment: below its front doors (Tuner, TorchTrainer,
     # ftnb.run, the old paths restore/new_experiment/start_or_resume), which it is given as
     # arguments, never imports.
@@ -85,7 +87,7 @@ EXCEPTIONS = {
     # `%load_ext ftnb` looks for load_ipython_extension in the package itself.
     ("ftnb", "ftnb.notebook.magics"),
     # ScalingConfig checks resources_per_worker with the one parser of resource requests.
-    ("ftnb.config", "ftnb.execution.resources"),
+    ("ftnb.train.scaling", "ftnb.execution.resources"),
 }
 
 

@@ -109,3 +109,30 @@ def test_a_class_trial_a_scheduler_stops_has_its_final_checkpoint_on_its_last_ro
         assert _saved(result.checkpoint.path) == {"count": last}
         stopped += last < 9
     assert stopped >= 2  # the scheduler ended some trials early, each with its checkpoint
+
+
+class CountingStopAtThree(ftnb.Stopper):
+    """StopAtThree that appends each training_iteration it is shown to a file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, trial_id, result):
+        with open(self.path, "a") as f:
+            f.write(f"{result['training_iteration']}\n")
+        return result["training_iteration"] >= 3
+
+    def stop_all(self):
+        return False
+
+
+def test_a_driver_side_stopper_sees_each_row_once_when_asked_before_the_report(tmp_path):
+    # The trial asks before each report whether the stopper ends it there (so that the report
+    # carries the final checkpoint): the stopper decides on that preview, and the persisted row
+    # is not shown to it again.
+    seen = tmp_path / "seen.txt"
+    iterations, checkpointed, result = _rows(tmp_path, "once", CountingStopAtThree(str(seen)))
+    assert iterations == [1, 2, 3] and checkpointed == [3]
+    assert seen.read_text().split() == ["1", "2", "3"]
+    with result.checkpoint.as_directory() as folder:
+        assert _saved(folder) == {"count": 3}

@@ -76,6 +76,8 @@ def meets_stop_criterion(row: Optional[dict], stop: Any) -> bool:
 
 #: Every report is a decision point (``training_iteration`` >= 0).
 EVERY_REPORT = DecisionPoints("training_iteration", from_value=0)
+#: Every report is a decision point, for a driver-side stopper only (no scheduler).
+EVERY_REPORT_FOR_STOPPER = DecisionPoints("training_iteration", from_value=0, stopper_only=True)
 
 
 class SchedulerBookkeeping:
@@ -184,7 +186,7 @@ class SchedulerBookkeeping:
         """Which reports of ``trial``'s next attempt wait for a decision (None: none): every
         one when a driver-side stopper decides (:attr:`every_report`), else its scheduler's."""
         if self.scheduler is None:
-            return EVERY_REPORT if self.every_report else None
+            return EVERY_REPORT_FOR_STOPPER if self.every_report else None
         if self.every_report:
             self._points(trial)
             return EVERY_REPORT

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .contract import AttemptEvent, AttemptSpec, StartedEvent
+from .contract import AttemptSpec, StartedEvent
 from .process_tree import CGROUP_VARIABLE, become_subreaper, end_descendants, join_cgroup
 from .rank_group import RankPlace
 

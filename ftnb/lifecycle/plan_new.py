@@ -98,7 +98,6 @@ def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperi
     travel to trial processes, its storage is writable, and no experiment is stored under its
     name (chosen here when the run config gives none)."""
     from ..objects import bind_objects
-    from ..search import generate_variants
     from ..storage import check_outage_settings
 
     rc, tc = tuner.run_config, tuner.tune_config

@@ -23,6 +23,11 @@ class DecisionPoints:
     report had not (a perturbation interval); ``offset`` moves those multiples (the points are
     ``offset + n * every``, n >= 1: PBT's grid from its burn-in period on).
 
+    ``stopper_only``: no scheduler decides at these points, only a driver-side stopper (every
+    report waits so the trial ends exactly where the stopper says). A class trainable with
+    ``checkpoint_at_end`` then asks the driver before each report whether the stopper ends it
+    there (:mod:`ftnb.core.checkpoint_queries`), instead of checkpointing at every point.
+
     >>> points = DecisionPoints("training_iteration", milestones=(1, 3, 9))
     >>> [points.reached(prev, {"training_iteration": i}) for prev, i in ((0, 1), (1, 2), (2, 3))]
     [True, False, True]
@@ -33,6 +38,7 @@ class DecisionPoints:
     from_value: Optional[float] = None
     every: Optional[float] = None
     offset: float = 0.0
+    stopper_only: bool = False
 
     def value(self, row: Mapping[str, Any]) -> Optional[float]:
         """``attr`` in ``row`` as a number (None when it is not one)."""

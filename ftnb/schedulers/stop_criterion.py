@@ -16,7 +16,6 @@ value that is not a number (a string, an object) never meets a threshold.
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Mapping
 

@@ -119,7 +119,7 @@ def snapshot_folder(source: str, staging: Optional[str] = None) -> Snapshot:
 def _remove_dead_snapshots(parent: str) -> None:
     """Delete the snapshots in ``parent`` of processes that are gone (a trial SIGKILLed
     mid-upload): their hard links would hold the checkpoint's space forever."""
-    from .lease import _pid_exists
+    from ..system.processes import pid_exists
 
     try:
         names = [n for n in os.listdir(parent) if n.startswith(_SNAPSHOT_PREFIX)]
@@ -127,7 +127,7 @@ def _remove_dead_snapshots(parent: str) -> None:
         return
     for name in names:
         pid = name[len(_SNAPSHOT_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or _pid_exists(int(pid)):
+        if not pid.isdigit() or pid_exists(int(pid)):
             continue
         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 

@@ -42,7 +42,6 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
 
 import pytest
 
