@@ -59,7 +59,9 @@ def main() -> None:
             "data": ftnb.put(np.ones(1_000_000)),
         },
         tune_config=ftnb.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
-        run_config=ftnb.RunConfig(failure_config=ftnb.FailureConfig(max_failures=2)),
+        # Two checkpoints per trial are enough to resume from (a trial checkpoints each step).
+        run_config=ftnb.RunConfig(failure_config=ftnb.FailureConfig(max_failures=2),
+                                  checkpoint_config=ftnb.CheckpointConfig(num_to_keep=2)),
     )
     best = results.get_best_result()
     print(f"best lr={best.config['lr']} loss={best.metrics['loss']:.4f}")

@@ -168,6 +168,15 @@ def test_ls_lists_each_experiment_with_counts_and_failures(store, capsys) -> Non
     assert beta[9] == "2"  # the ERRORED trial failed on both of its attempts
 
 
+def test_ftls_lists_the_newest_first(store, capsys) -> None:
+    # %ftls's listing: a cell's output is read from the top, so the newest comes first there
+    # (a terminal's `ftnb ls` puts it last, next to the prompt).
+    from ftnb.cli import list_experiments
+
+    assert list_experiments(str(store), newest_first=True) == 0
+    assert list(_ls_rows(capsys.readouterr().out)) == ["beta", "alpha"]
+
+
 def test_ls_default_storage_comes_from_the_environment(store, capsys, monkeypatch) -> None:
     monkeypatch.setenv("FTNB_STORAGE_PATH", str(store))
     assert main(["ls"]) == 0

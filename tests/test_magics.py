@@ -736,7 +736,7 @@ def test_stop_a_trial_stop_the_experiment_and_resume_it(cell, tmp_path):
     first, second = wait_for(running, timeout=60, what="both trials to report")
 
     cell(f"%ftstop gated --trial {first.trial_id}")
-    assert f"ftnb: stopped trial {first.trial_id} of gated (TERMINATED)" in cell.out
+    assert f"ftnb: stopped trial {first.trial_id} of gated (STOPPED)" in cell.out
     statuses = {t.trial_id: t.status for t in handle.state().trials}
     assert statuses == {first.trial_id: "TERMINATED", second.trial_id: "RUNNING"}
 

@@ -156,7 +156,12 @@ def _stop_trial(handle: Any, args: argparse.Namespace, out: Any) -> int:
     elif _finished(before):
         pass  # stop_trial said it had already ended
     elif args.wait:
-        print(f"ftnb: stopped trial {args.trial} of {handle.name} ({after})", file=out)
+        # (as the tables show it: a trial the user stopped reads STOPPED, not TERMINATED)
+        from ..ui.view import shown_status
+
+        shown = next((shown_status(t) for t in handle.state().trials
+                      if t.trial_id == args.trial), after)
+        print(f"ftnb: stopped trial {args.trial} of {handle.name} ({shown})", file=out)
     else:
         print(f"ftnb: asked trial {args.trial} of {handle.name} to stop", file=out)
     return EXIT_OK
@@ -173,7 +178,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError(f"ftnb rm {args.target}: not removed: stdin is not a terminal, so it "
-                           "cannot ask. Fix: --yes removes it without asking")
+                           "cannot ask. Fix: --yes removes it without asking", EXIT_ERRORED)
         try:
             state = handle.state()
             what = f"{handle.status()}, {plural(len(state.trials), 'trial')}"

@@ -66,9 +66,12 @@ def _storage_shown(given: Optional[str]) -> tuple[str, str]:
     return where, f"{where} ({origin}; pass a STORAGE path to look elsewhere)"
 
 
-def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> int:
+def list_experiments(given: Optional[str] = None, *, as_json: bool = False,
+                     newest_first: bool = False) -> int:
     """Print the experiments under the storage path ``given`` (default: the default storage)
-    as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path. A storage
+    as ``ftnb ls`` does (``%ftls`` too); raise :class:`CliError` for a bad path. A terminal
+    lists the newest last (next to the prompt); ``newest_first`` (``%ftls``: a cell's output
+    is read from the top) lists it first. A storage
     folder is listed through its index (:func:`ftnb.ui.read_model.list_folder`): a few
     requests for a folder of ended experiments, wherever it is."""
     from ..ui import read_model
@@ -99,9 +102,10 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False) -> i
 
     for e in listed:
         _add_supervisor(storage, e)
-    readable = sorted((e for e in listed if e.error is None), key=lambda e: (e.updated, e.name))
+    readable = sorted((e for e in listed if e.error is None), key=lambda e: (e.updated, e.name),
+                      reverse=newest_first)
     broken = sorted((e for e in listed if e.error is not None), key=lambda e: e.name)
-    listed = readable + broken  # newest last; the ones that need attention at the very end
+    listed = readable + broken  # the ones that need attention at the very end
 
     if as_json:
         print_json([dataclasses.asdict(e) for e in listed])

@@ -48,7 +48,7 @@ from traitlets import Bool, Int, TraitError, Unicode, default, validate
 from ..cli.exits import one_line
 from ..core.records import TrialStatus
 from ..run_options import env_int, launcher_of, resumed_space
-from ..ui.view import plural
+from ..ui.view import plural, shown_status
 from .magic_commands import (
     CellDefinitions,
     LaunchPlan,
@@ -284,7 +284,7 @@ class FtnbMagics(Magics):
         if args.storage_path or not self.used_storages:
             # The very listing of `ftnb ls`, errors included (one line each).
             try:
-                cli.list_experiments(args.storage_path or self.storage_path)
+                cli.list_experiments(args.storage_path or self.storage_path, newest_first=True)
             except cli.CliError as exc:
                 raise UsageError(_usage_line(exc)) from None
             return
@@ -295,7 +295,7 @@ class FtnbMagics(Magics):
         for index, (where, why) in enumerate(places):
             print(("\n" if index else "") + f"Under {where} ({why}):", flush=True)
             try:
-                cli.list_experiments(where)
+                cli.list_experiments(where, newest_first=True)
             except cli.CliError as exc:
                 print(_usage_line(exc))
 
@@ -439,7 +439,9 @@ def _stop_trial(handle: Any, trial_id: str, wait: bool, timeout: float) -> None:
     if before is not None and TrialStatus(before).is_finished():
         return  # stop_trial said it had already ended
     if wait:
-        status = {t.trial_id: t.status for t in handle.state().trials}.get(trial_id)
+        # (as the tables show it: a trial the user stopped reads STOPPED, not TERMINATED)
+        status = next((shown_status(t) for t in handle.state().trials if t.trial_id == trial_id),
+                      None)
         print(f"ftnb: stopped trial {trial_id} of {handle.name} ({status})")
     elif not _said_silent(handle, trial_id):
         print(f"ftnb: asked trial {trial_id} of {handle.name} to stop")
