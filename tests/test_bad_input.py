@@ -97,11 +97,17 @@ def _report_reserved(config):
     ftnb.report({"training_iteration": 3})
 
 
+def _return_a_value(config):
+    return 0.25  # meant as the score, but nothing was reported
+
+
 @pytest.mark.parametrize(
     "trainable,pattern",
     [
         (_report_list, r"report\(metrics=\.\.\.\) needs a dict.*got list"),
         (_report_reserved, r"'training_iteration', which ftnb fills in itself"),
+        (_return_a_value, r"_return_a_value returned float 0\.25 and reported nothing.*"
+                          r"Fix: ftnb\.report\(\{'score': value\}\)"),
     ],
 )
 def test_bad_report_is_a_usage_error_not_retried(tmp_path, trainable, pattern):

@@ -67,6 +67,18 @@ class WriteGuard(Protocol):
     def check(self, force: bool = False) -> None: ...
 
 
+def _returned_not_reported(trainable: Any, returned: Any) -> str:
+    """The error of a trainable that returned a value (not a dict) and reported nothing: the
+    trial would end with no metrics, its value lost."""
+    name = getattr(trainable, "__name__", "the trainable")
+    shown = repr(returned)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return (f"{name} returned {type(returned).__name__} {shown} and reported nothing, so the "
+            "trial has no metrics (only what is reported is kept, as in Ray Tune). Fix: "
+            "ftnb.report({'score': value}) in the loop, or return a dict of metrics "
+            "(return {'score': value}).")
+
+
 def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
                 this_thread_only: bool = False, guard: Optional[WriteGuard] = None,
                 on_session: Optional[Callable[["TrialSession"], None]] = None,
@@ -167,6 +179,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         returned = spec.trainable(config)
         if isinstance(returned, dict) and returned:
             session.report(returned)  # Ray's function API: a returned dict is the final result
+        elif returned is not None and session.iteration == 0 and session.group is None:
+            raise session_mod.UsageError(_returned_not_reported(spec.trainable, returned))
         session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
         outcome = "finished"
     except session_mod._AttemptEnd as end:
