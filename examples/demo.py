@@ -19,12 +19,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 import tempfile
 import time
 
 import ftnb
+
+
+def _ftnb_command() -> str:
+    """How to run the ``ftnb`` command of this Python: ``ftnb`` when the one on PATH is this
+    environment's (an activated venv), else this interpreter's ``-m ftnb`` (the README runs
+    ``.venv/bin/python examples/demo.py`` without activating the venv)."""
+    found = shutil.which("ftnb")
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    if found and os.path.dirname(os.path.abspath(found)) == here:
+        return "ftnb"
+    python = os.path.relpath(sys.executable) if not os.path.relpath(
+        sys.executable).startswith("..") else sys.executable
+    return f"{shlex.quote(python)} -m ftnb"
 
 SABOTAGE = {
     0: None,
@@ -108,7 +123,8 @@ def main() -> int:
     print(f"Errored trials: {results.num_errors}")
     for error in results.errors:
         print(f"  {error}")
-    print(f"\nEverything is in {results.experiment_path}; try: ftnb status {results.experiment_path}")
+    print(f"\nEverything is in {results.experiment_path}; try: "
+          f"{_ftnb_command()} status {shlex.quote(results.experiment_path)}")
     # The demo succeeds when every survivable failure was survived and exactly the two
     # hopeless trials (the deterministic bug and the one past its budget) are ERRORED.
     expected_errors = 2
