@@ -113,7 +113,7 @@ def test_pbt_on_ray_with_a_node_removed_mid_run(tmp_path, ray_cluster):
     # PBT the trials wait at each point without an actor, so a node picked from the trials'
     # marks could be running none of them by the time it is removed).
     node_id = wait_for(lambda: (marks / "held").exists() and (marks / "held").read_text(),
-                       90, "a trial held at iteration 5")
+                       300, "a trial held at iteration 5")
     node = next(n for n in ray_cluster.list_all_nodes() if n.node_id == node_id)
     ray_cluster.remove_node(node, allow_graceful=False)
     (marks / "release").touch()  # (its next attempt, elsewhere, goes on)
