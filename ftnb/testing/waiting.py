@@ -4,9 +4,10 @@ project's own tests."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable
+
+from ..system.processes import pid_exists, process_status
 
 __all__ = ["pid_alive", "wait_for"]
 
@@ -24,14 +25,4 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "c
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie has ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: it exists
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+    return pid_exists(pid) and process_status(pid) not in (None, "Z")
