@@ -8,6 +8,8 @@ config:
     sleep: seconds per iteration.
     gate: a file path: the last iteration waits until that file exists (tests decide when a
         trial may finish).
+    fault_after: [glob, k]: the fault waits until a file matching glob (another trial's
+        result.json) has k lines (a trial fails only once another has reported k times).
 
 Every reported step is appended to ``executed.log`` in the trial folder (one line per report,
 "attempt step"), so tests can count iterations done twice.
@@ -37,6 +39,8 @@ def scripted(config: dict) -> None:
         if step == n and config.get("gate"):
             _wait_for_file(config["gate"])
         if fault and fault[0] == step:
+            if config.get("fault_after"):
+                _wait_for_lines(*config["fault_after"])
             _fire(fault[1], step, ctx.attempt)
         metrics = {"score": step * config.get("slope", 1.0), "resumed_from": start}
         want_ckpt = (every and step % every == 0) or ctx.should_checkpoint
@@ -62,6 +66,20 @@ def _wait_for_file(path: str, timeout_s: float = 120.0) -> None:
     while not os.path.exists(path):
         if time.time() > deadline:
             raise TimeoutError(f"gate {path} never opened")
+        time.sleep(0.02)
+
+
+def _wait_for_lines(pattern: str, lines: int, timeout_s: float = 120.0) -> None:
+    import glob
+
+    deadline = time.time() + timeout_s
+    while True:
+        for path in glob.glob(pattern):
+            with open(path, "rb") as f:
+                if f.read().count(b"\n") >= lines:
+                    return
+        if time.time() > deadline:
+            raise TimeoutError(f"no file {pattern} reached {lines} lines")
         time.sleep(0.02)
 
 

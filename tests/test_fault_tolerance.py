@@ -213,6 +213,9 @@ def test_fail_fast_stops_the_experiment_and_keeps_checkpoints(tmp_path):
         "faults": ftnb.grid_search([{}, {"1": [1, "raise"]}, {}, {}]),
         "n": 200,
         "sleep": 0.02,
+        # The first trial has reported thrice when the second fails (a loaded machine may start
+        # it later than the second).
+        "fault_after": [str(tmp_path / "exp" / "*_00000" / "result.json"), 3],
     }
     results = fit(
         tmp_path, space, failure_config=ftnb.FailureConfig(max_failures=0, fail_fast=True)

@@ -358,11 +358,18 @@ class Controller:
         self.complete(trial, decision.status)
         if decision.stop_experiment == policy.STORAGE_FAULT:
             self.storage_stop.fault({"message": failure.message}, trial.trial_id)
+        elif decision.stop_experiment == "fail_fast":
+            # At once, no further result (Ray's): killed, not asked to stop at a report (a
+            # trial told both could end at its report before the kill landed). They count as
+            # stopped by the controller all the same, PAUSED and resumable.
+            self.stopping = self.stopping or "fail_fast"
+            now = time.time()
+            for trial_id, live in list(self.live.items()):
+                if live.stop_requested_at is None:
+                    live.stop_requested_at = now
+                self.executor.kill(trial_id)
         elif decision.stop_experiment:
             self.stop(decision.stop_experiment)
-            if decision.stop_experiment == "fail_fast":  # at once: no further result (Ray's)
-                for trial_id in list(self.live):
-                    self.executor.kill(trial_id)
 
     def complete(self, trial: TrialRecord, status: TrialStatus) -> None:
         """End ``trial`` with ``status`` (told to the listeners and the scheduler)."""
