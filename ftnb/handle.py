@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig
 from .core.records import ExperimentState, ExperimentStatus, TrialStatus
+from .input_checks import keywords_after
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .ui import read_model
 
@@ -58,6 +59,7 @@ class DriverSilentError(TimeoutError):
 
 
 # -- starting and finding experiments ----------------------------------------------------------
+@keywords_after("ftnb.launch", "param_space")
 def launch(
     trainable: Callable[[dict], Any],
     *,

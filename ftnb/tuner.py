@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig, callable_name
 from .core.records import ExperimentState
+from .input_checks import keywords_after
 from .result import ResultGrid
 from .storage import ExperimentPaths
 
@@ -77,6 +78,7 @@ class Tuner:
         ... ).fit()
     """
 
+    @keywords_after("Tuner", "param_space")
     def __init__(
         self,
         trainable: Callable[[dict], Any],
@@ -216,6 +218,7 @@ class Tuner:
         return can_restore(path, storage_filesystem)
 
     @classmethod
+    @keywords_after("Tuner.restore", "param_space")
     def restore(
         cls,
         path: Any,
@@ -463,6 +466,7 @@ def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:
     return plan_new_experiment(tuner, tuner._executor())
 
 
+@keywords_after("ftnb.run", "param_space")
 def run(
     trainable: Callable[[dict], Any],
     *,

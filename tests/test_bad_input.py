@@ -36,6 +36,28 @@ def test_trainable_not_callable(tmp_path):
         ftnb.Tuner(None)
 
 
+@pytest.mark.parametrize("call, words", [
+    (lambda: ftnb.Tuner(_ok, {"x": 1}),
+     ["Tuner(trainable, {'x': 1}) was given {'x': 1} by position",
+      "Fix: Tuner(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.Tuner(_ok, ftnb.RunConfig(name="n")),
+     ["Fix: Tuner(trainable, run_config=RunConfig(...))"]),
+    (lambda: ftnb.Tuner(_ok, "lr"),
+     ["Tuner(trainable, <keyword>='lr')", "one of param_space, tune_config, run_config"]),
+    (lambda: ftnb.run(_ok, {"x": 1}), ["Fix: ftnb.run(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.launch(_ok, {"x": 1}), ["Fix: ftnb.launch(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.Tuner.restore("/nowhere", _ok, {"x": 1}),
+     ["Tuner.restore takes only path and trainable by position",
+      "Fix: Tuner.restore(path, trainable, param_space={'x': 1})"]),
+])
+def test_keyword_arguments_given_by_position_name_their_keyword(call, words):
+    with pytest.raises(TypeError) as raised:
+        call()
+    for word in words:
+        assert word in str(raised.value)
+    assert "positional argument" not in str(raised.value)
+
+
 @pytest.mark.parametrize("value", [-2, -10])
 def test_max_failures_below_minus_one(value):
     with pytest.raises(ValueError, match=rf"max_failures={value}.*-1 for unlimited"):

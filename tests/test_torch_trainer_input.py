@@ -98,6 +98,14 @@ def test_a_group_bigger_than_the_machine_is_refused_before_anything_is_written(t
     _nothing_written(tmp_path)
 
 
+def test_settings_given_by_position_name_their_keyword():
+    with pytest.raises(TypeError, match=r"Fix: TorchTrainer\(train_loop_per_worker, "
+                                        r"train_loop_config=\{'lr': 0.1\}\)"):
+        ftnb.TorchTrainer(loop, {"lr": 0.1})
+    with pytest.raises(TypeError, match=r"scaling_config=ScalingConfig\(\.\.\.\)"):
+        ftnb.TorchTrainer(loop, ftnb.ScalingConfig(num_workers=2))
+
+
 def test_ray_style_names_are_importable():
     from ftnb import ScalingConfig, TorchConfig, TorchTrainer, TrainingFailedError  # noqa: F401
 
