@@ -89,6 +89,31 @@ def test_stop_not_dict_or_callable():
         ftnb.RunConfig(stop={"loss": "low"})
 
 
+def test_names_too_long_for_a_file_name_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError) as raised:
+        ftnb.Tuner(_ok, run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="n" * 300))
+    for words in ["RunConfig(name='nnnnnnnnnnnnnnnnnnnn'...) is too long (300 characters)",
+                  "a file name can have at most 255 bytes", "up to 232 letters",
+                  "Fix: a shorter name, such as 'nnnn"]:
+        assert words in str(raised.value)
+    ftnb.RunConfig(name="n" * 232)  # the longest that fits
+    with pytest.raises(ValueError, match="is too long"):
+        ftnb.RunConfig(name="n" * 233)
+    with pytest.raises(ValueError, match="Fix: a shorter name, such as 'ééé"):
+        ftnb.RunConfig(name="é" * 40)  # each is percent-quoted in the listing index: 6 bytes
+    with pytest.raises(ValueError, match=r"RunConfig\(storage_path=\.\.\.\) has a folder name "
+                                         r"300 bytes long.*no file or folder name can be longer "
+                                         r"than 255 bytes"):
+        ftnb.run(_ok, name="fits", storage_path=str(tmp_path / ("d" * 300) / "runs"))
+    with pytest.raises(ValueError, match="is too long"):
+        ftnb.launch(_ok, name="n" * 300, storage_path=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    # The longest name runs, its listing entry written.
+    ftnb.Tuner(_ok, run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="n" * 232,
+                                              verbose=0, executor="inprocess")).fit()
+    assert (tmp_path / ".ftnb-index" / ("n" * 232 + ".json")).exists()
+
+
 def test_other_config_errors():
     with pytest.raises(ValueError, match="checkpoint_score_order"):
         ftnb.CheckpointConfig(checkpoint_score_order="best")

@@ -25,6 +25,7 @@ import signal
 import sys
 from typing import Any, Iterator, Optional
 
+from ..config import name_length_problem, storage_path_problem
 from ..core.records import ExperimentStatus, TrialStatus
 from ..run_options import (
     CommandSpec,
@@ -142,6 +143,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   or args.name in (".", "..")):
         raise CliError(f"ftnb run: --name {args.name!r} must be a folder name without '/'. "
                        "Fix: --name sweep1 (the experiment lives in STORAGE/NAME)")
+    problem = args.name and name_length_problem(args.name)
+    if problem:
+        raise CliError(f"ftnb run: --name {args.name[:20]!r}... {problem}")
+    problem = args.storage_path and storage_path_problem(args.storage_path)
+    if problem:
+        raise CliError(f"ftnb run: --storage {problem}")
     origin = {"via": "cli", "trainable": absolute_reference(args.trainable),
               "source": _source(args), "cwd": os.getcwd()}
     if args.param_space:
