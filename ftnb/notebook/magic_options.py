@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import keyword
 import shlex
-import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
