@@ -131,8 +131,10 @@ def launch(
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
         restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
         caller="ftnb.launch")
+    note = ""
     if not resuming:
-        rc = dataclasses.replace(rc, name=check_new_experiment(tuner).name)
+        plan = check_new_experiment(tuner)
+        rc, note = dataclasses.replace(rc, name=plan.name), plan.concurrency_note
     spec = supervisor.LaunchSpec(
         trainable=trainable, name=rc.name,
         param_space=param_space if chosen.objects_by_value else space,
@@ -156,6 +158,8 @@ def launch(
         handle._say(started.resuming, quiet)
     handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor "
                 f"{started.where}, log {started.log})", quiet)
+    if note:
+        handle._say(note, quiet)
     return handle._finish_launch(wait)
 
 

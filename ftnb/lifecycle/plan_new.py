@@ -71,6 +71,8 @@ class NewExperimentPlan:
     searcher: Any = None
     #: A BasicVariantGenerator's own max_concurrent (its trials are all made now).
     max_concurrent: Optional[int] = None
+    #: One line when fewer trials than max_concurrent_trials fit at once (and why), else "".
+    concurrency_note: str = ""
 
 
 def check_group_fits(executor: "Executor", tuner: Any) -> None:
@@ -175,7 +177,21 @@ def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperi
     paths = ExperimentPaths.of(storage, name)
     refuse_existing(paths)
     return NewExperimentPlan(executor, space, variants, storage, name, paths, searcher,
-                             max_concurrent)
+                             max_concurrent, _concurrency_note(tuner, executor, variants))
+
+
+def _concurrency_note(tuner: NewExperiment, executor: "Executor", variants: list) -> str:
+    """:func:`~ftnb.execution.resources.concurrency_note` for the new experiment (on one
+    machine; a Ray cluster's capacity is spread over nodes that come and go)."""
+    from ..execution.resources import concurrency_note
+
+    if getattr(executor, "name", "") == "ray":
+        return ""
+    tc = tuner.tune_config
+    trials = len(variants) or (tc.num_samples if tc.num_samples > 0 else 1 << 30)
+    capacity = executor.capacity()
+    return concurrency_note(tc.max_concurrent_trials, trials, tuner.resources,
+                            tuner.num_workers, capacity.cpus, capacity.gpu_ids)
 
 
 def plan_search(tc: Any, space: dict) -> tuple[Any, list, Optional[int]]:

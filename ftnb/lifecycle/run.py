@@ -46,6 +46,8 @@ def run_new(experiment: RunnableExperiment, plan: "NewExperimentPlan") -> Result
     from .trial_names import name_trials
 
     paths, space = plan.paths, plan.space
+    if plan.concurrency_note and experiment.run_config.verbose:
+        print(plan.concurrency_note, flush=True)
     lease = Lease.acquire(paths, what="start")
     try:
         # Another driver may have created it while we checked (the lease is ours now).
