@@ -113,7 +113,7 @@ def run_restored(experiment: RunnableExperiment, plan: "RestorePlan",
         hint = resume_hint(experiment, paths, state, plan.rebound)
 
         def prepare(controller: Controller) -> None:
-            resume_trials(state, plan.flags, controller.trial_files)
+            resume_trials(state, plan.flags, controller.trial_files, plan.missing_folders)
             state.status = ExperimentStatus.RUNNING.value
             state.settings["storage_path"] = paths.parent_uri
             state.settings.update(experiment.group_settings())
