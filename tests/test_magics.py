@@ -717,6 +717,9 @@ def test_cell_magic_errors_stop_before_anything_runs(cell, shell):
 def test_resume_restarts_errored_trials_with_another_trainable(cell):
     cell("%ftrun train_broken -p space --name broken --wait --no-widget -q")
     assert "broken ERRORED: 2 trials, 1 terminated, 1 errored" in cell.out
+    # What ended the errored trial, as `ftnb run` says it (not only the counts).
+    assert "_00001 ERRORED: exception ValueError: x=2 is broken" in cell.out.split(
+        "1 errored", 1)[1], cell.out
     message = cell.usage_error("%ftresume broken --trainable train_quick --restart-errored")
     # A function of another name is refused, in the magic's words.
     assert message.endswith(

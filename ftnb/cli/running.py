@@ -26,7 +26,8 @@ import sys
 from typing import Any, Iterator, Optional
 
 from ..config import name_length_problem, storage_path_problem
-from ..core.records import ExperimentStatus, TrialStatus
+from ..core.records import ExperimentStatus
+from ..ui.failures import errored_trial_lines
 from ..run_options import (
     CommandSpec,
     FrontEnd,
@@ -456,9 +457,8 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
         print(f"ftnb: experiment {handle.name!r} {status}: {plural(len(state.trials), 'trial')}, "
               f"{counts.get('TERMINATED', 0)} terminated, {counts.get('ERRORED', 0)} errored "
               f"({handle.path})", flush=True)
-        for trial in state.trials:
-            if trial.status == TrialStatus.ERRORED and trial.failures:
-                print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
+        for line in errored_trial_lines(state.trials):
+            print(line)
         if status == ExperimentStatus.INTERRUPTED and not resume_said:
             print(f"Resume it with: {snap.resume_line}", flush=True)
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)
