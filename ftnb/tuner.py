@@ -130,6 +130,10 @@ class Tuner:
         #: name finished it after this one looked). Set by
         #: :func:`~ftnb.lifecycle.start_or_resume.start_or_resume`; None: refused, as always.
         self.when_stored: Optional[Callable[[], "Tuner"]] = None
+        #: The call that starts or resumes this run by its name (``"ftnb.run"``), set by
+        #: start_or_resume: run again, it resumes (what an interrupted script is told). None
+        #: for a plain Tuner, whose fit() refuses an existing experiment.
+        self.resumes_by_name: Optional[str] = None
         self._results: Optional[ResultGrid] = None
 
     # -- starting ------------------------------------------------------------------------------
@@ -328,7 +332,10 @@ class Tuner:
         tuner.origin = None
         tuner._results = None
         tuner.restore_plan = plan
+        tuner.when_stored = None
+        tuner.resumes_by_name = None
         return tuner
+
 
 def _warn_if_endless(tune_config: TuneConfig, run_config: RunConfig) -> None:
     """``num_samples=-1`` with nothing that ends the experiment: Ray Tune accepts it (it runs
