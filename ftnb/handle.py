@@ -285,9 +285,11 @@ class ExperimentHandle:
         """Whether a driver (a supervisor, or a script's ``fit()``) owns it and is alive."""
         return read_model.read_driver(self.paths).alive
 
-    def status(self) -> str:
-        """RUNNING, FINISHED, ERRORED or INTERRUPTED. A state that says RUNNING whose driver is
-        gone (killed, its machine lost) is INTERRUPTED: resume it (:meth:`resume`)."""
+    def status(self) -> ExperimentStatus:
+        """RUNNING, FINISHED, ERRORED or INTERRUPTED, always an :class:`ExperimentStatus`
+        (``h.status() == "FINISHED"`` holds; ``h.status().is_finished()`` too). A state that
+        says RUNNING whose driver is gone (killed, its machine lost) is INTERRUPTED: resume it
+        (:meth:`resume`)."""
         return read_model.read_status(self.paths)
 
     @property
