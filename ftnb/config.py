@@ -414,6 +414,9 @@ class RunConfig:
                     "RunConfig(storage_path=...) must be a local path or an fsspec URL string; "
                     f"got {type(self.storage_path).__name__}: {self.storage_path!r}."
                 )
+        problem = storage_path_problem(self.storage_path) if self.storage_path else ""
+        if problem:
+            raise ValueError(f"RunConfig(storage_path=...) {problem}")
         if self.failure_config is None:
             self.failure_config = FailureConfig()
         elif not isinstance(self.failure_config, FailureConfig):
@@ -447,6 +450,53 @@ def _validate_name(name: Any) -> None:
             f"RunConfig(name={name!r}) must be a single folder name, not a path. Fix: put the "
             "parent folders in storage_path and keep name a plain name."
         )
+    problem = name_length_problem(name)
+    if problem:
+        raise ValueError(f"RunConfig(name={name[:20]!r}...) {problem}")
+
+
+def name_length_problem(name: str) -> str:
+    """Why the experiment name ``name`` is too long for the files named after it ("is too long
+    (300 characters): ... Fix: a shorter name, such as 'sweep'."), or "" when it fits."""
+    from .storage.experiment_index import entry_file_name
+    from .storage.file_names import NAME_MAX_BYTES, TEMPORARY_FILE_EXTRA_BYTES
+
+    # The longest file named after the experiment is its listing entry's temporary file,
+    # ``.ftnb-index/.<quoted name>.json.<12 hex>.tmp``; an ASCII name of letters, digits, "-",
+    # "_" and "." is quoted as itself.
+    def longest(name: str) -> int:
+        return max(len(entry_file_name(name)) + TEMPORARY_FILE_EXTRA_BYTES, len(name.encode()))
+
+    if longest(name) <= NAME_MAX_BYTES:
+        return ""
+    limit = NAME_MAX_BYTES - TEMPORARY_FILE_EXTRA_BYTES - len(".json")
+    shorter = name[:40]
+    while longest(shorter) > NAME_MAX_BYTES:
+        shorter = shorter[:-1]
+    return (
+        f"is too long ({len(name)} characters): ftnb names files after the experiment, the "
+        f"longest of them would have a {longest(name)}-byte name, and a file name can have at "
+        f"most {NAME_MAX_BYTES} bytes. A name can have up to {limit} letters, digits, '-', '_' "
+        f"or '.' (other characters count 3 to 12 each). Fix: a shorter name, such as "
+        f"{shorter!r}."
+    )
+
+
+def storage_path_problem(path: str) -> str:
+    """Why the local ``path`` cannot hold experiments (a folder name longer than a file name can
+    be), or "" (fsspec URLs are left to their store)."""
+    if "://" in path:
+        return ""
+    from .storage.file_names import NAME_MAX_BYTES
+
+    for part in path.split("/"):
+        if len(part.encode()) > NAME_MAX_BYTES:
+            return (
+                f"has a folder name {len(part.encode())} bytes long ({part[:20]!r}...); no file "
+                f"or folder name can be longer than {NAME_MAX_BYTES} bytes. Fix: a storage path "
+                "with shorter folder names."
+            )
+    return ""
 
 
 def _validate_stop(stop: Any) -> None:

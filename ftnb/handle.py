@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig
 from .core.records import ExperimentState, ExperimentStatus, TrialStatus
+from .input_checks import keywords_after
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .ui import read_model
 
@@ -58,6 +59,7 @@ class DriverSilentError(TimeoutError):
 
 
 # -- starting and finding experiments ----------------------------------------------------------
+@keywords_after("ftnb.launch", "param_space")
 def launch(
     trainable: Callable[[dict], Any],
     *,
@@ -129,8 +131,10 @@ def launch(
         tune_config=tune_config, run_config=rc, resources_per_trial=resources_per_trial,
         restart_errored=restart_errored, allow_different_trainable=allow_different_trainable,
         caller="ftnb.launch")
+    note = ""
     if not resuming:
-        rc = dataclasses.replace(rc, name=check_new_experiment(tuner).name)
+        plan = check_new_experiment(tuner)
+        rc, note = dataclasses.replace(rc, name=plan.name), plan.concurrency_note
     spec = supervisor.LaunchSpec(
         trainable=trainable, name=rc.name,
         param_space=param_space if chosen.objects_by_value else space,
@@ -154,6 +158,8 @@ def launch(
         handle._say(started.resuming, quiet)
     handle._say(f"ftnb: experiment {rc.name!r} runs in the background (supervisor "
                 f"{started.where}, log {started.log})", quiet)
+    if note:
+        handle._say(note, quiet)
     return handle._finish_launch(wait)
 
 
@@ -279,9 +285,11 @@ class ExperimentHandle:
         """Whether a driver (a supervisor, or a script's ``fit()``) owns it and is alive."""
         return read_model.read_driver(self.paths).alive
 
-    def status(self) -> str:
-        """RUNNING, FINISHED, ERRORED or INTERRUPTED. A state that says RUNNING whose driver is
-        gone (killed, its machine lost) is INTERRUPTED: resume it (:meth:`resume`)."""
+    def status(self) -> ExperimentStatus:
+        """RUNNING, FINISHED, ERRORED or INTERRUPTED, always an :class:`ExperimentStatus`
+        (``h.status() == "FINISHED"`` holds; ``h.status().is_finished()`` too). A state that
+        says RUNNING whose driver is gone (killed, its machine lost) is INTERRUPTED: resume it
+        (:meth:`resume`)."""
         return read_model.read_status(self.paths)
 
     @property

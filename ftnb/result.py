@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .checkpoint import Checkpoint
 from .core.checkpoint_queries import SHOULD_CHECKPOINT
-from .core.records import ExperimentState, TrialRecord, TrialStatus
+from .core.records import ExperimentState, ExperimentStatus, TrialRecord, TrialStatus
 from .schedulers.stop_criterion import DONE
 from .storage import ExperimentPaths
 from .storage.result_log import flatten_row
@@ -284,9 +284,11 @@ class ResultGrid:
         return self._paths.uri
 
     @property
-    def status(self) -> str:
-        """The experiment's status: FINISHED, ERRORED, INTERRUPTED or RUNNING."""
-        return self._state.status
+    def status(self) -> ExperimentStatus:
+        """The experiment's status: FINISHED, ERRORED, INTERRUPTED or RUNNING, an
+        :class:`~ftnb.core.records.ExperimentStatus` as ``ExperimentHandle.status()`` returns
+        (it compares equal to its name)."""
+        return ExperimentStatus(self._state.status)
 
     def __len__(self) -> int:
         return len(self._results)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig, callable_name
 from .core.records import ExperimentState
+from .input_checks import keywords_after
 from .result import ResultGrid
 from .storage import ExperimentPaths
 
@@ -77,6 +78,7 @@ class Tuner:
         ... ).fit()
     """
 
+    @keywords_after("Tuner", "param_space")
     def __init__(
         self,
         trainable: Callable[[dict], Any],
@@ -128,6 +130,10 @@ class Tuner:
         #: name finished it after this one looked). Set by
         #: :func:`~ftnb.lifecycle.start_or_resume.start_or_resume`; None: refused, as always.
         self.when_stored: Optional[Callable[[], "Tuner"]] = None
+        #: The call that starts or resumes this run by its name (``"ftnb.run"``), set by
+        #: start_or_resume: run again, it resumes (what an interrupted script is told). None
+        #: for a plain Tuner, whose fit() refuses an existing experiment.
+        self.resumes_by_name: Optional[str] = None
         self._results: Optional[ResultGrid] = None
 
     # -- starting ------------------------------------------------------------------------------
@@ -216,6 +222,7 @@ class Tuner:
         return can_restore(path, storage_filesystem)
 
     @classmethod
+    @keywords_after("Tuner.restore", "param_space")
     def restore(
         cls,
         path: Any,
@@ -325,7 +332,10 @@ class Tuner:
         tuner.origin = None
         tuner._results = None
         tuner.restore_plan = plan
+        tuner.when_stored = None
+        tuner.resumes_by_name = None
         return tuner
+
 
 def _warn_if_endless(tune_config: TuneConfig, run_config: RunConfig) -> None:
     """``num_samples=-1`` with nothing that ends the experiment: Ray Tune accepts it (it runs
@@ -463,6 +473,7 @@ def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:
     return plan_new_experiment(tuner, tuner._executor())
 
 
+@keywords_after("ftnb.run", "param_space")
 def run(
     trainable: Callable[[dict], Any],
     *,

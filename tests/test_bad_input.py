@@ -36,6 +36,28 @@ def test_trainable_not_callable(tmp_path):
         ftnb.Tuner(None)
 
 
+@pytest.mark.parametrize("call, words", [
+    (lambda: ftnb.Tuner(_ok, {"x": 1}),
+     ["Tuner(trainable, {'x': 1}) was given {'x': 1} by position",
+      "Fix: Tuner(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.Tuner(_ok, ftnb.RunConfig(name="n")),
+     ["Fix: Tuner(trainable, run_config=RunConfig(...))"]),
+    (lambda: ftnb.Tuner(_ok, "lr"),
+     ["Tuner(trainable, <keyword>='lr')", "one of param_space, tune_config, run_config"]),
+    (lambda: ftnb.run(_ok, {"x": 1}), ["Fix: ftnb.run(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.launch(_ok, {"x": 1}), ["Fix: ftnb.launch(trainable, param_space={'x': 1})"]),
+    (lambda: ftnb.Tuner.restore("/nowhere", _ok, {"x": 1}),
+     ["Tuner.restore takes only path and trainable by position",
+      "Fix: Tuner.restore(path, trainable, param_space={'x': 1})"]),
+])
+def test_keyword_arguments_given_by_position_name_their_keyword(call, words):
+    with pytest.raises(TypeError) as raised:
+        call()
+    for word in words:
+        assert word in str(raised.value)
+    assert "positional argument" not in str(raised.value)
+
+
 @pytest.mark.parametrize("value", [-2, -10])
 def test_max_failures_below_minus_one(value):
     with pytest.raises(ValueError, match=rf"max_failures={value}.*-1 for unlimited"):
@@ -65,6 +87,31 @@ def test_stop_not_dict_or_callable():
         ftnb.RunConfig(stop=[10])
     with pytest.raises(TypeError, match="thresholds must be numbers"):
         ftnb.RunConfig(stop={"loss": "low"})
+
+
+def test_names_too_long_for_a_file_name_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError) as raised:
+        ftnb.Tuner(_ok, run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="n" * 300))
+    for words in ["RunConfig(name='nnnnnnnnnnnnnnnnnnnn'...) is too long (300 characters)",
+                  "a file name can have at most 255 bytes", "up to 232 letters",
+                  "Fix: a shorter name, such as 'nnnn"]:
+        assert words in str(raised.value)
+    ftnb.RunConfig(name="n" * 232)  # the longest that fits
+    with pytest.raises(ValueError, match="is too long"):
+        ftnb.RunConfig(name="n" * 233)
+    with pytest.raises(ValueError, match="Fix: a shorter name, such as 'ééé"):
+        ftnb.RunConfig(name="é" * 40)  # each is percent-quoted in the listing index: 6 bytes
+    with pytest.raises(ValueError, match=r"RunConfig\(storage_path=\.\.\.\) has a folder name "
+                                         r"300 bytes long.*no file or folder name can be longer "
+                                         r"than 255 bytes"):
+        ftnb.run(_ok, name="fits", storage_path=str(tmp_path / ("d" * 300) / "runs"))
+    with pytest.raises(ValueError, match="is too long"):
+        ftnb.launch(_ok, name="n" * 300, storage_path=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    # The longest name runs, its listing entry written.
+    ftnb.Tuner(_ok, run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="n" * 232,
+                                              verbose=0, executor="inprocess")).fit()
+    assert (tmp_path / ".ftnb-index" / ("n" * 232 + ".json")).exists()
 
 
 def test_other_config_errors():

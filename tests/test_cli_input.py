@@ -58,6 +58,11 @@ _FILES = {
     (["jobs.py:quick", "--mode", "min"], ["mode"]),
     (["jobs.py:quick", "--name", "a/b"], ["--name 'a/b' must be a folder name without '/'"]),
     (["jobs.py:quick", "extra"], ["unexpected argument 'extra'"]),
+    (["jobs.py:quick", "--name", "n" * 300], ["ftnb run: --name 'nnnnnnnnnnnnnnnnnnnn'... is too long "
+                                              "(300 characters)", "at most 255 bytes",
+                                              "Fix: a shorter name"]),
+    (["jobs.py:quick", "--storage", "d" * 300 + "/runs"],
+     ["ftnb run: --storage has a folder name 300 bytes long", "Fix: a storage path with shorter"]),
 ])
 def test_bad_input_to_run_is_one_line_exit_2_and_creates_nothing(cli, argv, fragments):
     for name, body in _FILES.items():

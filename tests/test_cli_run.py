@@ -116,6 +116,24 @@ def test_a_file_reaches_a_detached_supervisor_and_its_trials(cli, filename):
     assert handle.state().trials[0].last_result["y"] == 105
 
 
+def test_more_concurrency_than_fits_is_said_once_at_the_start(cli):
+    cli.env["FTNB_NUM_CPUS"] = "2"
+    space = literal({"x": {"grid_search": [1, 2, 3, 4]}})
+    note = "ftnb: only 2 trials run at once, not the 4 asked for"
+    done = cli("run", "jobs.py:quick", "-p", space, "-n", "c4", "--concurrency", "4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(note) == 1 and done.stdout.startswith(note), done.stdout
+    assert "each trial asks for 1 CPU, and this machine has 2 CPUs" in done.stdout
+    assert "--cpus-per-trial 0.5" in done.stdout and "FTNB_NUM_CPUS" in done.stdout
+    done = cli("run", "jobs.py:quick", "-p", space, "-n", "c4d", "--concurrency", "4",
+               "--detach")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(note) == 1, done.stdout
+    ftnb.attach("c4d", storage_path=str(cli.storage)).wait(timeout=60)
+    done = cli("run", "jobs.py:quick", "-p", space, "-n", "c2", "--concurrency", "2")
+    assert done.returncode == 0 and "at once" not in done.stdout, done.stdout
+
+
 def test_an_errored_experiment_exits_1_with_its_error(cli):
     done = cli("run", "jobs.py:broken", "-p", "jobs.py:space", "-n", "broken", "--verbose", "0")
     assert done.returncode == 1, done.stderr

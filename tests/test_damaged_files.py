@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -223,6 +224,20 @@ def test_a_trial_with_no_intact_checkpoint_starts_over_and_says_why(tmp_path):
     assert [e["trial_id"] for e in _recoveries(state, "started_over")] == [trial.name]
     rows = result_rows(str(trial))
     assert all(r["resumed_from"] == 0 for r in rows)
+
+
+def test_a_deleted_trial_folder_starts_over_and_says_why(tmp_path):
+    exp, trial = _kill_midway(tmp_path)
+    shutil.rmtree(trial)
+    out = run_to_end(tmp_path, DRIVER.replace("verbose=0", "verbose=1"), [str(tmp_path)])
+    assert (f"trial {trial.name} starts over from scratch: its folder {trial} is missing "
+            "(deleted?), and its results and checkpoints with it.") in out, out
+    assert f"trial {trial.name} (attempt 2) from scratch (its folder was missing)" in out, out
+    assert "none of its checkpoints is intact" not in out
+    # The resumed run reads as the same experiment going on, not a new one.
+    assert "ftnb: resuming experiment dmg (4 trials: " in out and "experiment dmg with" not in out
+    state = _assert_every_iteration_once(exp)
+    assert [e["trial_id"] for e in _recoveries(state, "started_over")] == [trial.name]
 
 
 def test_the_marker_records_every_files_size_and_crc(tmp_path):

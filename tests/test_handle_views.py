@@ -13,7 +13,7 @@ import pytest
 
 import ftnb
 from ftnb.storage.lease import read_lease
-from ftnb.core.records import AttemptRecord, ExperimentState, TrialRecord
+from ftnb.core.records import AttemptRecord, ExperimentState, ExperimentStatus, TrialRecord
 from ftnb.ui.view import ExperimentView, run_times
 from procs import run_script, wait_for
 from scripted import executed, scripted
@@ -68,6 +68,8 @@ def test_run_time_leaves_out_the_time_the_driver_was_dead(tmp_path):
     wait_for(lambda: len(executed(trial_dir)) >= 2, timeout=60, what="two steps")
     os.kill(read_lease(handle.paths).pid, signal.SIGKILL)
     wait_for(lambda: handle.status() == "INTERRUPTED", timeout=30, what="INTERRUPTED")
+    # One type whichever way the status was read: the state's word, or a dead driver's.
+    assert type(handle.status()) is ExperimentStatus
     # The handle's text says when it read a status that can still change.
     assert re.fullmatch(rf"ExperimentHandle\('dies', INTERRUPTED as of \d\d:\d\d:\d\d, "
                         rf"{re.escape(repr(handle.path))}\)", repr(handle)), repr(handle)
@@ -75,7 +77,9 @@ def test_run_time_leaves_out_the_time_the_driver_was_dead(tmp_path):
     (tmp_path / "gate").write_text("open")
     again = ftnb.launch(scripted, param_space=space, name="dies", storage_path=store,
                         quiet=True)
-    again.wait(timeout=90)
+    results = again.wait(timeout=90)
+    assert type(again.status()) is ExperimentStatus and again.status().is_finished()
+    assert type(results.status) is ExperimentStatus and results.status == "FINISHED"
     assert repr(again) == f"ExperimentHandle('dies', FINISHED, {again.path!r})"
     state = again.state()
     assert state.status == "FINISHED"

@@ -568,6 +568,25 @@ def test_help_shows_every_option(cell):
         assert flag in cell.out
 
 
+def test_dash_dash_help_prints_the_options_and_runs_nothing(cell, shell):
+    cell("%ftrun?")
+    help_text = cell.out
+    for line in ("%ftrun --help", "%ftrun train_quick -p space --name helped --help",
+                 "%ftrun -h"):
+        cell(line)
+        assert cell.out.startswith("%ftrun [-p SPACE]"), cell.out
+        assert "--max-failures" in cell.out and "--gpus-per-trial" in cell.out
+        assert cell.out.strip().splitlines()[-1] in help_text  # the same text as %ftrun?
+        assert cell.err == ""
+    cell("%%ftrun --help --name helped\ndef not_run(config): pass")
+    assert "--param-space" in cell.out and "not_run" not in cell.ns
+    for magic, option in (("ftstop", "--trial ID"), ("ftresume", "--restart-errored"),
+                          ("ftattach", "--storage PATH"), ("ftls", "STORAGE")):
+        cell(f"%{magic} --help")
+        assert cell.out.startswith(f"%{magic} ") and option in cell.out, cell.out
+    assert not os.path.exists(os.path.join(shell.store, "helped"))
+
+
 def test_a_line_with_options_runs_the_experiment_they_describe(finished, cell):
     assert finished.status() == "FINISHED"
     state = finished.state()
@@ -698,6 +717,9 @@ def test_cell_magic_errors_stop_before_anything_runs(cell, shell):
 def test_resume_restarts_errored_trials_with_another_trainable(cell):
     cell("%ftrun train_broken -p space --name broken --wait --no-widget -q")
     assert "broken ERRORED: 2 trials, 1 terminated, 1 errored" in cell.out
+    # What ended the errored trial, as `ftnb run` says it (not only the counts).
+    assert "_00001 ERRORED: exception ValueError: x=2 is broken" in cell.out.split(
+        "1 errored", 1)[1], cell.out
     message = cell.usage_error("%ftresume broken --trainable train_quick --restart-errored")
     # A function of another name is refused, in the magic's words.
     assert message.endswith(

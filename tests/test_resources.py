@@ -19,6 +19,7 @@ from ftnb.execution.machine import (
     pool_of_this_machine,
 )
 from ftnb.execution.resources import (
+    concurrency_note,
     Allocation,
     ResourcePool,
     TrialResources,
@@ -631,3 +632,24 @@ def test_max_concurrency_edge_cases() -> None:
     pool = ResourcePool(cpus=2, gpu_ids=["0"])
     assert max_concurrency(TrialResources(cpu=1, gpu=2), pool) == 0
     assert max_concurrency(TrialResources(cpu=0, gpu=0), pool) == sys.maxsize
+
+
+@pytest.mark.parametrize("asked, trials, cpu, gpu, ranks, cpus, gpus, says", [
+    (4, 4, 1, 0, 1, 2, 0, "ftnb: only 2 trials run at once, not the 4 asked for (max_concurrent_"
+                          "trials, --concurrency): each trial asks for 1 CPU, and this machine "
+                          "has 2 CPUs. To run more at once, ask for fewer CPUs per trial "
+                          "(resources_per_trial={'cpu': 0.5} or --cpus-per-trial 0.5), or set "
+                          "FTNB_NUM_CPUS if CPUs are not detected."),
+    (8, 3, 1, 0, 1, 2, 0, "only 2 trials run at once, not the 3 asked for"),  # 3 trials
+    (4, 4, 1, 1, 1, 8, 2, "each trial asks for 1 GPU, and this machine has 2 GPUs"),
+    (4, 4, 1, 0, 2, 4, 0, "each trial asks for a group of 2 ranks of 1 CPU each"),
+    (2, 4, 1, 0, 1, 2, 0, ""),  # as many as asked fit
+    (4, 2, 1, 0, 1, 2, 0, ""),  # as many as there are trials fit
+    (None, 4, 1, 0, 1, 2, 0, ""),  # nothing asked: as many as fit, as documented
+    (4, 4, 0.5, 0, 1, 2, 0, ""),
+])
+def test_concurrency_note_says_why_fewer_than_asked_run(asked, trials, cpu, gpu, ranks, cpus,
+                                                        gpus, says):
+    note = concurrency_note(asked, trials, TrialResources(cpu=cpu, gpu=gpu), ranks, cpus,
+                            [str(i) for i in range(gpus)])
+    assert (says in note) if says else note == ""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import shlex
 import signal
+import sys
 
 import pytest
 
@@ -264,8 +266,24 @@ ftnb.run(scripted, name="long", storage_path=sys.argv[1],
 """
 
 
-def test_ctrl_c_prints_the_line_that_resumes(tmp_path):
-    proc = run_script(tmp_path, LONG_DRIVER, str(tmp_path))
+LONG_TUNER_DRIVER = """
+import sys, ftnb
+from scripted import scripted
+
+ftnb.Tuner(scripted, param_space={"n": 400, "sleep": 0.05, "i": ftnb.grid_search([0, 1])},
+           run_config=ftnb.RunConfig(name="long", storage_path=sys.argv[1], verbose=0)).fit()
+"""
+
+
+def _run_again_line(tmp_path):
+    """What a script run by name (ftnb.run) is told to resume: its own command, again."""
+    return (f"{shlex.join([sys.executable, str(tmp_path / 'driver.py'), str(tmp_path)])}   "
+            "# the same command again: ftnb.run resumes it by name")
+
+
+@pytest.mark.parametrize("driver", [LONG_DRIVER, LONG_TUNER_DRIVER], ids=["ftnb.run", "Tuner"])
+def test_ctrl_c_prints_the_line_that_resumes(tmp_path, driver):
+    proc = run_script(tmp_path, driver, str(tmp_path))
     exp = tmp_path / "long"
     # Both trials (the grid's two) have reported: the controller runs them.
     wait_for(lambda: exp.exists() and sum(len(result_rows(str(d))) >= 2 for d in exp.iterdir()
@@ -273,7 +291,10 @@ def test_ctrl_c_prints_the_line_that_resumes(tmp_path):
              what="a few results")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
-    assert f"ftnb.Tuner.restore('{exp}', scripted).fit()" in out, out
+    if driver is LONG_DRIVER:  # run again, it resumes: the simplest truth
+        assert out.rstrip().endswith(_run_again_line(tmp_path)), out
+    else:  # a Tuner's fit() refuses an existing experiment: Tuner.restore resumes it
+        assert f"ftnb.Tuner.restore('{exp}', scripted).fit()" in out, out
     state = ExperimentState.load(ExperimentPaths.at(str(exp)))
     assert state.status == "INTERRUPTED"
     assert all(t.failures == [] for t in state.trials)
@@ -299,7 +320,7 @@ def test_ctrl_c_while_the_trials_are_laid_out_prints_the_line_that_resumes(tmp_p
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert "no trial had started" in out, out
-    assert out.rstrip().endswith(f"ftnb.Tuner.restore('{exp}', scripted).fit()"), out
+    assert out.rstrip().endswith(_run_again_line(tmp_path)), out
     assert "Traceback" not in out and proc.returncode != 0
     # Resumable, and nothing ran.
     assert ftnb.Tuner.can_restore(str(exp))

@@ -98,6 +98,39 @@ def test_a_group_bigger_than_the_machine_is_refused_before_anything_is_written(t
     _nothing_written(tmp_path)
 
 
+@pytest.mark.parametrize("scaling, words", [
+    ({"num_workers": 1, "use_gpu": True},
+     ["TorchTrainer(scaling_config=ScalingConfig(num_workers=1, use_gpu=True)) cannot run on "
+      "this machine: use_gpu=True gives each rank a GPU, and this machine has no GPU",
+      "Fix: ScalingConfig(use_gpu=False) to train on the CPUs", "set CUDA_VISIBLE_DEVICES (or "
+      "FTNB_NUM_GPUS)", "or run on a Ray cluster with GPUs"]),
+    ({"num_workers": 2, "use_gpu": True, "resources_per_worker": {"CPU": 0.5}},
+     ["ScalingConfig(num_workers=2, use_gpu=True, resources_per_worker={'cpu': 0.5, 'gpu': 1})",
+      "this machine has no GPU"]),
+])
+def test_gpus_on_a_machine_without_one_are_refused_in_the_scaling_configs_words(
+        tmp_path, monkeypatch, scaling, words):
+    monkeypatch.setenv("FTNB_NUM_GPUS", "0")  # this machine has no GPU, whatever it has
+    trainer = ftnb.TorchTrainer(
+        loop, scaling_config=ftnb.ScalingConfig(**scaling),
+        run_config=ftnb.RunConfig(name="gpu", storage_path=str(tmp_path / "runs"), verbose=0))
+    for run in (trainer.fit, ftnb.Tuner(trainer).fit):
+        with pytest.raises(ValueError) as info:
+            run()
+        for word in words:
+            assert word in str(info.value)
+        assert "resources_per_trial" not in str(info.value)
+        _nothing_written(tmp_path)
+
+
+def test_settings_given_by_position_name_their_keyword():
+    with pytest.raises(TypeError, match=r"Fix: TorchTrainer\(train_loop_per_worker, "
+                                        r"train_loop_config=\{'lr': 0.1\}\)"):
+        ftnb.TorchTrainer(loop, {"lr": 0.1})
+    with pytest.raises(TypeError, match=r"scaling_config=ScalingConfig\(\.\.\.\)"):
+        ftnb.TorchTrainer(loop, ftnb.ScalingConfig(num_workers=2))
+
+
 def test_ray_style_names_are_importable():
     from ftnb import ScalingConfig, TorchConfig, TorchTrainer, TrainingFailedError  # noqa: F401
 

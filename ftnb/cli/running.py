@@ -25,7 +25,9 @@ import signal
 import sys
 from typing import Any, Iterator, Optional
 
-from ..core.records import ExperimentStatus, TrialStatus
+from ..config import name_length_problem, storage_path_problem
+from ..core.records import ExperimentStatus
+from ..ui.failures import errored_trial_lines
 from ..run_options import (
     CommandSpec,
     FrontEnd,
@@ -142,6 +144,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   or args.name in (".", "..")):
         raise CliError(f"ftnb run: --name {args.name!r} must be a folder name without '/'. "
                        "Fix: --name sweep1 (the experiment lives in STORAGE/NAME)")
+    problem = args.name and name_length_problem(args.name)
+    if problem:
+        raise CliError(f"ftnb run: --name {args.name[:20]!r}... {problem}")
+    problem = args.storage_path and storage_path_problem(args.storage_path)
+    if problem:
+        raise CliError(f"ftnb run: --storage {problem}")
     origin = {"via": "cli", "trainable": absolute_reference(args.trainable),
               "source": _source(args), "cwd": os.getcwd()}
     if args.param_space:
@@ -449,9 +457,8 @@ def _report_end(handle: Any, as_json: bool, interrupted: bool, resume_said: bool
         print(f"ftnb: experiment {handle.name!r} {status}: {plural(len(state.trials), 'trial')}, "
               f"{counts.get('TERMINATED', 0)} terminated, {counts.get('ERRORED', 0)} errored "
               f"({handle.path})", flush=True)
-        for trial in state.trials:
-            if trial.status == TrialStatus.ERRORED and trial.failures:
-                print(f"  {trial.trial_id} ERRORED: {trial.failures[-1].summary()}")
+        for line in errored_trial_lines(state.trials):
+            print(line)
         if status == ExperimentStatus.INTERRUPTED and not resume_said:
             print(f"Resume it with: {snap.resume_line}", flush=True)
     return EXIT_INTERRUPTED if interrupted else exit_code_of(status)

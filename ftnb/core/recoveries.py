@@ -30,10 +30,16 @@ STARTED_OVER = "started_over"
 RESULTS_TAIL_CUT = "results_tail_cut"
 
 
-def recovery(what: str, message: str, trial_id: Optional[str] = None) -> dict:
+def recovery(what: str, message: str, trial_id: Optional[str] = None,
+             reason: Optional[str] = None) -> dict:
     """One entry of ``ExperimentState.recoveries``: ``what`` (one of this module's names),
-    ``message`` (a sentence that names the file, what was wrong and what was done instead)."""
-    return {"time": time.time(), "trial_id": trial_id, "what": what, "message": message}
+    ``message`` (a sentence that names the file, what was wrong and what was done instead),
+    and for a trial, ``reason``: a few words on why, for the line that starts it again
+    ("its folder was missing")."""
+    entry = {"time": time.time(), "trial_id": trial_id, "what": what, "message": message}
+    if reason:
+        entry["reason"] = reason
+    return entry
 
 
 def say(entries: Iterable[dict]) -> None:

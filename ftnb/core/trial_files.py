@@ -107,7 +107,8 @@ class TrialFiles:
         trial.checkpoints = [c for c in trial.checkpoints if c["dir_name"] not in names]
 
     # -- restore -------------------------------------------------------------------------------
-    def reconcile(self, trial: TrialRecord, driver_last_saved: float) -> list[dict]:
+    def reconcile(self, trial: TrialRecord, driver_last_saved: float,
+                  folder_was_missing: bool = False) -> list[dict]:
         """Bring a trial's record up to date with its files, after its driver died; return what
         it fell back to for damaged files (:mod:`ftnb.core.recoveries` entries).
 
@@ -141,7 +142,7 @@ class TrialFiles:
         trial.checkpoints = sorted(
             (c for name, c in by_name.items() if name in present), key=lambda c: c["iteration"]
         )
-        recoveries += self._pass_over_damaged_checkpoints(trial, by_name)
+        recoveries += self._pass_over_damaged_checkpoints(trial, by_name, folder_was_missing)
         trial.latest_checkpoint = dict(trial.checkpoints[-1]) if trial.checkpoints else None
         trial.next_checkpoint_index = highest + 1
         if rows:
@@ -190,14 +191,23 @@ class TrialFiles:
             "are kept and the trial goes on after the last of them.",
             trial.trial_id)]
 
-    def _pass_over_damaged_checkpoints(self, trial: TrialRecord,
-                                       acknowledged: dict[str, dict]) -> list[dict]:
+    def _pass_over_damaged_checkpoints(self, trial: TrialRecord, acknowledged: dict[str, dict],
+                                       folder_was_missing: bool = False) -> list[dict]:
         """Drop the trial's newest checkpoints while their files do not match their markers
         (:func:`~ftnb.storage.checkpoint_files.checkpoint_damage`), so that it resumes from
         the newest intact one; the damaged folders are left as they are, for a look. Say so,
         as for the newer checkpoints that reports acknowledged (``acknowledged``, by name) but
-        that are gone or incomplete (retention never deletes the latest one)."""
+        that are gone or incomplete (retention never deletes the latest one), or that the
+        trial's whole folder was missing (``folder_was_missing``: deleted, and laid out again
+        empty by the restore)."""
         trial_paths = self.paths.trial(trial.dir_name)
+        if folder_was_missing and (acknowledged or trial.iteration or trial.attempts):
+            trial.checkpoints = []
+            return [recovery(
+                STARTED_OVER,
+                f"trial {trial.trial_id} starts over from scratch: its folder "
+                f"{self.storage.uri(trial_paths.dir)} is missing (deleted?), and its results and "
+                "checkpoints with it.", trial.trial_id, reason="its folder was missing")]
         problems = []
         kept = trial.checkpoints[-1]["iteration"] if trial.checkpoints else -1
         for name, entry in sorted(acknowledged.items(), key=lambda item: item[1]["iteration"]):
@@ -225,7 +235,7 @@ class TrialFiles:
         return [recovery(
             STARTED_OVER,
             f"trial {trial.trial_id} starts over from scratch, as none of its checkpoints is "
-            f"intact: {said}.", trial.trial_id)]
+            f"intact: {said}.", trial.trial_id, reason="none of its checkpoints was intact")]
 
     def reset(self, trial: TrialRecord) -> None:
         """Start a trial over from scratch (restore with ``restart_errored``): its results and
@@ -245,14 +255,19 @@ class TrialFiles:
 
 
 def lay_out_trial_folders(paths: ExperimentPaths, state: ExperimentState,
-                          only_missing: bool) -> None:
+                          only_missing: bool) -> frozenset[str]:
     """Create each trial's folder with its ``params.json`` (only the missing ones if
-    ``only_missing``: a driver may have died while laying them out)."""
+    ``only_missing``: a driver may have died while laying them out); return the ids of the
+    trials whose very folder was missing (with ``only_missing``: deleted since, or never laid
+    out)."""
     storage = paths.storage
+    missing = set()
     for trial in state.trials:
         trial_paths = paths.trial(trial.dir_name)
         if only_missing and storage.exists(trial_paths.params):
             continue
+        if only_missing and not storage.exists(trial_paths.dir):
+            missing.add(trial.trial_id)
         storage.makedirs(trial_paths.dir)
         # Made durable all at once below: two fsyncs per file were most of the start of an
         # experiment of 10,000 trials (about 4 ms each on a VM's disk).
@@ -261,6 +276,7 @@ def lay_out_trial_folders(paths: ExperimentPaths, state: ExperimentState,
             durable=False,
         )
     storage.sync()
+    return frozenset(missing)
 
 
 def remove_leftover_temps(paths: ExperimentPaths, state: ExperimentState) -> None:

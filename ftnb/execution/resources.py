@@ -21,7 +21,7 @@ import numbers
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from ..wording import number, plural
 
@@ -31,6 +31,7 @@ __all__ = [
     "TrialResources",
     "check_fits",
     "check_group_fits",
+    "concurrency_note",
     "max_concurrency",
 ]
 
@@ -394,3 +395,39 @@ def max_concurrency(req: TrialResources, pool: ResourcePool) -> int:
     elif req.gpu >= 1:
         bounds.append(n_gpus // int(req.gpu))
     return min(bounds) if bounds else sys.maxsize
+
+
+def concurrency_note(asked: Optional[int], trials: int, req: TrialResources, num_workers: int,
+                     cpus: float, gpu_ids: Sequence[str]) -> str:
+    """One line saying that fewer trials than ``asked`` (``max_concurrent_trials``) run at once
+    because ``trials`` trials of ``num_workers`` ranks asking for ``req`` each fit only so
+    many times on a machine of ``cpus`` CPUs and GPUs ``gpu_ids``, and how to run more; "" when
+    as many as asked (or as there are trials) fit."""
+    if not asked or trials <= 1:
+        return ""
+    pool = ResourcePool(cpus, list(gpu_ids))
+    whole = TrialResources(cpu=req.cpu * num_workers,
+                           gpu=req.gpu * num_workers if req.gpu >= 1 else req.gpu)
+    fits = max_concurrency(whole, pool)
+    if fits <= 0 or fits >= min(asked, trials):
+        return ""
+    rank = f"a group of {num_workers} ranks of " if num_workers > 1 else ""
+    gpu_bound = req.gpu > 0 and (req.cpu == 0 or len(gpu_ids) / max(whole.gpu, _EPS)
+                                 < cpus / max(whole.cpu, _EPS))
+    if gpu_bound:
+        asks = f"{plural(req.gpu, 'GPU')}"
+        has = plural(len(gpu_ids), "GPU")
+        fix = ("fewer GPUs per trial (resources_per_trial={'gpu': 0.5} or --gpus-per-trial "
+               "0.5 lets two trials share a GPU), or set FTNB_NUM_GPUS if GPUs are not detected")
+    else:
+        asks = f"{plural(req.cpu, 'CPU')}"
+        has = plural(cpus, "CPU")
+        fix = ("fewer CPUs per trial (resources_per_trial={'cpu': 0.5} or --cpus-per-trial "
+               "0.5), or set FTNB_NUM_CPUS if CPUs are not detected")
+    if num_workers > 1:
+        fix = ("fewer CPUs per rank (ScalingConfig(resources_per_worker={'CPU': 0.5})), or "
+               "fewer ranks" if not gpu_bound else "fewer ranks per trial")
+    return (f"ftnb: only {fits} trials run at once, not the {min(asked, trials)} asked for "
+            f"(max_concurrent_trials, --concurrency): each trial asks for {rank}{asks}"
+            f"{' each' if rank else ''}, and this machine has {has}. To run more at once, ask "
+            f"for {fix}.")

@@ -41,7 +41,7 @@ def take_over(plan: RestorePlan, lease: "Lease") -> ExperimentState:
     note_fallbacks(paths, state)
     remove_leftover_temps(paths, state)
     state.merge_trial_records(paths)
-    lay_out_trial_folders(paths, state, only_missing=True)
+    plan.missing_folders = lay_out_trial_folders(paths, state, only_missing=True)
     plan.state = state
     return state
 

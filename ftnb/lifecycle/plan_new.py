@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from ..config import CheckpointConfig, RunConfig, TuneConfig, callable_name
+from ..execution.contract import GroupNotSupportedError
 from ..core.records import ExperimentState, TrialRecord, encode_value
 from ..input_checks import check_picklable
 from ..schedulers.stop_criterion import describe_stop
@@ -70,6 +71,8 @@ class NewExperimentPlan:
     searcher: Any = None
     #: A BasicVariantGenerator's own max_concurrent (its trials are all made now).
     max_concurrent: Optional[int] = None
+    #: One line when fewer trials than max_concurrent_trials fit at once (and why), else "".
+    concurrency_note: str = ""
 
 
 def check_group_fits(executor: "Executor", tuner: Any) -> None:
@@ -84,12 +87,66 @@ def check_group_fits(executor: "Executor", tuner: Any) -> None:
             f"num_workers={elastic['max_workers']}, or RunConfig(executor='local').")
     try:
         executor.check_fits(tuner.resources, tuner.num_workers)
+    except GroupNotSupportedError:
+        raise
     except ValueError as exc:
-        if not elastic:
+        if elastic:
+            raise ValueError(
+                f"ScalingConfig(num_workers=({tuner.num_workers}, {elastic['max_workers']})): "
+                f"even its min of {tuner.num_workers} ranks never fits: {exc}") from None
+        trainer = getattr(tuner, "trainer_settings", None)
+        if not trainer or getattr(executor, "name", "") == "ray":
             raise
-        raise ValueError(
-            f"ScalingConfig(num_workers=({tuner.num_workers}, {elastic['max_workers']})): even "
-            f"its min of {tuner.num_workers} ranks never fits: {exc}") from None
+        raise ValueError(_scaling_never_fits(tuner.resources, tuner.num_workers,
+                                             bool(trainer.get("use_gpu")),
+                                             executor.capacity())) from None
+
+
+def _scaling_never_fits(per_rank: "TrialResources", ranks: int, use_gpu: bool,
+                        capacity: Any) -> str:
+    """Why a trainer's group never fits this machine, in the words of its ScalingConfig (not
+    the resources_per_trial it became), with what to change."""
+    from ..wording import number, plural
+
+    written = [f"num_workers={ranks}"] + (["use_gpu=True"] if use_gpu else [])
+    # resources_per_worker given: a rank asks for other than the 1 CPU (and 1 GPU) by default
+    if per_rank.cpu != 1 or per_rank.gpu != (1 if use_gpu else 0):
+        written.append(f"resources_per_worker={per_rank._short_repr()}")
+    scaling = f"ScalingConfig({', '.join(written)})"
+    have = f"{plural(capacity.cpus, 'CPU')} and {plural(capacity.gpus, 'GPU') if capacity.gpus else 'no GPU'}"
+    gpus_needed = per_rank.gpu * ranks if per_rank.gpu >= 1 else (1 if per_rank.gpu else 0)
+    if gpus_needed > capacity.gpus:
+        if not capacity.gpus:
+            return (
+                f"TorchTrainer(scaling_config={scaling}) cannot run on this machine: "
+                f"{'use_gpu=True gives' if use_gpu else 'resources_per_worker gives'} each rank "
+                f"a GPU, and this machine has no GPU ({plural(capacity.cpus, 'CPU')}). Fix: "
+                "ScalingConfig(use_gpu=False) to train on the CPUs; or, if the machine has GPUs "
+                "that were not detected, set CUDA_VISIBLE_DEVICES (or FTNB_NUM_GPUS); or run on "
+                "a Ray cluster with GPUs (RunConfig(executor='ray'))."
+            )
+        if per_rank.gpu > capacity.gpus:
+            return (
+                f"TorchTrainer(scaling_config={scaling}) cannot run on this machine: each rank "
+                f"asks for {plural(per_rank.gpu, 'GPU')}, and this machine has {have}. Fix: "
+                f"resources_per_worker={{'GPU': {capacity.gpus}}}; or set CUDA_VISIBLE_DEVICES "
+                "(or FTNB_NUM_GPUS) if GPUs were not detected; or run on a Ray cluster with "
+                "more GPUs (RunConfig(executor='ray'))."
+            )
+        return (
+            f"TorchTrainer(scaling_config={scaling}) cannot run on this machine: its "
+            f"{ranks} ranks need {plural(gpus_needed, 'GPU')} at once, and this machine has "
+            f"{have}. Fix: ScalingConfig(num_workers={int(capacity.gpus // per_rank.gpu)}); or "
+            "set CUDA_VISIBLE_DEVICES (or FTNB_NUM_GPUS) if GPUs were not detected; or run on a "
+            "Ray cluster with more GPUs (RunConfig(executor='ray'))."
+        )
+    return (
+        f"TorchTrainer(scaling_config={scaling}) cannot run on this machine: its "
+        f"{plural(ranks, 'rank')} need {number(per_rank.cpu * ranks)} CPUs at once "
+        f"({number(per_rank.cpu)} each), and this machine has {have}. Fix: fewer workers, or "
+        "fewer CPUs per rank (resources_per_worker={'CPU': 0.5} lets ranks share cores), or "
+        "set FTNB_NUM_CPUS if CPUs were not detected."
+    )
 
 
 def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperimentPlan:
@@ -120,7 +177,21 @@ def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperi
     paths = ExperimentPaths.of(storage, name)
     refuse_existing(paths)
     return NewExperimentPlan(executor, space, variants, storage, name, paths, searcher,
-                             max_concurrent)
+                             max_concurrent, _concurrency_note(tuner, executor, variants))
+
+
+def _concurrency_note(tuner: NewExperiment, executor: "Executor", variants: list) -> str:
+    """:func:`~ftnb.execution.resources.concurrency_note` for the new experiment (on one
+    machine; a Ray cluster's capacity is spread over nodes that come and go)."""
+    from ..execution.resources import concurrency_note
+
+    if getattr(executor, "name", "") == "ray":
+        return ""
+    tc = tuner.tune_config
+    trials = len(variants) or (tc.num_samples if tc.num_samples > 0 else 1 << 30)
+    capacity = executor.capacity()
+    return concurrency_note(tc.max_concurrent_trials, trials, tuner.resources,
+                            tuner.num_workers, capacity.cpus, capacity.gpu_ids)
 
 
 def plan_search(tc: Any, space: dict) -> tuple[Any, list, Optional[int]]:

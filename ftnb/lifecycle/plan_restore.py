@@ -69,6 +69,9 @@ class RestorePlan:
     #: The search algorithm that goes on making trials (set up with ``search_space``), or None.
     searcher: Any = None
     search_space: Any = None
+    #: The trials whose folder was missing when the restore took the experiment over (laid out
+    #: again empty by :func:`~ftnb.lifecycle.own.take_over`): they start over, and say why.
+    missing_folders: frozenset = frozenset()
 
 
 #: ``plan_restore(stop=...)`` not given: the experiment's own stop criterion.

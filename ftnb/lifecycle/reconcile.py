@@ -40,11 +40,13 @@ def note_fallbacks(paths: ExperimentPaths, state: ExperimentState) -> None:
     say([entry])
 
 
-def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: TrialFiles) -> None:
+def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: TrialFiles,
+                  missing_folders: frozenset = frozenset()) -> None:
     """Bring every trial up to date with its files and set it to run (or not) as asked; an
     errored trial that runs again gets a fresh failure budget. Then the state is the
-    controller's to run. What it fell back to for damaged files is added to
-    ``state.recoveries`` and said (:mod:`ftnb.core.recoveries`)."""
+    controller's to run. What it fell back to for damaged files (or a trial's folder among
+    ``missing_folders``, deleted) is added to ``state.recoveries`` and said
+    (:mod:`ftnb.core.recoveries`)."""
     recoveries: list[dict] = []
     for trial in state.trials:
         status = trial.status
@@ -54,14 +56,16 @@ def resume_trials(state: ExperimentState, flags: RestoreFlags, trial_files: Tria
             if flags.restart_errored:
                 trial_files.reset(trial)
             elif flags.resume_errored:
-                recoveries += trial_files.reconcile(trial, state.updated)
+                recoveries += trial_files.reconcile(trial, state.updated,
+                                                    trial.trial_id in missing_folders)
             else:
                 continue
             trial.failures_forgiven = len(trial.failures)
             trial.error = None
             trial.status = TrialStatus.PENDING.value
             continue
-        recoveries += trial_files.reconcile(trial, state.updated)
+        recoveries += trial_files.reconcile(trial, state.updated,
+                                            trial.trial_id in missing_folders)
         if flags.resume_unfinished:
             trial.status = TrialStatus.PENDING.value
         else:

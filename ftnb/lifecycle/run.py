@@ -46,6 +46,8 @@ def run_new(experiment: RunnableExperiment, plan: "NewExperimentPlan") -> Result
     from .trial_names import name_trials
 
     paths, space = plan.paths, plan.space
+    if plan.concurrency_note and experiment.run_config.verbose:
+        print(plan.concurrency_note, flush=True)
     lease = Lease.acquire(paths, what="start")
     try:
         # Another driver may have created it while we checked (the lease is ours now).
@@ -111,7 +113,7 @@ def run_restored(experiment: RunnableExperiment, plan: "RestorePlan",
         hint = resume_hint(experiment, paths, state, plan.rebound)
 
         def prepare(controller: Controller) -> None:
-            resume_trials(state, plan.flags, controller.trial_files)
+            resume_trials(state, plan.flags, controller.trial_files, plan.missing_folders)
             state.status = ExperimentStatus.RUNNING.value
             state.settings["storage_path"] = paths.parent_uri
             state.settings.update(experiment.group_settings())
@@ -137,11 +139,17 @@ def run_restored(experiment: RunnableExperiment, plan: "RestorePlan",
 def resume_hint(experiment: NewExperiment, paths: ExperimentPaths, state: ExperimentState,
                 with_space: bool) -> str:
     """The line printed when this run is interrupted: ``ftnb resume NAME`` for an
-    experiment the command line started, else the Python line."""
+    experiment the command line started; the script's own command for a script that runs it by
+    name (``ftnb.run``, ``TorchTrainer.fit``: run again, it resumes); else the Python line."""
     from ..ui.read_model import resume_line, tuner_restore_line
+    from ..ui.resume_lines import run_again_line
 
     if experiment.origin and experiment.origin.get("via") == "cli":
         return resume_line(paths, state)
+    by_name = getattr(experiment, "resumes_by_name", None)
+    again = run_again_line(by_name) if by_name in ("ftnb.run", "TorchTrainer.fit") else None
+    if again:
+        return again
     return tuner_restore_line(paths.uri, callable_name(experiment.trainable), with_space)
 
 

@@ -105,6 +105,7 @@ def start_or_resume(
                 run.run_config = dataclasses.replace(run.run_config, executor=rc.executor)
             if rc.callbacks:  # never stored: given again with the same RunConfig
                 run.run_config = dataclasses.replace(run.run_config, callbacks=rc.callbacks)
+            run.resumes_by_name = caller  # type: ignore[attr-defined]
             return run, line
     run = front_door(
         trainable,
@@ -122,6 +123,7 @@ def start_or_resume(
             return again
 
         run.when_stored = resumed  # type: ignore[attr-defined]
+    run.resumes_by_name = caller  # type: ignore[attr-defined]
     return run, None
 
 

@@ -8,9 +8,11 @@ is defined.
 
 from __future__ import annotations
 
+import functools
 import keyword
+import shlex
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..run_options import (
     CommandSpec,
@@ -64,7 +66,8 @@ class MagicSpec(CommandSpec):
         return f"`{self.prog}?` shows the options"
 
     def help_for(self, func: Callable) -> Callable:
-        """Decorate a magic method with IPython's argument help (``%ftrun?``)."""
+        """Decorate a magic method with IPython's argument help (``%ftrun?``); the magic given
+        ``-h`` or ``--help`` prints that help and does nothing else (its cell does not run)."""
         from IPython.core.magic_arguments import argument, argument_group, magic_arguments
 
         func.__doc__ = self.description
@@ -73,7 +76,22 @@ class MagicSpec(CommandSpec):
                 func = argument_group(item.title, item.description)(func)
             else:
                 func = argument(*item.flags, **item.kwargs)(func)
-        return magic_arguments(self.name)(func)
+        documented = magic_arguments(self.name)(func)
+
+        @functools.wraps(documented)
+        def magic(magics: Any, line: str, *cell: Any) -> Any:
+            if asks_for_help(line):
+                print(self.help_text(documented.__doc__ or ""))
+                return None
+            return documented(magics, line, *cell)
+
+        return magic
+
+    @staticmethod
+    def help_text(doc: str) -> str:
+        """``%ftrun?``'s text (IPython's help of the options) as printed by ``%ftrun --help``:
+        without the reST ``::`` that opens it."""
+        return doc.removeprefix("::").strip()
 
     def check_output_name(self, name: Optional[str]) -> None:
         """Raise :class:`MagicInputError` unless ``-o NAME`` (when given) is a variable name."""
@@ -81,6 +99,16 @@ class MagicSpec(CommandSpec):
             raise MagicInputError(
                 f"{self.prog}: -o {name!r} is not a valid variable name. Fix: -o handle"
             )
+
+
+def asks_for_help(line: str) -> bool:
+    """Whether a magic's ``line`` has the word ``-h`` or ``--help`` (before any ``--``)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unclosed quote: the parser says so
+        return False
+    words = words[: words.index("--")] if "--" in words else words
+    return "-h" in words or "--help" in words
 
 
 _NAME_HELP = "a name in the notebook's namespace (a.b for an attribute)"
@@ -180,7 +208,7 @@ FTSTOP = MagicSpec(
     """,
     (
         target_option(),
-        opt("--trial", metavar="ID", help="stop only this trial (it ends TERMINATED)"),
+        opt("--trial", metavar="ID", help="stop only this trial (shown STOPPED; the others go on)"),
         _STORAGE,
         _FILESYSTEM,
         opt("--no-wait", dest="wait", action="store_false",

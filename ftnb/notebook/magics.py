@@ -359,6 +359,10 @@ class FtnbMagics(Magics):
                     update_text()  # the widget's plain-text copy was the experiment at launch
                 print(f"ftnb: {handle.name} {results.status}: {plural(len(results), 'trial')}, "
                       f"{results.num_terminated} terminated, {results.num_errors} errored")
+                if results.num_errors:  # what ended them, as `ftnb run` says it
+                    from ..ui.failures import errored_trial_lines
+
+                    print("\n".join(errored_trial_lines(handle.state().trials)))
         if widget or output:
             self._shown_already(handle)
         return handle

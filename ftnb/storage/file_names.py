@@ -95,6 +95,12 @@ def temporary_folder_name(name: str) -> str:
     return f"{_TEMP_FOLDER_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
 
 
+#: The longest name of one file or folder, in bytes (UTF-8), that Linux and macOS filesystems
+#: take (NAME_MAX): a longer one fails with "File name too long".
+NAME_MAX_BYTES = 255
+#: What the temporary file of an atomic local write adds to its target's name (see below).
+TEMPORARY_FILE_EXTRA_BYTES = len(".") + len(".0123456789ab.tmp")
+
 #: ``.<target name>.<12 hex digits>.tmp``: the temporary file of an atomic local write.
 TEMPORARY_FILE_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{12}\.tmp$")
 

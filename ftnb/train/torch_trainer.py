@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..config import RunConfig, ScalingConfig, callable_name, signature_mismatch
+from ..input_checks import keywords_after
 
 if TYPE_CHECKING:
     from ..result import Result
@@ -189,6 +190,7 @@ class TorchTrainer:
     #: How :class:`ftnb.Tuner` knows a trainer from a function.
     _ftnb_trainer = True
 
+    @keywords_after("TorchTrainer", "train_loop_config")
     def __init__(
         self,
         train_loop_per_worker: Callable[..., Any],

@@ -28,6 +28,7 @@ from ..wording import plural
 __all__ = [
     "RankEnd",
     "cause_line",
+    "errored_trial_lines",
     "collateral_lines",
     "failure_json",
     "failure_what",
@@ -197,3 +198,11 @@ def group_failures_text(trials: Iterable[TrialRecord], indent: str = "  ",
         out.append(f"{indent}... and {plural(len(latest) - max_trials, 'more trial')} with a "
                    "group failure")
     return "\n".join(out)
+
+
+def errored_trial_lines(trials: Iterable[TrialRecord], indent: str = "  ") -> list[str]:
+    """What ended each ERRORED trial, one line each (``  3f2a1_00001 ERRORED: exception
+    ValueError: ...``, its last failure): the end of an experiment that errored, as ``ftnb
+    run`` and ``%ftrun --wait`` print it."""
+    return [f"{indent}{trial.trial_id} ERRORED: {trial.failures[-1].summary()}"
+            for trial in trials if trial.status == TrialStatus.ERRORED and trial.failures]

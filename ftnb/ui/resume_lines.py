@@ -107,6 +107,16 @@ def tuner_restore_line(uri: str, trainable: str, with_space: bool = False,
     return f"ftnb.Tuner.restore({uri!r}, {trainable}{space}{keyword}).fit()"
 
 
+def run_again_line(caller: str) -> Optional[str]:
+    """In a script (not a notebook or a shell): its own command line, to run again, with a
+    comment that ``caller`` (``ftnb.run``) resumes the experiment by name; None elsewhere."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) is None or "IPython" in sys.modules \
+            or not getattr(sys, "orig_argv", None):
+        return None
+    return f"{shlex.join(sys.orig_argv)}   # the same command again: {caller} resumes it by name"
+
+
 def _holds_objects(state: ExperimentState) -> bool:
     from ..objects import walk_placeholders
 

@@ -120,10 +120,11 @@ def as_read(state: ExperimentState, driver: DriverStatus) -> ExperimentState:
     return without_driver(state) if driver.gone(state.status) else state
 
 
-def read_status(paths: ExperimentPaths) -> str:
+def read_status(paths: ExperimentPaths) -> ExperimentStatus:
     """RUNNING, FINISHED, ERRORED or INTERRUPTED (which a RUNNING state whose driver is gone
-    reads as)."""
-    status = ExperimentState.load(paths).status
+    reads as): an :class:`~ftnb.core.records.ExperimentStatus` whichever it is (it compares
+    equal to its name)."""
+    status = ExperimentStatus(ExperimentState.load(paths).status)
     if status != _RUNNING:
         return status
     return INTERRUPTED if read_driver(paths).gone(status) else status

@@ -7,7 +7,13 @@ import time
 from typing import Optional, TextIO
 
 from ..core.controller import NullListener
-from ..core.records import ExperimentState, FailureRecord, TrialRecord, TrialStatus
+from ..core.records import (
+    AttemptOutcome,
+    ExperimentState,
+    FailureRecord,
+    TrialRecord,
+    TrialStatus,
+)
 from .failures import cause_line, collateral_lines, is_group_failure, restart_text
 from .view import ExperimentView, plural, render_table
 
@@ -51,20 +57,35 @@ class TerminalReporter(NullListener):
         return render_table(ExperimentView.from_state(state, self.path))
 
     def on_experiment_start(self, state: ExperimentState) -> None:
-        if self.verbose:
+        if not self.verbose:
+            return
+        if len(state.driver_sessions) > 1:  # a restore: the same experiment goes on
+            done = sum(t.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+                       for t in state.trials)
             self._print(
-                f"ftnb: experiment {state.name} with {plural(len(state.trials), 'trial')} -> "
-                f"{self.path}"
+                f"ftnb: resuming experiment {state.name} ({plural(len(state.trials), 'trial')}: "
+                f"{done} done, {len(state.trials) - done} to run) -> {self.path}"
             )
+            return
+        self._print(
+            f"ftnb: experiment {state.name} with {plural(len(state.trials), 'trial')} -> "
+            f"{self.path}"
+        )
 
     def on_trial_start(self, state: ExperimentState, trial: TrialRecord) -> None:
         self._changed = True
         if self.verbose and len(trial.attempts) > 1:
             latest = trial.latest_checkpoint
-            where = f"from {latest['dir_name']} (iter {latest['iteration']})" if latest else "from scratch"
-            # After a pause (a scheduler's, or a stopped experiment's) it resumes; else it is
-            # a restart after a failure.
-            verb = "resuming" if trial.attempts[-2].outcome == "stopped" else "restarting"
+            before = trial.attempts[-2]
+            if latest:
+                where = f"from {latest['dir_name']} (iter {latest['iteration']})"
+            else:
+                why = _why_from_scratch(state, trial, before.started)
+                where = f"from scratch ({why})" if why else "from scratch"
+            # After a pause (a scheduler's, or a stopped or interrupted experiment's) it
+            # resumes; else it is a restart after a failure.
+            verb = "resuming" if before.outcome in (AttemptOutcome.STOPPED,
+                                                    AttemptOutcome.INTERRUPTED) else "restarting"
             self._print(f"ftnb: {verb} trial {trial.trial_id} (attempt {len(trial.attempts)}) {where}")
 
     def on_result(self, state: ExperimentState, trial: TrialRecord, row: dict) -> None:
@@ -121,3 +142,14 @@ class TerminalReporter(NullListener):
     def on_experiment_end(self, state: ExperimentState) -> None:
         if self.verbose:
             self._print(self._table(state))
+
+
+def _why_from_scratch(state: ExperimentState, trial: TrialRecord, since: float) -> str:
+    """Why ``trial`` starts again from scratch: what the restore fell back to for it after
+    ``since`` (its folder was missing, no checkpoint intact), or that it saved no checkpoint
+    though it reported; "" when it had nothing to resume from (it never reported)."""
+    for entry in reversed(state.recoveries):
+        if entry.get("trial_id") == trial.trial_id and entry.get("reason") \
+                and entry.get("time", 0.0) >= since:
+            return entry["reason"]
+    return "it saved no checkpoint" if trial.iteration else ""
