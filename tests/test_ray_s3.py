@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import tempfile
 
@@ -124,8 +125,9 @@ def test_a_killed_rank_on_s3_keeps_its_output_and_restarts_from_its_s3_checkpoin
     # Each actor's local copies of the output are gone from its node: the second attempt's,
     # published whole, at its end; the killed first one's, swept by the second actor.
     actors = {pathlib.Path(marks, f"pid.{n}").read_text() for n in (1, 2)}
-    left = [name for name in os.listdir(tempfile.gettempdir())
-            if name.startswith("ftnb-staged-") and name.split("-")[3] in actors]
+    owners = [re.match(r"ftnb-staged-[0-9a-f]{8}-(\d+)-", name)
+              for name in os.listdir(tempfile.gettempdir())]
+    left = [found.string for found in owners if found is not None and found.group(1) in actors]
     assert left == []
 
 
