@@ -21,6 +21,9 @@ grew, as at most its last 8 MiB, and whole when the supervisor ends
 (:class:`~ftnb.storage.growing_files.PeriodicPublisher`): a supervisor SIGKILLed, killed for
 memory or culled with its server leaves all but its last seconds of log where ``ftnb status``
 and ``ftnb logs`` read it. Once another driver owns the experiment, nothing more is uploaded.
+The local copy is removed once uploaded whole at the end (the stored copy is the log from then
+on); a SIGKILLed supervisor's is removed by the next process of this user on the machine that
+stages a file (:func:`~ftnb.storage.growing_files.sweep_staging_folders`).
 
 Where the supervisor runs is a launcher's choice (:mod:`ftnb.launchers`): :func:`start` here
 (``local``), an admin's command template (``command``: the launch file in a folder the command's
@@ -353,6 +356,7 @@ class _Announcer:
         if self.log.local_path != self.log_path:
             self.log_path = _move_log(self.log_path, self.log.local_path)
         if self.log.local_path != self.log_path:  # it could not move: publish it where it is
+            self.log.discard()  # (the folder made for it, with the earlier supervisors' log)
             self.log = storage.staged_file(paths.supervisor_log, local_path=self.log_path)
         owner = read_lease(paths)  # ours: the controller holds the lease while it runs
         self.token = owner.token if owner is not None else None
@@ -398,6 +402,9 @@ class _Announcer:
             sys.stdout.flush()
             sys.stderr.flush()
             self.publisher.close()
+            # Uploaded whole: the local copy goes (what this process prints from here on, on
+            # its way out, is not kept). Where the upload failed the copy stays.
+            self.publisher.discard()
         except Exception as exc:
             print(f"ftnb: could not record the supervisor's end: {exc}", file=sys.stderr)
 

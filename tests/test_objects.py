@@ -557,3 +557,83 @@ def test_get_rejects_what_is_not_a_ref():
 def test_put_of_an_unpicklable_object_says_how_to_fix_it():
     with pytest.raises(TypeError, match="cannot pickle the _thread.lock .*inside the trainable"):
         put(threading.Lock())
+
+
+BIG_PLAIN_DRIVER = """
+import json, os, sys, time
+import ftnb
+
+N = 200_000
+
+
+def train(config):
+    if config["x"] == 4:  # the last trial waits for the gate (the first driver is killed there)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    big = config["big"]
+    ftnb.report({"n": len(big), "total": sum(big), "kind": type(big).__name__})
+
+
+grid = ftnb.run(train, name="big", storage_path=sys.argv[1],
+                param_space={"big": list(range(N)), "x": ftnb.grid_search([1, 2, 3, 4])},
+                tune_config=ftnb.TuneConfig(max_concurrent_trials=1),
+                run_config=ftnb.RunConfig(verbose=0))
+print("RESULTS", json.dumps(sorted([r.metrics["n"], r.metrics["total"], r.metrics["kind"],
+                                   r.config["x"], len(r.config["big"])] for r in grid)))
+"""
+
+
+def _folder_bytes(root) -> int:
+    """What the experiment wrote (the space a driver reserves, .ftnb-reserve.N, aside)."""
+    return sum(os.path.getsize(os.path.join(folder, name))
+               for folder, _, names in os.walk(root) for name in names
+               if not name.startswith(".ftnb-reserve."))
+
+
+def test_a_large_plain_value_in_the_space_is_shared_not_copied_and_resumes(tmp_path):
+    """A plain list of 200,000 numbers (1.3 MB as JSON) in param_space: each trial's config
+    holds the very list, but the experiment folder does not hold a copy per trial (the list
+    is put once, as an object is: SHARED_PLAIN_BYTES), and the same run again resumes a
+    killed driver's experiment, re-binding the list."""
+    from ftnb.objects.binding import SHARED_PLAIN_BYTES
+
+    n = 200_000
+    assert len(json.dumps(list(range(n)))) > 10 * SHARED_PLAIN_BYTES
+    gate = tmp_path / "gate"
+    exp = tmp_path / "big"
+    first = run_script(tmp_path, BIG_PLAIN_DRIVER, str(tmp_path), str(gate))
+    try:
+        wait_for(lambda: exp.is_dir() and sum(
+            1 for d in exp.iterdir() if (d / "result.json").is_file()
+            and (d / "result.json").read_text().strip()) == 3, 180, "three trials' results")
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    # Copied into every trial's params.json and trial.json and the state (twice), the list
+    # would make this folder over 10 MB.
+    assert _folder_bytes(exp) < 200_000, _folder_bytes(exp)
+    gate.touch()
+    again = run_script(tmp_path, BIG_PLAIN_DRIVER, str(tmp_path), str(gate))
+    out, _ = again.communicate(timeout=180)
+    assert again.returncode == 0, out
+    results = json.loads(out.split("RESULTS ", 1)[1].splitlines()[0])
+    assert results == [[n, n * (n - 1) // 2, "list", x, n] for x in (1, 2, 3, 4)], results
+    assert _folder_bytes(exp) < 200_000, _folder_bytes(exp)
+
+
+def test_a_large_plain_value_shared_now_matches_an_older_states_copy_of_it():
+    """An experiment an older version started holds a large plain list in its state as it is;
+    the same space given again binds it to a ref, which is not a difference (its trials keep
+    their copies), while a ref where a string was, or a small value changed, still is."""
+    from ftnb.lifecycle.rebinding import space_differences
+    from ftnb.objects.binding import SHARED_PLAIN_BYTES
+
+    big = list(range(SHARED_PLAIN_BYTES))
+    bound, refs = bind_objects({"big": big, "lr": 0.1, "text": "x" * (SHARED_PLAIN_BYTES + 1)})
+    assert [key for key, _ in refs] == ["big", "text"] and bound["lr"] == 0.1
+    new = encode_space(bound, lambda v: v.placeholder() if isinstance(v, ObjectRef) else v)
+    assert space_differences({"big": big, "lr": 0.1, "text": "x"}, new) == []
+    assert space_differences({"big": "x", "lr": 0.2, "text": ["x"]}, new) == [
+        'big: was "x", now an object (list)', "lr: was 0.2, now 0.1",
+        'text: was ["x"], now an object (str)']

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
+import tempfile
 
 import pytest
 from procs import run_script, wait_for
@@ -32,6 +34,7 @@ args = json.loads(sys.argv[1])
 def printer(config):
     import pathlib, tempfile, time
     ctx = ftnb.get_context()
+    pathlib.Path(config["dir"], f"pid.{ctx.attempt}").write_text(str(os.getpid()))
     start = 0
     if ftnb.get_checkpoint() is not None:
         with ftnb.get_checkpoint().as_directory() as path:
@@ -119,15 +122,24 @@ def test_a_killed_rank_on_s3_keeps_its_output_and_restarts_from_its_s3_checkpoin
     assert warned == [*(f"attempt 1 warns at step {step}" for step in range(1, KILLED_AT + 1)),
                       *(f"attempt 2 warns at step {step}"
                         for step in range(KILLED_AT + 1, STEPS + 1))]
+    # Each actor's local copies of the output are gone from its node: the second attempt's,
+    # published whole, at its end; the killed first one's, swept by the second actor.
+    actors = {pathlib.Path(marks, f"pid.{n}").read_text() for n in (1, 2)}
+    owners = [re.match(r"ftnb-staged-[0-9a-f]{8}-(\d+)-", name)
+              for name in os.listdir(tempfile.gettempdir())]
+    left = [found.string for found in owners if found is not None and found.group(1) in actors]
+    assert left == []
 
 
 def test_a_large_output_is_published_as_its_tail_while_written_and_whole_at_the_end(
-        monkeypatch):
+        monkeypatch, tmp_path):
     """The bound on what one publish uploads (RUNNING_TAIL_BYTES, 8 MiB; 64 bytes here), on an
     object store (``memory://``): the stored copy is the tail from a line's start after a line
     saying how much is left out; ``close`` publishes the whole file; a later process resumes
-    from the stored copy's tail."""
+    from the stored copy's tail. The local copies are kept while not published whole, and
+    leave no folder behind once discarded."""
     monkeypatch.setattr(growing_files, "RUNNING_TAIL_BYTES", 64)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (only this test's folders)
     storage = Storage("memory://ftnb-tail-test/run")
     output = storage.staged_file("/ftnb-tail-test/run/stdout")
     lines = [f"line {index:03d}\n".encode() for index in range(20)]  # 9 bytes each
@@ -138,8 +150,11 @@ def test_a_large_output_is_published_as_its_tail_while_written_and_whole_at_the_
     wait_for(lambda: storage.exists(output.path) and storage.read_bytes(output.path) == tail,
              10, "the tail published")
     assert not output.pending() and output.pending(whole=True)
+    assert not output.discard() and os.path.exists(output.local_path)  # not published whole
     publisher.close()
     assert storage.read_bytes(output.path) == b"".join(lines)
+    assert publisher.discard()
+    assert not os.path.exists(os.path.dirname(output.local_path))
 
     later = storage.staged_file(output.path)
     later.resume(keep_bytes=20)
@@ -147,3 +162,5 @@ def test_a_large_output_is_published_as_its_tail_while_written_and_whole_at_the_
         resumed = f.read()
     assert resumed == b"[ftnb: the first 162 bytes of this output are left out]\n" + \
         b"".join(lines[-2:])
+    assert later.discard()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ftnb-staged-")] == []

@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import Optional
 
 import pytest
 
@@ -152,6 +153,40 @@ def _checkpoint_names(fs, trial_dir: str) -> list[str]:
 def _run_config(url: str, fs, name: str, **kwargs) -> ftnb.RunConfig:
     kwargs.setdefault("failure_config", ftnb.FailureConfig(max_failures=2))
     return ftnb.RunConfig(storage_path=url, storage_filesystem=fs, name=name, verbose=0, **kwargs)
+
+
+def staged_output_train(config: dict) -> None:
+    """"quick" fails its first attempt and ends at its second; "slow" waits for the gate."""
+    import time
+
+    attempt = ftnb.get_context().attempt
+    print(f"{config['kind']} attempt {attempt} prints", flush=True)
+    if config["kind"] == "quick":
+        if attempt == 1:
+            raise RuntimeError("quick fails its first attempt")
+        ftnb.report({"done": 1})
+        return
+    deadline = time.monotonic() + 120
+    while not os.path.exists(config["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ftnb.report({"done": 1})
+
+
+class _StagedWhenQuickEnds(ftnb.Callback):
+    """Lists the driver's staging folders when the quick trial completes, then opens the gate."""
+
+    def __init__(self, temp: str, gate: str) -> None:
+        self.temp, self.gate = temp, gate
+        self.seen: Optional[list] = None
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        if trial.config["kind"] == "quick":
+            self.seen = _staged_folders(self.temp)
+            open(self.gate, "w").close()
+
+
+def _staged_folders(temp: str) -> list:
+    return sorted(name for name in os.listdir(temp) if name.startswith("ftnb-staged-"))
 
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -459,3 +494,33 @@ def test_unreachable_endpoint_fails_before_any_trial(s3_filesystem_factory, tmp_
         with pytest.raises(ValueError, match="storage_path"):
             tuner.fit()
     assert not marker.exists()
+
+
+def test_staged_output_goes_once_published_and_a_retry_continues_the_stored_copy(
+        s3_storage, tmp_path, monkeypatch):
+    """On S3 a trial's stdout and stderr are written in a local staging folder and uploaded at
+    the attempt's end; the folder goes then, not at the driver's end: when a trial completes
+    while another runs, only the running one's folder is left, and none after the run. The
+    retry of a failed attempt starts from the stored copy, so the file holds both attempts."""
+    url, fs = s3_storage
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the driver's staging folders
+    gate = str(tmp_path / "gate")
+    watcher = _StagedWhenQuickEnds(str(temp), gate)
+    grid = ftnb.Tuner(
+        ftnb.with_resources(staged_output_train, {"cpu": 0.25}),
+        param_space={"kind": ftnb.grid_search(["quick", "slow"]), "gate": gate},
+        run_config=_run_config(url, fs, "staged", callbacks=[watcher]),
+    ).fit()
+    assert grid.num_errors == 0, [str(e) for e in grid.errors]
+    assert watcher.seen is not None and len(watcher.seen) == 1, watcher.seen  # slow's alone
+    assert _staged_folders(str(temp)) == []
+    state = _state(fs, posixpath.join(_strip(url), "staged"))
+    for trial in state["trials"]:
+        kind = trial["config"]["kind"]
+        stdout = fs.cat_file(posixpath.join(_strip(url), "staged", trial["dir_name"],
+                                            "stdout")).decode()
+        attempts = [1, 2] if kind == "quick" else [1]
+        assert [line for line in stdout.splitlines() if line.endswith(" prints")] == \
+            [f"{kind} attempt {n} prints" for n in attempts], stdout

@@ -22,6 +22,13 @@ def test_a_sigkilled_supervisors_log_is_on_s3_and_the_resume_continues_it(s3_sto
                                                                            monkeypatch):
     url, fs = s3_storage
     monkeypatch.setenv("FTNB_OUTPUT_PUBLISH_S", "0.2")
+    temp = tmp_path / "temp"  # the supervisors' temporary folder: their staged copies
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+
+    def staged() -> list[str]:
+        return sorted(p.name for p in temp.iterdir() if p.name.startswith("ftnb-staged-"))
+
     gate = tmp_path / "gate"  # the trial waits at its last step until it exists
     space = {"n": 2, "sleep": 0.05, "gate": str(gate)}
     run_config = ftnb.RunConfig(storage_filesystem=fs, verbose=0)
@@ -43,6 +50,8 @@ def test_a_sigkilled_supervisors_log_is_on_s3_and_the_resume_continues_it(s3_sto
     wait_for(lambda: not pid_alive(pid), timeout=10, what="the supervisor to die")
     wait_for(lambda: handle.status() == "INTERRUPTED", timeout=30, what="INTERRUPTED")
     assert first_line in stored_log()
+    # The killed supervisor's local copies (its log, its trial's output) are left behind...
+    assert staged() and all(f"-{pid}-" in name for name in staged()), staged()
 
     gate.write_text("open")
     again = ftnb.launch(scripted, param_space=space, name="logged", storage_path=url,
@@ -55,3 +64,6 @@ def test_a_sigkilled_supervisors_log_is_on_s3_and_the_resume_continues_it(s3_sto
     assert first_line in log
     second_line = log.index(f"ftnb supervisor pid {pid2} ")
     assert log.index(first_line) < second_line < log.index("supervisor exiting")
+    # ...and removed by the next supervisor; its own go once uploaded whole.
+    wait_for(lambda: not pid_alive(pid2), timeout=30, what="the second supervisor to exit")
+    assert staged() == []

@@ -20,8 +20,9 @@ Everything of the machine is here, none of it in the controller: the CPU/GPU poo
 attempt's share of it (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the trial's environment
 (this process's, plus ``FTNB_TRIAL_ID`` and the lease token), its ``sys.path`` and working
 directory (the caller's), its stdout and stderr files (in the trial's folder on a local disk;
-staged locally and published when the attempt ends on object stores; in a group, each rank its
-own, rank 0's the trial's plain ``stdout``/``stderr``), written through pipes that the
+staged locally, published when the attempt ends and then removed on object stores, a retry
+starting from the stored copies; in a group, each rank its own, rank 0's the trial's plain
+``stdout``/``stderr``), written through pipes that the
 executor's pump server (a process of its own, :mod:`ftnb.execution.pump_server`: a stopped
 driver stops no trial) streams to them, capped, rank 0's tailed into output events
 (:mod:`ftnb.execution.output_pump`), and the sweep of ``ftnb.put`` files that a killed
@@ -199,6 +200,7 @@ class _Running:
     kill_cause_at: Optional[float] = None
     cgroup: Optional[AttemptCgroup] = None  # where this machine gives one
     cgroup_oom_kills: Optional[int] = None  # counted there, read before it is removed
+    staging_key: tuple[str, str] = ("", "")  # (experiment folder, trial folder)
 
     @property
     def group(self) -> bool:
@@ -226,9 +228,12 @@ class LocalProcessExecutor(OneMachineExecutor):
         self._output_events = output_events
         self._running: dict[str, _Running] = {}
         self._pump_server: Optional[PumpServer] = None
-        # Per trial folder: where its output is staged on an object store, kept across its
-        # attempts (each appends), removed at shutdown.
+        # Per trial folder, on an object store: where its output is staged while an attempt
+        # runs. Removed when the attempt's files are published whole (the next attempt starts
+        # from the stored copies); kept, with the files not published, when an upload failed:
+        # the next attempt continues them, shutdown tries them again.
         self._staging: dict[tuple[str, str], str] = {}
+        self._unpublished: dict[tuple[str, str], list["StagedFile"]] = {}
 
     # -- starting --------------------------------------------------------------------------------
     def start(self, spec: AttemptSpec) -> None:
@@ -245,6 +250,8 @@ class LocalProcessExecutor(OneMachineExecutor):
 
         trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         key = (spec.experiment_dir, spec.trial_dir_name)
+        max_bytes = output_max_bytes()  # (a bad $FTNB_OUTPUT_MAX_BYTES: before anything starts)
+        self._unpublished.pop(key, None)  # (this attempt's files stand for those)
         files = []  # each rank's (stdout, stderr); rank 0's are the trial's own files
         for index in range(len(allocations)):
             pair = []
@@ -252,10 +259,14 @@ class LocalProcessExecutor(OneMachineExecutor):
                 output = spec.storage.staged_file(path, self._staging.get(key))
                 if output.staged:
                     self._staging[key] = os.path.dirname(output.local_path)
+                    try:  # earlier attempts' output, whole (a file holds at most max_bytes)
+                        output.resume(keep_bytes=max_bytes)
+                    except Exception as exc:  # output is a convenience; never fail a trial
+                        print(f"ftnb: {output.path} starts without the earlier attempts' "
+                              f"output ({exc})", file=sys.stderr)
                 pair.append(output)
             files.append(pair)
         token = spec.fence.token if spec.fence is not None else None
-        max_bytes = output_max_bytes()  # (a bad $FTNB_OUTPUT_MAX_BYTES: before anything starts)
         ctx = _fork_server_context()
         world = spec.num_workers
         launches = []
@@ -327,7 +338,7 @@ class LocalProcessExecutor(OneMachineExecutor):
             raise
         self._running[spec.trial_id] = _Running(
             launches[0], ranks, started_at, [output for pair in files for output in pair],
-            spec.collective_timeout_s, pumps, tails, cgroup=cgroup
+            spec.collective_timeout_s, pumps, tails, cgroup=cgroup, staging_key=key
         )
 
     def _pumps(self) -> PumpServer:
@@ -379,6 +390,7 @@ class LocalProcessExecutor(OneMachineExecutor):
                     events.extend(self._drain(run, rank))
                 exit_event = self._finish(run)
                 events.extend(self._output(run))  # the end of its output, then its exit
+                self._discard_outputs(run.staging_key, run.outputs)  # (read for the last time)
                 events.append(exit_event)
         return events
 
@@ -530,6 +542,24 @@ class LocalProcessExecutor(OneMachineExecutor):
                                collateral=rank.killed_by_us) for rank in run.ranks)
         return ExitEvent(trial_id, attempt, exits, run.failures.first_failing_rank(exits))
 
+    def _discard_outputs(self, key: tuple[str, str], outputs: list["StagedFile"]) -> bool:
+        """Remove the staged copies of a trial's output that are published whole, and their
+        folder once it holds none; keep the others (an upload failed) for the next attempt or
+        shutdown. Whether none is left."""
+        folder = self._staging.get(key)
+        kept = [output for output in outputs if not output.discard()]
+        if kept:
+            self._unpublished[key] = kept
+            return False
+        self._unpublished.pop(key, None)
+        if folder is not None:
+            self._staging.pop(key, None)
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass  # (gone already: its first file made it, and removed it with itself)
+        return True
+
     # -- stopping --------------------------------------------------------------------------------
     def request_stop(self, trial_id: str) -> None:
         run = self._running.get(trial_id)
@@ -587,9 +617,19 @@ class LocalProcessExecutor(OneMachineExecutor):
         deadline = time.time() + 10
         while self._running and time.time() < deadline:
             self.poll(0.1)
-        for folder in self._staging.values():
+        for key, outputs in list(self._unpublished.items()):  # uploads that failed: again
+            for output in outputs:
+                try:
+                    output.publish()
+                except Exception:
+                    pass
+            if not self._discard_outputs(key, outputs):
+                print(f"ftnb: output not uploaded is kept in {self._staging.pop(key, None)}",
+                      file=sys.stderr)
+        for folder in self._staging.values():  # attempts that never started: stored copies
             shutil.rmtree(folder, ignore_errors=True)
         self._staging.clear()
+        self._unpublished.clear()
         if self._pump_server is not None:
             self._pump_server.close()
             self._pump_server = None

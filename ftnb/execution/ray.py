@@ -17,6 +17,9 @@ attempt body returns (:class:`~ftnb.storage.growing_files.PeriodicPublisher`). A
 SIGKILLed or lost with its node keeps what was published before (its last seconds of output
 are lost); the next attempt continues the files from the published copies (their last 8 MiB).
 An attempt replaced by a later one (a ghost on a node taken for lost) publishes nothing more.
+Once published whole, the node's copies are removed (after their last lines were handed over
+as events); a killed actor's are removed by the next actor that stages output on that node
+(:func:`~ftnb.storage.growing_files.sweep_staging_folders`).
 
 Events come back by long polls: each actor holds its attempt's events until the executor's
 pending ``next_events`` call takes them. A node that dies takes its actors with it: their
@@ -218,6 +221,27 @@ class _AttemptActor:
         finally:
             self._processes.end()  # its strays gone, its output in its files
             publisher.close()
+            self._last_output()
+            # Published whole and read: the node's copies go (a fenced attempt's are kept;
+            # a killed actor's go with the next staging folder made on this node).
+            publisher.discard()
+
+    def _last_output(self) -> None:
+        """The rank's output is complete in its files: their last lines become events here (the
+        executor's last poll of this actor takes them), and nothing reads the files after."""
+        from .contract import OutputEvent
+
+        with self._cond:
+            for tail in self._tails:
+                for _ in range(8):  # (bounded: a tail reads at most its backlog, 1 MiB, each)
+                    text = tail.read()
+                    if not text:
+                        break
+                    trial_id, attempt = tail.ids
+                    self._events.append(OutputEvent(trial_id, attempt, stream=tail.stream,
+                                                    text=text))
+            self._tails = []
+            self._cond.notify_all()
 
     def next_events(self, timeout: float) -> list:
         from .contract import OutputEvent

@@ -28,6 +28,9 @@ __all__ = [
     "with_originals",
 ]
 
+#: What a large plain value shared with ``ftnb.put`` (``objects.SHARED_PLAIN_BYTES``) is.
+_SHARED_PLAIN_TYPES = ("list", "tuple", "str")
+
 #: The stand-in that ``encode_value`` writes for an object not put with ``ftnb.put`` (in states
 #: written before ``ftnb.put``, every object): its type and repr, nothing to re-bind it by.
 _LEGACY_OBJECT = "__ftnb_object__"
@@ -46,6 +49,11 @@ def space_differences(stored: Any, new: Any, path: str = "") -> list[str]:
             return []
         return [f"{where}: was an object ({_type_of(stored)}), now {_describe(new)}"]
     if is_placeholder(new):
+        if _type_of(new) in _SHARED_PLAIN_TYPES and isinstance(stored, (list, str)) and \
+                (_type_of(new) == "str") == isinstance(stored, str):
+            # A large plain value, shared now, that an older version copied into the space:
+            # its trials keep the copy they have (their configs are stored whole).
+            return []
         return [f"{where}: was {_describe(stored)}, now an object ({_type_of(new)})"]
     if isinstance(stored, dict) and isinstance(new, dict):
         if "grid_search" in stored and "grid_search" in new:
@@ -153,9 +161,11 @@ def bind_configs(
         )
     refs = {ref.id: ref for ref in _refs_in(bound_space)}
     mapping: dict[str, ObjectRef] = {}
-    for (_, old), (_, new) in zip(walk_placeholders(state.param_space),
-                                  walk_placeholders(new_encoded)):
-        mapping.setdefault(old["__ftnb_ref__"], refs[new["__ftnb_ref__"]])
+    stored_at = dict(walk_placeholders(state.param_space))  # (paired by key path: a value
+    for path, new in walk_placeholders(new_encoded):         # shared only now has no pair)
+        old = stored_at.get(path)
+        if old is not None:
+            mapping.setdefault(old["__ftnb_ref__"], refs[new["__ftnb_ref__"]])
     configs = {}
     for trial_id, config in stored_configs.items():
         missing = [

@@ -4,7 +4,11 @@ that stand for refs in the JSON state of an experiment.
 
 A dataset, a DataFrame or a model passed in a ``param_space`` would otherwise be pickled into
 every trial's launch message and unpickled into every trial's own memory: :func:`bind_objects`
-puts each such object once, and the trials receive small refs.
+puts each such object once, and the trials receive small refs. So is a large plain value (a
+list or a string of more than :data:`SHARED_PLAIN_BYTES` as JSON, with no search domain in
+it): copied into every trial's config, it would be written into every trial's ``params.json``
+and ``trial.json`` and into the experiment state, twice. A trial's ``config`` holds the same
+value either way.
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from .describe import type_name
 from .file_format import UnpicklableError
 from .store import ObjectRef, adopt, get, is_placeholder, put
 
-__all__ = ["bind_objects", "resolve_refs", "walk_placeholders"]
+__all__ = ["SHARED_PLAIN_BYTES", "bind_objects", "resolve_refs", "walk_placeholders"]
+
+#: A plain (JSON) list, tuple or string of a search space larger than this as JSON (64 KiB) is
+#: put with ``ftnb.put`` like an object, not copied into every trial's config and the state.
+SHARED_PLAIN_BYTES = 64 << 10
 
 
 def _rebuild_dict(value: dict, new: dict[Any, Any]) -> dict:
@@ -93,6 +101,35 @@ def _holds_object(value: Any) -> bool:
     return not _is_json_leaf(value)
 
 
+def _json_larger_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (a list, tuple or string of JSON values) takes more than ``limit``
+    bytes as JSON, about: counted item by item, stopping as soon as it does (a long list costs
+    the items up to the limit, not all of them)."""
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item) + 3
+        elif isinstance(item, bool) or item is None:
+            total += 6
+        elif isinstance(item, (int, float)):
+            total += len(repr(item)) + 2
+        elif isinstance(item, dict):
+            total += 2
+            for key, child in item.items():
+                total += len(str(key)) + 4
+                pending.append(child)
+        elif isinstance(item, (list, tuple)):
+            total += 2
+            pending.extend(item)
+        else:
+            total += 8  # (a 0-d numpy/torch scalar)
+        if total > limit:
+            return True
+    return False
+
+
 _SEARCH_OR_REF = (Domain, ObjectRef)
 
 
@@ -107,6 +144,8 @@ class _Binder:
     def bind(self, value: Any, path: tuple[str | int, ...]) -> Any:
         if isinstance(value, ObjectRef):
             return adopt(value) if self.adopt_refs else value
+        if isinstance(value, str) and len(value) > SHARED_PLAIN_BYTES:
+            return self.put(value, path)  # (a large plain value: see the module docstring)
         if _is_json_leaf(value):
             return value
         if isinstance(value, Categorical):
@@ -126,6 +165,8 @@ class _Binder:
         if isinstance(value, (list, tuple)) and _holds(value, _SEARCH_OR_REF):
             return self.bind_items(value, path)
         if isinstance(value, (list, tuple)) and not _holds_object(value):
+            if _json_larger_than(value, SHARED_PLAIN_BYTES):
+                return self.put(value, path)  # (a large plain value: see the module docstring)
             return value
         if isinstance(value, Mapping) and _holds(value, _SEARCH_OR_REF):
             return value  # a user Mapping type that search resolves as a dict: left alone
@@ -161,7 +202,8 @@ def bind_objects(space: Any, adopt_refs: bool = False) -> tuple[Any, list[tuple[
     separately) and :func:`~ftnb.search.choice` categories; leaves JSON scalars, numpy/torch
     0-d scalars, other domains and existing refs alone. The same object used twice becomes
     one ref. A list or tuple without domains, grid axes or refs inside is stored whole, as one
-    object. Returns the new space (the caller's is not modified; unchanged containers are
+    object, when it holds an object or is larger than :data:`SHARED_PLAIN_BYTES` as JSON (so
+    is such a string); smaller plain ones stay in the space. Returns the new space (the caller's is not modified; unchanged containers are
     shared) and ``(key_path, ref)`` for each object stored, with key paths like ``"model"``,
     ``"data/train"``, ``"opt/grid_search[1]"`` or ``"act/categories[0]"``.
 

@@ -126,7 +126,9 @@ class Storage:
         """A file that a process appends to through the OS (a log, a trial's stdout) and that
         ends up at ``path``: the file itself on a local disk, else the local file
         ``local_path`` (default: one of the same name in ``staging_dir``, by default a new
-        temporary folder) copied to ``path`` by :meth:`StagedFile.publish`."""
+        temporary folder named after this process) copied to ``path`` by
+        :meth:`StagedFile.publish`, and removed by :meth:`StagedFile.discard` once published
+        for the last time."""
         return StagedFile(self, path, staging_dir, local_path)
 
     @contextlib.contextmanager

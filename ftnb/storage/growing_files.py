@@ -11,12 +11,25 @@ is written, a copy longer than :data:`RUNNING_TAIL_BYTES` is published as its la
 which bounds each upload; the whole file is published at the end. A file continued by a later
 process elsewhere (:meth:`StagedFile.resume`) starts from at most that many bytes of the stored
 copy too.
+
+The local copy of a staged file lives in a folder of its own under the temporary folder unless
+the caller names one: ``ftnb-staged-<machine>-<pid>-<start>-<random>``, named after the process
+that made it (:func:`staging_folder`). Once a file is published whole and no longer written,
+:meth:`StagedFile.discard` removes the copy (and the folder it made); a copy with changes not
+yet published is kept. A process that died first (SIGKILL, a lost Ray actor, a crashed driver)
+leaves its folder behind: the next process of this user on the machine that makes a staging
+folder removes it (:func:`sweep_staging_folders`), as nothing would ever publish it: a later
+writer starts from the stored copy (:meth:`StagedFile.resume`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
+import re
+import shutil
+import tempfile
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
@@ -33,6 +46,67 @@ PUBLISH_INTERVAL_ENV = "FTNB_OUTPUT_PUBLISH_S"
 #: The most of a staged file uploaded by a publish while it is written, and kept from the stored
 #: copy by :meth:`StagedFile.resume`: 8 MiB (a publish every 5 s uploads 1.6 MB/s at most).
 RUNNING_TAIL_BYTES = 8 << 20
+
+
+#: The start of the name of a staging folder (see the module docstring).
+STAGING_PREFIX = "ftnb-staged-"
+# ftnb-staged-{machine tag}-{pid}-{start time, 0: unknown}-{mkdtemp's random part}
+_STAGING_FOLDER = re.compile(r"^ftnb-staged-([0-9a-f]{8})-(\d+)-(\d+)-[^-]+$")
+_swept_by: Optional[int] = None  # the pid of the process that swept already (a fork sweeps again)
+
+
+def _machine_tag() -> str:
+    """8 hex digits naming where this process's pids mean something (the machine, its boot
+    and pid namespace): a shared temporary folder holds other machines' folders too."""
+    from ..system.processes import host_id
+
+    return hashlib.blake2b(host_id().encode(), digest_size=4).hexdigest()
+
+
+def staging_folder() -> str:
+    """A new folder under the temporary folder for staged files' local copies, named after this
+    process, after removing those of this user's processes that are gone (once per process:
+    :func:`sweep_staging_folders`)."""
+    from ..system.processes import pid_start_time
+
+    global _swept_by
+    pid = os.getpid()
+    if _swept_by != pid:
+        _swept_by = pid
+        sweep_staging_folders()
+    start = pid_start_time(pid)
+    prefix = f"{STAGING_PREFIX}{_machine_tag()}-{pid}-{max(start or 0, 0)}-"
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def sweep_staging_folders(root: Optional[str] = None) -> list[str]:
+    """Remove the staging folders in ``root`` (default: the temporary folder) of this user's
+    processes on this machine that are gone: what they held was never to be published (their
+    files' later writers start from the stored copies). Returns the folders removed."""
+    from ..system.processes import process_state
+
+    root = root or tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(root) if name.startswith(STAGING_PREFIX)]
+    except OSError:
+        return []
+    tag = _machine_tag()
+    removed = []
+    for name in names:
+        found = _STAGING_FOLDER.match(name)
+        if found is None or found.group(1) != tag:
+            continue  # another machine's or pid namespace's: its pids mean nothing here
+        folder = os.path.join(root, name)
+        try:
+            if os.lstat(folder).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        pid, start = int(found.group(2)), int(found.group(3))
+        if process_state(pid, start or None) != "running":
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def publish_interval_s() -> float:
@@ -57,23 +131,25 @@ def _tail_after_cut(data: bytes, left_out: int) -> bytes:
 class StagedFile:
     """See :meth:`Storage.staged_file`. ``local_path`` is where to write; ``publish()`` puts
     what was written at the storage path (nothing to do on a local disk); ``staged`` says
-    whether there is a copy to publish."""
+    whether there is a copy to publish; ``owns_folder`` whether this object made the folder
+    of ``local_path`` (:func:`staging_folder`), which :meth:`discard` then removes."""
 
     def __init__(self, storage: Storage, path: str, staging_dir: Optional[str] = None,
                  local_path: Optional[str] = None) -> None:
         self.storage = storage
         self.path = path
         self.staged = not storage.is_local
+        self.owns_folder = False
         if not self.staged:
             self.local_path = path
         elif local_path is not None:
             self.local_path = local_path
         else:
-            import tempfile
-
-            folder = staging_dir or tempfile.mkdtemp(prefix="ftnb-staged-")
-            os.makedirs(folder, exist_ok=True)
-            self.local_path = os.path.join(folder, posixpath.basename(path.rstrip("/")))
+            if staging_dir is None:
+                staging_dir = staging_folder()
+                self.owns_folder = True
+            os.makedirs(staging_dir, exist_ok=True)
+            self.local_path = os.path.join(staging_dir, posixpath.basename(path.rstrip("/")))
         # What was published last: the local file's (size, mtime_ns) then, and whether whole.
         self._published: Optional[tuple[tuple[int, int], bool]] = None
 
@@ -100,6 +176,29 @@ class StagedFile:
         seen = self._seen()
         return seen is not None and (self._published is None or self._published[0] != seen
                                      or (whole and not self._published[1]))
+
+    def discard(self) -> bool:
+        """Remove the local copy once it is published whole and nothing writes it any more
+        (its writer ended): the file, then the folder when this object made it and it is
+        empty (a folder shared by several files goes with its last). Whether the copy is gone
+        (True where nothing is staged); a copy with changes not published whole is kept, so
+        output is never lost to a clean-up."""
+        if not self.staged:
+            return True
+        if self.pending(whole=True):
+            return False
+        try:
+            os.unlink(self.local_path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        if self.owns_folder:
+            try:
+                os.rmdir(os.path.dirname(self.local_path))
+            except OSError:
+                pass  # (another file is still staged there, or it is gone already)
+        return True
 
     def resume(self, keep_bytes: int = RUNNING_TAIL_BYTES) -> None:
         """Start the local file from the stored copy, at most its last ``keep_bytes``, when the
@@ -258,6 +357,7 @@ class PeriodicPublisher:
     >>> publisher = PeriodicPublisher([stdout, stderr])
     >>> ...  # the process runs
     >>> publisher.close()
+    >>> publisher.discard()  # once nothing reads the local copies any more
     """
 
     def __init__(self, files: Iterable[StagedFile], interval: Optional[float] = None,
@@ -279,6 +379,12 @@ class PeriodicPublisher:
         """Stop publishing periodically and publish each file whole (if it changed)."""
         self._closed.set()
         self._publish(final=True)
+
+    def discard(self) -> bool:
+        """After :meth:`close`: remove the local copies published whole
+        (:meth:`StagedFile.discard`), the folders' owners last. Whether all are gone."""
+        ordered = sorted(self.files, key=lambda output: output.owns_folder)
+        return all([output.discard() for output in ordered])
 
     def _publish(self, final: bool) -> None:
         from .lease import FencedError
