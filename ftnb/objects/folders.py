@@ -8,13 +8,13 @@ alone says whether its owner still runs, so a sweep needs to open no file.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import socket
 import tempfile
 import threading
 from typing import Optional
+
+from ..system.processes import pid_scope_tag
 
 __all__ = [
     "OBJECT_STORE_ENV",
@@ -89,21 +89,6 @@ def this_process_identity() -> tuple[int, int]:
         if _identity[0] != pid:
             _identity = (pid, _start_time(pid) or 0)
         return _identity
-
-
-def pid_scope_tag() -> str:
-    """8 hex digits naming where this process's pids mean something: the machine and its pid
-    namespace.
-
-    Object folders may be shared between machines (FTNB_OBJECT_STORE on NFS) or containers
-    (a mounted /tmp): a sweep only judges files whose owner's pid it can look up.
-    """
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        namespace = ""
-    scope = f"{socket.gethostname()}\0{namespace}"
-    return hashlib.blake2b(scope.encode("utf-8"), digest_size=4).hexdigest()
 
 
 # --------------------------------------------------------------------------- where files live

@@ -24,7 +24,6 @@ writer starts from the stored copy (:meth:`StagedFile.resume`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -55,19 +54,11 @@ _STAGING_FOLDER = re.compile(r"^ftnb-staged-([0-9a-f]{8})-(\d+)-(\d+)-[^-]+$")
 _swept_by: Optional[int] = None  # the pid of the process that swept already (a fork sweeps again)
 
 
-def _machine_tag() -> str:
-    """8 hex digits naming where this process's pids mean something (the machine, its boot
-    and pid namespace): a shared temporary folder holds other machines' folders too."""
-    from ..system.processes import host_id
-
-    return hashlib.blake2b(host_id().encode(), digest_size=4).hexdigest()
-
-
 def staging_folder() -> str:
     """A new folder under the temporary folder for staged files' local copies, named after this
     process, after removing those of this user's processes that are gone (once per process:
     :func:`sweep_staging_folders`)."""
-    from ..system.processes import pid_start_time
+    from ..system.processes import pid_scope_tag, pid_start_time
 
     global _swept_by
     pid = os.getpid()
@@ -75,7 +66,7 @@ def staging_folder() -> str:
         _swept_by = pid
         sweep_staging_folders()
     start = pid_start_time(pid)
-    prefix = f"{STAGING_PREFIX}{_machine_tag()}-{pid}-{max(start or 0, 0)}-"
+    prefix = f"{STAGING_PREFIX}{pid_scope_tag()}-{pid}-{max(start or 0, 0)}-"
     return tempfile.mkdtemp(prefix=prefix)
 
 
@@ -83,14 +74,14 @@ def sweep_staging_folders(root: Optional[str] = None) -> list[str]:
     """Remove the staging folders in ``root`` (default: the temporary folder) of this user's
     processes on this machine that are gone: what they held was never to be published (their
     files' later writers start from the stored copies). Returns the folders removed."""
-    from ..system.processes import process_state
+    from ..system.processes import pid_scope_tag, process_state
 
     root = root or tempfile.gettempdir()
     try:
         names = [name for name in os.listdir(root) if name.startswith(STAGING_PREFIX)]
     except OSError:
         return []
-    tag = _machine_tag()
+    tag = pid_scope_tag()
     removed = []
     for name in names:
         found = _STAGING_FOLDER.match(name)

@@ -8,6 +8,7 @@ place (:func:`kill_and_wait`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -26,6 +27,22 @@ __all__ = [
     "process_state",
     "process_status",
 ]
+
+
+def pid_scope_tag() -> str:
+    """8 hex digits naming where this process's pids mean something: the machine and its pid
+    namespace.
+
+    Folders named after processes (``ftnb.put``'s object files, supervisors' temporary folders,
+    staged output) may be shared between machines (FTNB_OBJECT_STORE on NFS) or containers (a
+    mounted /tmp): a sweep only judges those whose owner's pid it can look up.
+    """
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    scope = f"{socket.gethostname()}\0{namespace}"
+    return hashlib.blake2b(scope.encode("utf-8"), digest_size=4).hexdigest()
 
 
 def host_id() -> str:
