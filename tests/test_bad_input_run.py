@@ -5,6 +5,7 @@ killed driver left, only once it owns the experiment."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def test_ctrl_c_in_a_script_ends_on_the_resume_line_with_status_130(tmp_path):
     assert err.strip().splitlines()[-2:] == [
         "ftnb: experiment 'long' interrupted; its trials were stopped and its state saved. "
         "Resume it with:",
-        f"    ftnb.Tuner.restore({str(exp)!r}, scripted).fit()",
+        # ftnb.run resumes by name: the script's own command line, again (test_restore runs it).
+        f"    {shlex.join([sys.executable, str(tmp_path / 'driver.py'), str(tmp_path), 'let'])}"
+        "   # the same command again: ftnb.run resumes it by name",
     ], err
     state = ExperimentState.load(ExperimentPaths.at(str(exp)))
     assert state.status == "INTERRUPTED"

@@ -88,7 +88,7 @@ def test_a_killed_rank_on_s3_keeps_its_output_and_restarts_from_its_s3_checkpoin
                         env={growing_files.PUBLISH_INTERVAL_ENV: "1"})
 
     pid_file = pathlib.Path(marks, "pid")
-    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120,
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 300,
                        "attempt 1 to wait after its checkpoint"))
     experiment = ExperimentPaths.at(f"{url}/run", fs)
     (trial,) = ExperimentState.load(experiment).trials
