@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -35,6 +36,13 @@ def run_script(tmp_path, body: str, *args: str, env: dict | None = None,
 #: Every script :func:`run_script` started, in order: tests/conftest.py kills those a test
 #: started and left running (a failed test's driver must not go on loading the machine).
 STARTED: list[subprocess.Popen] = []
+
+
+def run_again_line(*argv: str) -> str:
+    """What a script run by name (ftnb.run) with ``argv`` is told to resume when interrupted:
+    its own command (this Python, then ``argv``), again."""
+    return (f"{shlex.join([sys.executable, *argv])}   "
+            "# the same command again: ftnb.run resumes it by name")
 
 
 def kill_started_since(mark: int) -> None:

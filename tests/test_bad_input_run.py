@@ -5,7 +5,6 @@ killed driver left, only once it owns the experiment."""
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 import ftnb
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
-from procs import REPO, TESTS, run_script, wait_for
+from procs import REPO, TESTS, run_again_line, run_script, wait_for
 from scripted import result_rows, scripted
 
 pytestmark = pytest.mark.slow
@@ -74,9 +73,8 @@ def test_ctrl_c_in_a_script_ends_on_the_resume_line_with_status_130(tmp_path):
     assert err.strip().splitlines()[-2:] == [
         "ftnb: experiment 'long' interrupted; its trials were stopped and its state saved. "
         "Resume it with:",
-        # ftnb.run resumes by name: the script's own command line, again (test_restore runs it).
-        f"    {shlex.join([sys.executable, str(tmp_path / 'driver.py'), str(tmp_path), 'let'])}"
-        "   # the same command again: ftnb.run resumes it by name",
+        # ftnb.run resumes by name: the script's own command line, again.
+        "    " + run_again_line(str(tmp_path / "driver.py"), str(tmp_path), "let"),
     ], err
     state = ExperimentState.load(ExperimentPaths.at(str(exp)))
     assert state.status == "INTERRUPTED"

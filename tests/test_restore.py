@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import shlex
 import signal
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ import ftnb
 from ftnb.storage.lease import process_name
 from ftnb.core.records import FORMAT_VERSION, ExperimentState
 from ftnb.storage import ExperimentPaths
-from procs import processes_named, run_script, wait_for
+from procs import processes_named, run_again_line, run_script, wait_for
 from scripted import case_dirs, executed, result_rows, scripted_case
 
 CASES = {
@@ -276,9 +274,8 @@ ftnb.Tuner(scripted, param_space={"n": 400, "sleep": 0.05, "i": ftnb.grid_search
 
 
 def _run_again_line(tmp_path):
-    """What a script run by name (ftnb.run) is told to resume: its own command, again."""
-    return (f"{shlex.join([sys.executable, str(tmp_path / 'driver.py'), str(tmp_path)])}   "
-            "# the same command again: ftnb.run resumes it by name")
+    """What run_script's driver.py, given ``tmp_path``, is told to resume."""
+    return run_again_line(str(tmp_path / "driver.py"), str(tmp_path))
 
 
 @pytest.mark.parametrize("driver", [LONG_DRIVER, LONG_TUNER_DRIVER], ids=["ftnb.run", "Tuner"])
