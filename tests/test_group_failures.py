@@ -1,11 +1,12 @@
-"""GroupFailures (ftnb/execution/contract.py): which rank of a group failed first, the one policy
-that both executors running groups (local processes, Ray) keep. Pure: times are given."""
+"""GroupFailures (ftnb/execution/group_failures.py): which rank of a group failed first, the one
+policy that both executors running groups (local processes, Ray) keep. Pure: times are given."""
 
 from __future__ import annotations
 
 import pytest
 
-from ftnb.execution.contract import GroupFailures, RankExit
+from ftnb.execution.contract import RankExit
+from ftnb.execution.group_failures import GroupFailures
 
 SETTLE_S = 2.0
 LIMIT_S = 30.0  # the collective timeout: how long a rank may be stopped before it is hung

@@ -22,9 +22,9 @@ def _modules_after(code: str) -> set:
 
 
 def test_the_fork_servers_preload_imports_no_scheduler():
-    from ftnb.execution.local import _ALWAYS_PRELOAD
+    from ftnb.execution.fork_server import ALWAYS_PRELOAD
 
-    loaded = _modules_after(f"for m in {_ALWAYS_PRELOAD!r}: __import__(m)")
+    loaded = _modules_after(f"for m in {ALWAYS_PRELOAD!r}: __import__(m)")
     assert "ftnb.execution.contract" in loaded
     assert {m for m in loaded if m.startswith("ftnb.schedulers")} == {
         "ftnb.schedulers", "ftnb.schedulers.decision_points",

@@ -137,7 +137,7 @@ def test_pickling_an_attempt_notes_every_ref_its_trainable_holds(tmp_path: pathl
 
     import ftnb
     from ftnb.execution.contract import AttemptSpec
-    from ftnb.execution.ray import _dump_attempt
+    from ftnb.execution.ray_actor import dump_attempt
     from ftnb.storage import ExperimentPaths, Storage
 
     held, in_config = ftnb.put([1, 2, 3]), ftnb.put({"scale": 10})
@@ -151,7 +151,7 @@ def test_pickling_an_attempt_notes_every_ref_its_trainable_holds(tmp_path: pathl
     spec = AttemptSpec(trial_id="t0", attempt=1, trainable=make_train(held),
                        config={"settings": in_config}, storage=experiment.storage,
                        experiment_dir=experiment.dir, experiment_name="exp", trial_dir_name="t0")
-    payload, refs = _dump_attempt(spec)
+    payload, refs = dump_attempt(spec)
     assert set(refs) == {held.id, in_config.id}
     (tmp_path / "attempt.pkl").write_bytes(pickle.dumps(
         (payload, {ref_id: ftnb.get(ref) for ref_id, ref in refs.items()})))

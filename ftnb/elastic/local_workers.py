@@ -1,6 +1,7 @@
 """The local backend of :class:`~ftnb.elastic.WorkerGroup`: each worker a process of this machine,
-forked from a fork server (a worker starts by a fork of a process that has imported ftnb and
-what the caller uses, not by a Python start-up), talking to the group through a pipe
+forked from the fork server it shares with trial processes (:mod:`ftnb.execution.fork_server`: a
+worker starts by a fork of a process that has imported ftnb and what the caller uses, not by a
+Python start-up), talking to the group through a pipe
 (:func:`~ftnb.elastic.worker.worker_main`). Workers ask the kernel to kill them when their
 parent dies, so a SIGKILLed trial, script or kernel leaves no orphan; each is the subreaper of
 what it starts, which ends with it (:mod:`ftnb.execution.process_tree`)."""
@@ -11,36 +12,15 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..execution.fork_server import WORKER_PROCESS_PREFIX, fork_server_context
 from .backend import START_TIMEOUT_S, Answer, WorkerSlot
 from .worker import worker_main
 
 __all__ = ["LocalWorkers"]
-
-_context_lock = threading.Lock()
-_context: Any = None
-
-
-def _process_context() -> Any:
-    """The fork server of this process (started once)."""
-    global _context
-    with _context_lock:
-        if _context is None:
-            import sys
-
-            from ..execution.local import skip_main_for_trials
-
-            skip_main_for_trials()
-            ctx = multiprocessing.get_context("forkserver")
-            preload = ["ftnb.elastic.worker", "cloudpickle", "ftnb.execution.fork_server_reaper"]
-            preload += [m for m in ("numpy", "torch", "gymnasium") if m in sys.modules]
-            ctx.set_forkserver_preload(preload)
-            _context = ctx
-        return _context
 
 
 @dataclass
@@ -64,13 +44,13 @@ class LocalWorkers:
         self._gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
 
     def start(self, slots: list[WorkerSlot], factory: bytes) -> None:
-        ctx = _process_context()
+        ctx = fork_server_context()  # (the trials' too: one per process)
         for slot in slots:
             parent, child = ctx.Pipe(duplex=True)
             started_at = time.monotonic()
             process = ctx.Process(target=worker_main,
                                   args=(slot.index, factory, child, self._env(slot.index)),
-                                  name=f"ftnb-worker-{slot.index}", daemon=False)
+                                  name=f"{WORKER_PROCESS_PREFIX}{slot.index}", daemon=False)
             process.start()
             child.close()
             slot.handle = _Process(process, parent, started_at)

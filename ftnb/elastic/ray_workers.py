@@ -59,7 +59,7 @@ class _WorkerActor:
              cwd: Optional[str]) -> tuple[str, str, int]:
         """All of a start but building the object: the driver's context, the factory loaded
         (a failure to load it is :meth:`build`'s error); (node id, node address, pid)."""
-        from ..execution.ray import adopt_driver_context
+        from ..execution.ray_actor import adopt_driver_context
 
         adopt_driver_context(env, sys_path, cwd)
         self.factory: Any = None
@@ -345,7 +345,7 @@ class RayWorkers:
             return describe_error(exc)
         if getattr(exc, "actor_init_failed", False):
             return dict(describe_error(exc), kind="exception")
-        from ..execution.ray import DEATH_SETTLE_S, dead_node_named, death_untold, settle_death
+        from ..execution.ray_nodes import DEATH_SETTLE_S, dead_node_named, death_untold, settle_death
 
         node_id = slot.handle.node_id
 

@@ -98,6 +98,52 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     """
     from .. import session as session_mod
     from ..objects import ObjectUnavailableError, resolve_refs
+
+    ids = (spec.trial_id, spec.attempt)
+    group = None
+    if place is not None and place.world_size > 1:
+        from .rank_group import RankGroup
+
+        rank = place.rank
+        try:
+            group = RankGroup.join(place, channel.rendezvous, spec.collective_timeout_s)
+        except passthrough:
+            raise
+        except BaseException as exc:  # a peer died during the rendezvous, or torch is missing
+            report_exception(channel, ids, exc, "exception", rank=rank)
+            return EXIT_ERROR
+    session, log = _attempt_session(spec, channel, rank, guard, group, place)
+    session_mod._set_session(session, this_thread_only=this_thread_only)
+    if on_session is not None:
+        on_session(session)
+
+    try:
+        config = resolve_refs(spec.config)
+    except ObjectUnavailableError as exc:  # the driver that put it is gone: retrying cannot help
+        report_exception(channel, ids, exc, "usage", rank=rank)
+        return EXIT_ERROR
+    try:
+        outcome, code = _run_trainable(spec, channel, session, config, rank=rank,
+                                       passthrough=passthrough)
+    finally:
+        log.close()
+        if this_thread_only:
+            session_mod._set_session(None, this_thread_only=True)
+    if outcome is None:
+        return code
+    if group is not None:
+        group.finish()
+    channel.send(DoneEvent(*ids, outcome=outcome, iteration=session.iteration))
+    return EXIT_OK
+
+
+def _attempt_session(spec: AttemptSpec, channel: AttemptChannel, rank: int,
+                     guard: Optional[WriteGuard], group: Any,
+                     place: Optional["RankPlace"]) -> tuple["TrialSession", Any]:
+    """The attempt's session (what ``ftnb.report`` & co. talk to) as rank ``rank``, and the
+    result log it persists reports to: writes fenced by the lease and ``guard``, reports sent
+    to ``channel`` once persisted."""
+    from .. import session as session_mod
     from ..storage import ExperimentPaths
     from ..storage.result_log import ResultLog
 
@@ -118,19 +164,6 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         fences.append(Fence(experiment, spec.fence.as_lease_spec()))
     if guard is not None:
         fences.append(guard)
-    ids = (spec.trial_id, spec.attempt)
-    group = None
-    if place is not None and place.world_size > 1:
-        from .rank_group import RankGroup
-
-        rank = place.rank
-        try:
-            group = RankGroup.join(place, channel.rendezvous, spec.collective_timeout_s)
-        except passthrough:
-            raise
-        except BaseException as exc:  # a peer died during the rendezvous, or torch is missing
-            report_exception(channel, ids, exc, "exception", rank=rank)
-            return EXIT_ERROR
     context = session_mod.TrialContext(
         trial_id=spec.trial_id,
         trial_name=spec.trial_name or spec.trial_id,
@@ -166,15 +199,20 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         wait_decision=getattr(channel, "decision", None),
         storage_wait_s=spec.storage_wait_s,
     )
-    session_mod._set_session(session, this_thread_only=this_thread_only)
-    if on_session is not None:
-        on_session(session)
+    return session, log
 
-    try:
-        config = resolve_refs(spec.config)
-    except ObjectUnavailableError as exc:  # the driver that put it is gone: retrying cannot help
-        report_exception(channel, ids, exc, "usage", rank=rank)
-        return EXIT_ERROR
+
+def _run_trainable(spec: AttemptSpec, channel: AttemptChannel, session: "TrialSession",
+                   config: Any, *, rank: int,
+                   passthrough: tuple[type[BaseException], ...]) -> tuple[Optional[str], int]:
+    """Run the trainable on ``config`` in ``session``: ``(outcome, EXIT_OK)`` when it ended on
+    its own terms (finished, stopped, preempted, fenced), else ``(None, the rank's exit
+    code)`` with its error sent. Its traceback starts here: :func:`report_exception` leaves
+    this frame out, so the user sees their own code first."""
+    from .. import session as session_mod
+
+    ids = (spec.trial_id, spec.attempt)
+    group = session.group
     try:
         returned = spec.trainable(config)
         if isinstance(returned, dict) and returned:
@@ -182,9 +220,8 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         elif returned is not None and session.iteration == 0 and session.group is None:
             raise session_mod.UsageError(_returned_not_reported(spec.trainable, returned))
         session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
-        outcome = "finished"
+        return "finished", EXIT_OK
     except session_mod._AttemptEnd as end:
-        outcome = end.outcome
         if isinstance(end, session_mod._Fenced):
             print(f"ftnb: {end}", file=sys.stderr, flush=True)
             if group is not None and rank == 0:  # the others wait on this report: tell them
@@ -192,36 +229,28 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
                     group.publish(session.iteration, "fenced")
                 except Exception:
                     pass
+        return end.outcome, EXIT_OK
     except session_mod.UsageError as exc:
         session.finish_uploads(quiet=True)  # the reports before the error are still persisted
         report_exception(channel, ids, exc, "usage", rank=rank)
-        return EXIT_ERROR
+        return None, EXIT_ERROR
     except SystemExit as exc:
         session.finish_uploads(quiet=True)
         code = exc.code
         if code in (None, 0):
-            outcome = "finished"
-        else:
-            numeric = code if isinstance(code, int) else 1
-            channel.send(ErrorEvent(*ids, failure_kind="exit", exit_code=numeric,
-                                    message=f"sys.exit({code!r})", iteration=session.iteration,
-                                    rank=rank))
-            return numeric
+            return "finished", EXIT_OK
+        numeric = code if isinstance(code, int) else 1
+        channel.send(ErrorEvent(*ids, failure_kind="exit", exit_code=numeric,
+                                message=f"sys.exit({code!r})", iteration=session.iteration,
+                                rank=rank))
+        return None, numeric
     except passthrough:
         raise
     except BaseException as exc:
         session.finish_uploads(quiet=True)
         report_exception(channel, ids, exc, "oom" if _is_out_of_memory(exc) else "exception",
                          session.iteration, rank=rank)
-        return EXIT_ERROR
-    finally:
-        log.close()
-        if this_thread_only:
-            session_mod._set_session(None, this_thread_only=True)
-    if group is not None:
-        group.finish()
-    channel.send(DoneEvent(*ids, outcome=outcome, iteration=session.iteration))
-    return EXIT_OK
+        return None, EXIT_ERROR
 
 
 class AttemptGuard:

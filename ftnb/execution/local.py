@@ -1,13 +1,13 @@
 """Local OS processes: the embedded default executor.
 
-Each attempt runs in its own process, forked from a fork server that has already imported ftnb
-(and the heavy modules the caller has imported, such as torch), so starting an attempt costs a
-fork rather than a Python start-up. Each attempt is the leader of its own process group, and
-nothing it starts outlives it: data-loader workers, a server in a new session and a
-double-forked daemon end with the attempt, however it ends (:mod:`ftnb.execution.process_tree`:
-each trial process is the subreaper of what it starts and carries ``FTNB_ATTEMPT`` in its
-environment). Ctrl+C in a terminal reaches the controller only, which then stops the trials
-itself.
+Each attempt runs in its own process, forked from a fork server that has already imported ftnb (and
+the heavy modules the caller has imported, such as torch), so starting an attempt costs a fork
+rather than a Python start-up (:mod:`ftnb.execution.fork_server`). Each attempt is the leader of
+its own process group, and nothing it starts outlives it: data-loader workers, a server in a new
+session and a double-forked daemon end with the attempt, however it ends
+(:mod:`ftnb.execution.process_tree`: each trial process is the subreaper of what it starts and
+carries ``FTNB_ATTEMPT`` in its environment). Ctrl+C in a terminal reaches the controller only,
+which then stops the trials itself.
 
 Trial processes die with their controller: each asks the kernel for SIGKILL when its parent (the
 fork server) exits, and the fork server exits when the controller's process does. So a SIGKILLed
@@ -44,7 +44,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
@@ -55,13 +54,14 @@ from .contract import (
     DoneEvent,
     ErrorEvent,
     ExitEvent,
-    GroupFailures,
     OutputEvent,
     PreemptedEvent,
     RankExit,
     StartedEvent,
     is_peer_error,
 )
+from .fork_server import TRIAL_PROCESS_PREFIX, fork_server_context
+from .group_failures import GroupFailures
 from .one_machine import OneMachineExecutor
 from .output_pump import FileTail, output_max_bytes
 from .oom import cgroup_oom_kills, oom_killed
@@ -69,89 +69,18 @@ from .process_tree import (
     ATTEMPT_VARIABLE,
     CGROUP_VARIABLE,
     AttemptCgroup,
-    attempt_marker,
     kill_marked,
     kill_tree,
 )
 from .pump_server import PumpServer
-from .rank_group import RankPlace, rank_environment
 from .resources import Allocation, ResourcePool
 from ..storage.lease import process_name
-from .trial_process import ProcessLaunch, attempt_main
+from .trial_process import ProcessLaunch, attempt_main, rank_launches
 
 if TYPE_CHECKING:
     from ..storage import StagedFile
 
 __all__ = ["LocalProcessExecutor"]
-
-# Imported once in the fork server so that every attempt starts with them in memory.
-_ALWAYS_PRELOAD = [
-    "ftnb", "ftnb.execution.local", "ftnb.execution.attempt", "ftnb.session", "ftnb.objects", "ftnb.storage.lease",
-    "cloudpickle", "fsspec",
-    # Every trial unpickles its storage (fsspec's local filesystem) and arms faulthandler: in
-    # the server once, not in each trial (a quarter of a trial process's own instructions).
-    "fsspec.implementations.local", "faulthandler",
-    # Makes the server the subreaper of its children's orphans (see the module).
-    "ftnb.execution.fork_server_reaper",
-]
-# Imported in the fork server too when the caller has already imported them: a notebook that
-# trains with torch will have trials that need torch, and importing it once saves seconds a trial.
-_PRELOAD_IF_LOADED = ["numpy", "pandas", "torch", "torch.distributed", "sklearn", "s3fs"]
-
-_context_lock = threading.Lock()
-_context: Optional[Any] = None
-
-
-_TRIAL_PROCESS_PREFIX = "ftnb-trial-"
-#: Processes whose children must not re-import the caller's ``__main__``: trials, and the
-#: workers of an ftnb.WorkerGroup.
-_NO_MAIN_PREFIXES = (_TRIAL_PROCESS_PREFIX, "ftnb-worker-")
-
-
-def skip_main_for_trials() -> None:
-    """Trial processes must not re-run the caller's ``__main__``.
-
-    multiprocessing re-imports the parent's main script in every child so that pickled
-    references to its functions resolve. ftnb sends the trainable by value, so that is pure
-    cost (every import at the top of the script, per trial) and, worse, a script without an
-    ``if __name__ == "__main__":`` guard would start its experiment again in every trial.
-    """
-    import multiprocessing.spawn as spawn
-
-    original = spawn.get_preparation_data
-    if getattr(original, "_ftnb", False):
-        return
-
-    def get_preparation_data(name: str) -> dict:
-        data = original(name)
-        if name.startswith(_NO_MAIN_PREFIXES):
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-        return data
-
-    get_preparation_data._ftnb = True  # type: ignore[attr-defined]
-    spawn.get_preparation_data = get_preparation_data
-
-
-def _fork_server_context() -> Any:
-    """The process-wide fork-server context, started on first use and reused afterwards."""
-    global _context
-    with _context_lock:
-        if _context is None:
-            skip_main_for_trials()
-            ctx = multiprocessing.get_context("forkserver")
-            preload = list(_ALWAYS_PRELOAD)
-            preload += [m for m in _PRELOAD_IF_LOADED if m in sys.modules]
-            if "torch.distributed" in sys.modules:
-                # DDP's constructor imports torch._dynamo (seconds): once here, not in every
-                # rank of every restart of a group.
-                preload.append("torch._dynamo")
-            extra = os.environ.get("FTNB_PRELOAD", "")
-            preload += [m.strip() for m in extra.split(",") if m.strip()]
-            ctx.set_forkserver_preload(preload)
-            _context = ctx
-        return _context
-
 
 #: Per stream of rank 0, the most of its output read from its file for the listeners in one
 #: poll, and the most left waiting: older output is skipped (the files have it).
@@ -246,50 +175,11 @@ class LocalProcessExecutor(OneMachineExecutor):
             raise
 
     def _spawn(self, spec: AttemptSpec, payload: bytes, allocations: list[Allocation]) -> None:
-        from ..storage import ExperimentPaths
-
-        trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
         key = (spec.experiment_dir, spec.trial_dir_name)
         max_bytes = output_max_bytes()  # (a bad $FTNB_OUTPUT_MAX_BYTES: before anything starts)
-        self._unpublished.pop(key, None)  # (this attempt's files stand for those)
-        files = []  # each rank's (stdout, stderr); rank 0's are the trial's own files
-        for index in range(len(allocations)):
-            pair = []
-            for path in (trial_paths.rank_stdout(index), trial_paths.rank_stderr(index)):
-                output = spec.storage.staged_file(path, self._staging.get(key))
-                if output.staged:
-                    self._staging[key] = os.path.dirname(output.local_path)
-                    try:  # earlier attempts' output, whole (a file holds at most max_bytes)
-                        output.resume(keep_bytes=max_bytes)
-                    except Exception as exc:  # output is a convenience; never fail a trial
-                        print(f"ftnb: {output.path} starts without the earlier attempts' "
-                              f"output ({exc})", file=sys.stderr)
-                pair.append(output)
-            files.append(pair)
-        token = spec.fence.token if spec.fence is not None else None
-        ctx = _fork_server_context()
-        world = spec.num_workers
-        launches = []
-        for index, allocation in enumerate(allocations):
-            stdout, stderr = files[index]
-            place = None
-            env = _trial_environment(spec, allocation)
-            if world > 1:
-                place = RankPlace(rank=index, world_size=world, local_rank=index,
-                                  local_world_size=world, node_rank=0)
-                env.update(rank_environment(place, "127.0.0.1"))
-            launches.append(ProcessLaunch(
-                trial_id=spec.trial_id,
-                attempt=spec.attempt,
-                payload=payload,
-                env=env,
-                stdout_path=None,  # its pipes, handed to the process
-                stderr_path=None,
-                sys_path=list(sys.path),
-                cwd=os.getcwd(),
-                lease_token=token,
-                place=place,
-            ))
+        files = self._output_files(spec, len(allocations), max_bytes)
+        ctx = fork_server_context()
+        launches = rank_launches(spec, payload, allocations)
         cgroup = AttemptCgroup.create(launches[0].env[ATTEMPT_VARIABLE])
         if cgroup is not None:
             for launch in launches:
@@ -304,30 +194,8 @@ class LocalProcessExecutor(OneMachineExecutor):
         pumps: list[int] = []
         try:
             for index, (launch, allocation) in enumerate(zip(launches, allocations)):
-                parent_conn, child_conn = ctx.Pipe(duplex=True)
-                suffix = f"-rank{index}" if world > 1 else ""
-                # The rank writes its output into pipes that the pump server streams to its
-                # files (capped); the listeners get rank 0's from its files.
-                writers = []
-                for output in files[index]:
-                    reader, writer = ctx.Pipe(duplex=False)
-                    writers.append(writer)
-                    read_fd = os.dup(reader.fileno())
-                    reader.close()
-                    pumps.append(pump_server.pump(read_fd, output.local_path, max_bytes))
-                process = ctx.Process(
-                    target=attempt_main,
-                    args=(launch, child_conn, tuple(writers)),
-                    name=f"{_TRIAL_PROCESS_PREFIX}{launch.trial_id}{suffix}",
-                    daemon=False,
-                )
-                try:
-                    process.start()
-                finally:
-                    for writer in writers:
-                        writer.close()
-                child_conn.close()
-                ranks.append(_Rank(index, process, parent_conn, allocation))
+                ranks.append(self._start_rank(ctx, index, launch, allocation, files[index],
+                                              pump_server, pumps, max_bytes))
         except BaseException:
             pump_server.give_up(pumps)
             for rank in ranks:  # a group starts whole or not at all
@@ -340,6 +208,62 @@ class LocalProcessExecutor(OneMachineExecutor):
             launches[0], ranks, started_at, [output for pair in files for output in pair],
             spec.collective_timeout_s, pumps, tails, cgroup=cgroup, staging_key=key
         )
+
+    def _output_files(self, spec: AttemptSpec, world: int,
+                      max_bytes: int) -> list[list["StagedFile"]]:
+        """Each rank's ``[stdout, stderr]`` (rank 0's are the trial's own files): on an object
+        store, staged in the trial's staging folder and continued from the earlier attempts'."""
+        from ..storage import ExperimentPaths
+
+        trial_paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
+        key = (spec.experiment_dir, spec.trial_dir_name)
+        self._unpublished.pop(key, None)  # (this attempt's files stand for those)
+        files = []
+        for index in range(world):
+            pair = []
+            for path in (trial_paths.rank_stdout(index), trial_paths.rank_stderr(index)):
+                output = spec.storage.staged_file(path, self._staging.get(key))
+                if output.staged:
+                    self._staging[key] = os.path.dirname(output.local_path)
+                    try:  # earlier attempts' output, whole (a file holds at most max_bytes)
+                        output.resume(keep_bytes=max_bytes)
+                    except Exception as exc:  # output is a convenience; never fail a trial
+                        print(f"ftnb: {output.path} starts without the earlier attempts' "
+                              f"output ({exc})", file=sys.stderr)
+                pair.append(output)
+            files.append(pair)
+        return files
+
+    def _start_rank(self, ctx: Any, index: int, launch: ProcessLaunch, allocation: Allocation,
+                    outputs: list["StagedFile"], pump_server: PumpServer, pumps: list[int],
+                    max_bytes: int) -> _Rank:
+        """Fork rank ``index``'s process, its output going through pipes that ``pump_server``
+        streams to ``outputs`` (their ids added to ``pumps`` as they are made, so a failed
+        start gives them all up)."""
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        suffix = f"-rank{index}" if launch.place is not None else ""
+        # The rank writes its output into pipes that the pump server streams to its
+        # files (capped); the listeners get rank 0's from its files.
+        writers = []
+        for output in outputs:
+            reader, writer = ctx.Pipe(duplex=False)
+            writers.append(writer)
+            read_fd = os.dup(reader.fileno())
+            reader.close()
+            pumps.append(pump_server.pump(read_fd, output.local_path, max_bytes))
+        process = ctx.Process(
+            target=attempt_main,
+            args=(launch, child_conn, tuple(writers)),
+            name=f"{TRIAL_PROCESS_PREFIX}{launch.trial_id}{suffix}",
+            daemon=False,
+        )
+        try:
+            process.start()
+        finally:
+            for writer in writers:
+                writer.close()
+        child_conn.close()
+        return _Rank(index, process, parent_conn, allocation)
 
     def _pumps(self) -> PumpServer:
         """The pump server, started at the first attempt (again if it died)."""
@@ -633,21 +557,6 @@ class LocalProcessExecutor(OneMachineExecutor):
         if self._pump_server is not None:
             self._pump_server.close()
             self._pump_server = None
-
-
-def _trial_environment(spec: AttemptSpec, allocation: Allocation) -> dict[str, str]:
-    """This process's environment, with the attempt's share of the machine and its identity."""
-    env = dict(os.environ)
-    env.update(allocation.env())
-    if "OMP_NUM_THREADS" in os.environ:  # the user's own setting wins over the pool's default
-        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-    env["FTNB_TRIAL_ID"] = spec.trial_id
-    token = spec.fence.token if spec.fence is not None else None
-    if token is not None:
-        env["FTNB_LEASE_TOKEN"] = token
-    # Inherited by every program the attempt runs: how its processes are found at its end.
-    env[ATTEMPT_VARIABLE] = attempt_marker(token, spec.trial_id, spec.attempt)
-    return env
 
 
 def _is_stopped(pid: Optional[int]) -> bool:

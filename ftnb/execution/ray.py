@@ -27,8 +27,9 @@ attempt ends with a ``node_lost`` exit event, which is noticed as fast as Ray's 
 allow (``health_check_period_ms`` x ``health_check_failure_threshold``: about 14 s by default,
 1.5 s with 500 ms x 3; see docs/how-to/ray-clusters.md). Its actors' connections can break
 before that, and Ray then raises with no cause while the node still reads alive
-(:func:`death_untold`); the rank is then probed, without holding up the other attempts, until
-Ray says why or the node reads dead, so a lost node is not taken for a killed process.
+(:func:`~ftnb.execution.ray_nodes.death_untold`); the rank is then probed, without holding up
+the other attempts, until Ray says why or the node reads dead, so a lost node is not taken for
+a killed process.
 
 A node drained for preemption (``ray drain-node`` / the GCS's ``DrainNode`` with reason
 PREEMPTION and a deadline, as cloud autoscalers do) is seen by the executor's poll (the GCS's
@@ -46,18 +47,20 @@ each ref's object into Ray's object store once (cached by ref id for its life), 
 hands those objects to ``ftnb.get`` (:func:`ftnb.objects.store.supply`) before the attempt
 body runs, so no ref reads the file of the machine that put it. As with Ray, numpy arrays (and
 DataFrame blocks) arrive zero-copy and read-only: copy one before writing into it.
+
+This module is the driver's side. What runs in the actor is :mod:`ftnb.execution.ray_actor`;
+what the executor keeps of each attempt and rank, :mod:`ftnb.execution.ray_attempts`; nodes
+that die or are drained, :mod:`ftnb.execution.ray_nodes`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..storage.growing_files import PUBLISH_INTERVAL_ENV, PeriodicPublisher, publish_interval_s
+from ..storage.growing_files import PUBLISH_INTERVAL_ENV, publish_interval_s
 from .contract import (
     EXIT_PREEMPTED,
     AttemptEvent,
@@ -66,14 +69,16 @@ from .contract import (
     DoneEvent,
     ErrorEvent,
     ExitEvent,
-    GroupFailures,
     NoRoomError,
     PreemptedEvent,
     RankExit,
     StartedEvent,
     is_peer_error,
 )
-from .rank_group import RankPlace, rank_environment
+from .rank_group import RankPlace
+from .ray_actor import AttemptActor, dump_attempt
+from .ray_attempts import RayAttempt, RayRank
+from .ray_nodes import DEATH_SETTLE_S, DrainWatch, dead_node_named, death_untold, probe_death
 from .resources import TrialResources
 
 if TYPE_CHECKING:
@@ -86,301 +91,7 @@ SHARED_STORAGE_ENV = "FTNB_SHARED_STORAGE"
 #: and whether attempts get cgroups.
 _DRIVER_CHOICES = ("FTNB_OUTPUT_MAX_BYTES", "FTNB_ATTEMPT_CGROUPS")
 _LONG_POLL_S = 1.0
-_DRAIN_CHECK_S = 0.5
 _EPS = 1e-9
-#: How long an actor gone with no cause told waits for Ray to say why (see :func:`death_untold`).
-DEATH_SETTLE_S = 60.0
-
-
-def adopt_driver_context(env: dict, sys_path: list, cwd: Optional[str]) -> None:
-    """In a Ray actor: the driver's environment variables, import path (its entries first) and
-    working folder (where this node has it), so the driver's modules and relative paths work."""
-    os.environ.update(env)
-    for entry in reversed(sys_path):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    if cwd and os.path.isdir(cwd):
-        os.chdir(cwd)
-
-
-def dead_node_named(exc: Optional[BaseException]) -> Optional[str]:
-    """The node Ray names when it cancelled an actor because its node died before the actor
-    ran (so it never said where it was): the attempt lost its node, it did not fail."""
-    import re
-
-    found = re.search(r"its node has died\. Node Id: ([0-9a-f]+)", str(exc or ""))
-    return found.group(1) if found else None
-
-
-def death_untold(ray: Any, exc: Optional[BaseException]) -> bool:
-    """Ray raised ``exc`` before it knew why the actor is gone: its connection to the actor
-    broke (``ActorUnavailableError``), or it gave up waiting for the cause (an
-    ``ActorDiedError`` that names none). A node lost under load does this: its actors' sockets
-    close before the GCS's health checks call the node dead, so "its node is alive" is not yet
-    news. Asking the actor again (:func:`probe_death`) gets the cause once Ray has it."""
-    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
-    if unavailable is not None and isinstance(exc, unavailable):
-        return True
-    died = getattr(ray.exceptions, "ActorDiedError", None)
-    return died is not None and isinstance(exc, died) and \
-        str(exc).strip() == getattr(died, "BASE_ERROR_MSG", None)
-
-
-def probe_death(actor: Any) -> Any:
-    """A call that fails with the actor's cause of death once Ray knows it."""
-    return actor.__ray_ready__.remote()
-
-
-def settle_death(ray: Any, actor: Any, exc: BaseException, node_alive: Any,
-                 timeout: float = DEATH_SETTLE_S) -> BaseException:
-    """Why ``actor`` died, when ``exc`` did not say (:func:`death_untold`): blocks until Ray
-    raises a told cause for a probe (returned), ``node_alive()`` turns False (``exc`` returned:
-    the caller sees the node gone) or ``timeout`` passes (``exc``). For callers that can wait;
-    the executor probes without blocking its loop."""
-    deadline = time.monotonic() + timeout
-    probe = probe_death(actor)
-    while time.monotonic() < deadline and node_alive():
-        ready, _ = ray.wait([probe], timeout=0.2)
-        if not ready:
-            continue
-        try:
-            ray.get(probe)
-        except ray.exceptions.RayActorError as later:
-            if not death_untold(ray, later):
-                return later
-            time.sleep(0.1)
-            probe = probe_death(actor)
-            continue
-        except Exception:
-            return exc
-        return exc  # it answered: alive after all (its call's failure stays what it was)
-    return exc
-
-
-class _AttemptActor:
-    """The actor side of one rank of one attempt (made a Ray actor class on first use)."""
-
-    def __init__(self, env: dict, sys_path: list, cwd: Optional[str]) -> None:
-        from .ray_rank_processes import RankProcesses
-
-        adopt_driver_context(env, sys_path, cwd)
-        self._processes = RankProcesses()  # (its pump server first: before any stray exists)
-        self._events: list = []
-        self._cond = threading.Condition()
-        self._stop = False
-        self._decisions: dict[int, str] = {}
-        self._rendezvous: Optional[tuple[str, int]] = None
-        self._session: Any = None
-        self._preempt_asked = False
-        self._tails: list = []
-
-    # -- what the executor calls -----------------------------------------------------------------
-    def where(self) -> tuple[str, str, int, int]:
-        """This actor's node id and address, its pid and its pump server's."""
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return (ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid(),
-                self._processes.server_pid)
-
-    def run(self, payload: bytes, objects: dict, place: Optional[RankPlace],
-            master_addr: str, output_events: bool) -> int:
-        import cloudpickle
-
-        from ..storage import ExperimentPaths
-        from .attempt import EXIT_ERROR, AttemptGuard, report_exception, run_attempt
-
-        if place is not None:
-            os.environ.update(rank_environment(place, master_addr))
-        try:
-            spec: AttemptSpec = cloudpickle.loads(payload)
-        except BaseException as exc:
-            report_exception(self, ("?", 0), exc, "exception")
-            return EXIT_ERROR
-        rank = place.rank if place is not None else 0
-        try:
-            _supply_objects(objects)  # the attempt's ftnb.put refs, as Ray brought them here
-        except BaseException as exc:
-            report_exception(self, (spec.trial_id, spec.attempt), exc, "exception", rank=rank)
-            return EXIT_ERROR
-        # A node taken for lost may go on running this actor: once the trial has a later
-        # attempt, this one writes nothing more (its output included).
-        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
-        self._processes.begin(spec.fence.token if spec.fence is not None else None,
-                              spec.trial_id, spec.attempt, rank)
-        publisher = self._redirect(spec, output_events, rank, AttemptGuard(paths, spec.attempt))
-
-        def on_session(session: Any) -> None:
-            self._session = session
-            if self._preempt_asked:  # told before the trainable ran
-                self.preempt()
-
-        try:
-            return run_attempt(spec, self, rank=rank, place=place, on_session=on_session,
-                               guard=AttemptGuard(paths, spec.attempt))
-        finally:
-            self._processes.end()  # its strays gone, its output in its files
-            publisher.close()
-            self._last_output()
-            # Published whole and read: the node's copies go (a fenced attempt's are kept;
-            # a killed actor's go with the next staging folder made on this node).
-            publisher.discard()
-
-    def _last_output(self) -> None:
-        """The rank's output is complete in its files: their last lines become events here (the
-        executor's last poll of this actor takes them), and nothing reads the files after."""
-        from .contract import OutputEvent
-
-        with self._cond:
-            for tail in self._tails:
-                for _ in range(8):  # (bounded: a tail reads at most its backlog, 1 MiB, each)
-                    text = tail.read()
-                    if not text:
-                        break
-                    trial_id, attempt = tail.ids
-                    self._events.append(OutputEvent(trial_id, attempt, stream=tail.stream,
-                                                    text=text))
-            self._tails = []
-            self._cond.notify_all()
-
-    def next_events(self, timeout: float) -> list:
-        from .contract import OutputEvent
-
-        with self._cond:
-            if not self._events:
-                self._cond.wait(timeout)
-            events, self._events = self._events, []
-            # (Under the lock: two polls at once must not hand a line over twice.)
-            for tail in self._tails:
-                text = tail.read()
-                if text:
-                    trial_id, attempt = tail.ids
-                    events.append(OutputEvent(trial_id, attempt, stream=tail.stream, text=text))
-        return events
-
-    def request_stop(self) -> None:
-        self._stop = True
-
-    def decide(self, iteration: int, decision: str) -> None:
-        """The controller's answer to the report of ``iteration`` (see :meth:`decision`)."""
-        with self._cond:
-            self._decisions[iteration] = decision
-            self._cond.notify_all()
-
-    def preempt(self) -> None:
-        """The node is going away (drained): checkpoint at the next report and leave."""
-        with self._cond:  # (an RLock: send takes it too)
-            self._preempt_asked = True
-            session = self._session
-            if session is not None and not session.preempted:
-                session.preempted = True
-                context = session.context
-                self.send(PreemptedEvent(context.trial_id, context.attempt,
-                                         iteration=session.iteration, rank=context.world_rank))
-
-    def give_rendezvous(self, addr: str, port: int) -> None:
-        with self._cond:
-            self._rendezvous = (addr, port)
-            self._cond.notify_all()
-
-    # -- the AttemptChannel the attempt body talks to -------------------------------------------
-    def send(self, event: Any) -> None:
-        with self._cond:
-            self._events.append(event)
-            self._cond.notify_all()
-
-    def stop_requested(self) -> bool:
-        return self._stop
-
-    def decision(self, iteration: int) -> str:
-        with self._cond:
-            while iteration not in self._decisions:
-                self._cond.wait(1.0)
-            return self._decisions.pop(iteration)
-
-    def rendezvous(self, port: Optional[int]) -> tuple[str, int]:
-        if port is not None:
-            self.send(("rendezvous", port))
-            return os.environ.get("MASTER_ADDR", "127.0.0.1"), port
-        with self._cond:
-            while self._rendezvous is None:
-                self._cond.wait(1.0)
-            return self._rendezvous
-
-    def _redirect(self, spec: AttemptSpec, output_events: bool, rank: int,
-                  guard: Any) -> PeriodicPublisher:
-        """The rank's stdout and stderr go to its files in the trial's folder (rank 0's: the
-        trial's own ``stdout``/``stderr``). On object stores they are staged on this node,
-        continued from what earlier attempts published, and published while the rank runs
-        (the :class:`~ftnb.storage.growing_files.PeriodicPublisher` returned), while ``guard``
-        lets this attempt write."""
-        from ..storage import ExperimentPaths
-        from .output_pump import FileTail
-
-        paths = ExperimentPaths(spec.storage, spec.experiment_dir).trial(spec.trial_dir_name)
-        stdout = spec.storage.staged_file(paths.rank_stdout(rank))
-        stderr = spec.storage.staged_file(paths.rank_stderr(rank),
-                                          os.path.dirname(stdout.local_path)
-                                          if stdout.staged else None)
-        for output in (stdout, stderr):
-            try:
-                output.resume()
-            except Exception:  # output is a convenience; never fail a trial for it
-                pass
-        if output_events:
-            for stream, output in (("stdout", stdout), ("stderr", stderr)):
-                tail = FileTail(stream, output.local_path)
-                tail.ids = (spec.trial_id, spec.attempt)  # type: ignore[attr-defined]
-                self._tails.append(tail)
-        self._processes.redirect(stdout.local_path, stderr.local_path)
-        return PeriodicPublisher([stdout, stderr], check=guard.check)
-
-
-@dataclass
-class _Rank:
-    index: int
-    actor: Any
-    node_id: Optional[str] = None
-    ip: Optional[str] = None
-    pid: Optional[int] = None
-    server_pid: int = 0  # its actor's output pump, which ends the rank's strays once it died
-    where_ref: Any = None
-    run_ref: Any = None
-    events_ref: Any = None
-    exit_code: Optional[int] = None
-    exited: bool = False
-    node_lost: bool = False
-    error: Optional[ErrorEvent] = None
-    killed_by_us: bool = False
-    preempted: bool = False  # its actor died on a node going away: it exits as preempted
-    probe_ref: Any = None  # its actor is gone and Ray has not said why yet: the probe asks
-    probe_exc: Optional[BaseException] = None  # (what Ray raised first)
-    probe_until: float = 0.0  # (time.monotonic()) when the probe gives up
-
-    @property
-    def probing(self) -> bool:
-        return self.probe_exc is not None and not self.exited
-
-
-@dataclass
-class _Attempt:
-    spec: AttemptSpec
-    payload: bytes
-    ranks: list[_Rank]
-    resources: dict
-    placement_group: Any = None
-    ready_ref: Any = None  # the placement group's readiness
-    running: bool = False
-    started_sent: bool = False
-    failures: GroupFailures = field(default_factory=GroupFailures)  # and the cause, once known
-    objects: dict = field(default_factory=dict)  # ftnb.put ref id -> the Ray object of its object
-    told_to_leave: bool = False  # a rank's node is draining: every rank was told
-    drain_deadline: Optional[float] = None  # (time.time()) when that node goes
-    preempted_seen: bool = False  # a PreemptedEvent was handed over
-
-    @property
-    def group(self) -> bool:
-        return len(self.ranks) > 1
 
 
 class RayExecutor:
@@ -404,13 +115,12 @@ class RayExecutor:
         self.shared_storage = shared_storage
         self._output_events = output_events
         self._init_options = dict(init_options or {})
-        self._running: dict[str, _Attempt] = {}
+        self._running: dict[str, RayAttempt] = {}
         self._closed = False
         self._actor_class: Any = None
         self._nodes_cache: tuple[float, list] = (0.0, [])
         self._ray_objects: dict[str, Any] = {}  # ftnb.put ref id -> its object in Ray's store
-        self._draining: dict[str, int] = {}  # node id -> drain deadline (ms since the epoch; 0: none)
-        self._drain_checked_at = 0.0
+        self._drains = DrainWatch()  # the nodes being drained
 
     # -- the cluster -----------------------------------------------------------------------------
     def _ray(self) -> Any:
@@ -421,7 +131,7 @@ class RayExecutor:
             options.update(self._init_options)
             ray.init(address=self.address, **options)
         if self._actor_class is None:
-            self._actor_class = ray.remote(_AttemptActor)
+            self._actor_class = ray.remote(AttemptActor)
         return ray
 
     def _nodes(self) -> list[dict]:
@@ -483,7 +193,7 @@ class RayExecutor:
         self.check_fits(resources, num_workers)
         # A draining node takes nothing new: its resources are not room (but they still count
         # for check_fits, as a drained node is usually replaced).
-        nodes = [n for n in self._nodes() if n["NodeID"] not in self._draining]
+        nodes = [n for n in self._nodes() if n["NodeID"] not in self._drains]
         cpus = sum(n["Resources"].get("CPU", 0.0) for n in nodes)
         gpus = int(sum(n["Resources"].get("GPU", 0.0) for n in nodes))
         cpu, gpu = self._used()
@@ -504,7 +214,7 @@ class RayExecutor:
             raise ValueError(f"trial {spec.trial_id!r} already has a running attempt here")
         if not self.has_room(spec.resources, spec.num_workers):
             raise NoRoomError(f"no room for trial {spec.trial_id!r} on the Ray cluster now")
-        payload, refs = _dump_attempt(spec)
+        payload, refs = dump_attempt(spec)
         objects = {ref_id: found for ref_id, ref in refs.items()
                    if (found := self._ray_object(ray, ref)) is not None}
         n = spec.num_workers
@@ -537,10 +247,10 @@ class RayExecutor:
                     placement_group=placement, placement_group_bundle_index=index)
             actor = self._actor_class.options(**rank_options).remote(
                 env, list(sys.path), os.getcwd())
-            rank = _Rank(index, actor)
+            rank = RayRank(index, actor)
             rank.where_ref = actor.where.remote()
             ranks.append(rank)
-        self._running[spec.trial_id] = _Attempt(
+        self._running[spec.trial_id] = RayAttempt(
             spec, payload, ranks, {"CPU": res.cpu * n, "GPU": res.gpu * n}, placement, ready,
             objects=objects)
 
@@ -564,7 +274,7 @@ class RayExecutor:
             time.sleep(min(timeout, 0.05))
             return []
         ray = self._ray()
-        refs: dict[Any, tuple[_Attempt, Optional[_Rank], str]] = {}
+        refs: dict[Any, tuple[RayAttempt, Optional[RayRank], str]] = {}
         for attempt in self._running.values():
             if attempt.ready_ref is not None and not attempt.running:
                 refs[attempt.ready_ref] = (attempt, None, "ready")
@@ -591,7 +301,7 @@ class RayExecutor:
                                                 "probe": rank.probe_ref}[kind]:
                 continue  # taken already (a run's end takes its last long poll with it)
             events.extend(self._take_ready(ray, attempt, rank, kind, ref))
-        self._watch_drains(ray)
+        self._drains.watch(ray, self._running.values())
         now = time.monotonic()
         for attempt in list(self._running.values()):
             for rank in attempt.ranks:
@@ -616,39 +326,7 @@ class RayExecutor:
                 events.extend(self._finish(ray, attempt))
         return events
 
-    def _watch_drains(self, ray: Any) -> None:
-        """Tell the attempts on nodes being drained (at most every half second), and end those
-        still running at their node's deadline."""
-        now = time.monotonic()
-        if now - self._drain_checked_at >= _DRAIN_CHECK_S:
-            self._drain_checked_at = now
-            self._draining = _draining_nodes()
-        if not self._draining:
-            return
-        for attempt in self._running.values():
-            if not attempt.running:
-                continue
-            if not attempt.told_to_leave:
-                deadlines = [self._draining[rank.node_id] for rank in attempt.ranks
-                             if not rank.exited and rank.node_id in self._draining]
-                if not deadlines:
-                    continue
-                attempt.told_to_leave = True
-                if any(deadlines):
-                    attempt.drain_deadline = min(d for d in deadlines if d) / 1000.0
-                for rank in attempt.ranks:  # a group checkpoints together: every rank is told
-                    if not rank.exited:
-                        rank.actor.preempt.remote()
-            elif attempt.drain_deadline is not None and time.time() >= attempt.drain_deadline:
-                attempt.drain_deadline = None
-                for rank in attempt.ranks:  # (their deaths end the attempt as preempted)
-                    if not rank.exited:
-                        try:
-                            ray.kill(rank.actor, no_restart=True)
-                        except Exception:
-                            pass
-
-    def _take_ready(self, ray: Any, attempt: _Attempt, rank: Optional[_Rank], kind: str,
+    def _take_ready(self, ray: Any, attempt: RayAttempt, rank: Optional[RayRank], kind: str,
                     ref: Any) -> list[AttemptEvent]:
         if kind == "ready":
             attempt.ready_ref = None
@@ -702,13 +380,14 @@ class RayExecutor:
             self._note_failure(attempt, rank.index, peer=False)
         return events
 
-    def _rank_gone(self, ray: Any, attempt: _Attempt, rank: _Rank,
+    def _rank_gone(self, ray: Any, attempt: RayAttempt, rank: RayRank,
                    exc: Optional[BaseException] = None, told: bool = False) -> list[AttemptEvent]:
         """The rank's actor died: its node was lost (or drained: preempted), or its process was
         killed. When Ray could not say why yet and its node still reads alive
-        (:func:`death_untold`), a probe asks until Ray knows, the node reads dead or
-        :data:`DEATH_SETTLE_S` passes (``told``: that happened): a node lost under load is not
-        taken for a killed process, which would count against ``max_failures``."""
+        (:func:`~ftnb.execution.ray_nodes.death_untold`), a probe asks until Ray knows, the
+        node reads dead or :data:`~ftnb.execution.ray_nodes.DEATH_SETTLE_S` passes (``told``:
+        that happened): a node lost under load is not taken for a killed process, which would
+        count against ``max_failures``."""
         alive = {n["NodeID"] for n in self._nodes_fresh()}
         if not told and not attempt.told_to_leave and rank.node_id in alive and \
                 death_untold(ray, exc):
@@ -753,7 +432,7 @@ class RayExecutor:
         self._nodes_cache = (0.0, [])
         return self._nodes()
 
-    def _maybe_run(self, attempt: _Attempt) -> list[AttemptEvent]:
+    def _maybe_run(self, attempt: RayAttempt) -> list[AttemptEvent]:
         """Once every rank is placed (its node known): start the attempt body on each."""
         if attempt.running or attempt.ready_ref is not None:
             return []
@@ -761,7 +440,7 @@ class RayExecutor:
             return []
         attempt.running = True
         n = len(attempt.ranks)
-        nodes: dict[str, list[_Rank]] = {}
+        nodes: dict[str, list[RayRank]] = {}
         for rank in attempt.ranks:
             nodes.setdefault(rank.node_id or "", []).append(rank)
         node_order = list(dict.fromkeys(rank.node_id for rank in attempt.ranks))
@@ -781,7 +460,7 @@ class RayExecutor:
         return [StartedEvent(spec.trial_id, spec.attempt,
                              pids=tuple(rank.pid or 0 for rank in attempt.ranks))]
 
-    def _message(self, attempt: _Attempt, rank: _Rank, message: Any) -> list[AttemptEvent]:
+    def _message(self, attempt: RayAttempt, rank: RayRank, message: Any) -> list[AttemptEvent]:
         if isinstance(message, tuple):
             if message[0] == "rendezvous":
                 for other in attempt.ranks:
@@ -806,10 +485,10 @@ class RayExecutor:
         return [message]
 
     # -- a group fails as one --------------------------------------------------------------------
-    def _note_failure(self, attempt: _Attempt, index: int, peer: bool) -> None:
+    def _note_failure(self, attempt: RayAttempt, index: int, peer: bool) -> None:
         attempt.failures.note(index, peer, time.monotonic())
 
-    def _supervise(self, ray: Any, attempt: _Attempt, now: float) -> None:
+    def _supervise(self, ray: Any, attempt: RayAttempt, now: float) -> None:
         attempt.failures.check(now)
         if attempt.failures.cause is None:
             return
@@ -818,7 +497,7 @@ class RayExecutor:
                 rank.killed_by_us = True
                 ray.kill(rank.actor, no_restart=True)
 
-    def _finish(self, ray: Any, attempt: _Attempt) -> list[AttemptEvent]:
+    def _finish(self, ray: Any, attempt: RayAttempt) -> list[AttemptEvent]:
         spec = attempt.spec
         self._running.pop(spec.trial_id, None)
         for rank in attempt.ranks:
@@ -887,55 +566,6 @@ class RayExecutor:
             self.poll(0.1)
         self._running.clear()
         self._ray_objects.clear()  # (Ray frees an object once nothing refers to it)
-
-
-def _draining_nodes() -> dict[str, int]:
-    """The nodes being drained, ``{node id (hex): deadline in ms since the epoch, 0: none}``.
-
-    Ray has no public API for this in 2.x: this is the GCS call Ray Train's preemption watcher
-    and Ray Data use (``ray._private.state``); if it moves, drains go unnoticed here (a rank
-    on a node that then dies still ends as preempted when Ray says so), nothing fails."""
-    try:
-        import ray._private.state
-
-        return dict(ray._private.state.state.get_draining_nodes())
-    except Exception:
-        return {}
-
-
-def _dump_attempt(spec: AttemptSpec) -> tuple[bytes, dict]:
-    """``spec`` pickled (cloudpickle), and every ``ftnb.put`` ref met on the way, by id: in the
-    config and datasets, and in the trainable's closures and globals where cloudpickle ships
-    the trainable by value (a notebook's function)."""
-    import io
-
-    from ..objects import ObjectRef
-    from ..objects.cell_source import pickler_class
-
-    refs: dict[str, ObjectRef] = {}
-
-    class NotingRefs(pickler_class()):  # type: ignore[misc, valid-type]
-        def persistent_id(self, obj: Any) -> None:
-            if isinstance(obj, ObjectRef):
-                refs[obj.id] = obj
-            return None  # (pickled as it is: a small ref)
-
-    out = io.BytesIO()
-    NotingRefs(out).dump(spec)
-    return out.getvalue(), refs
-
-
-def _supply_objects(objects: dict) -> None:
-    """Hand ``ftnb.get`` the objects of the attempt's refs (``objects``: ref id -> Ray object
-    ref), fetched from Ray's object store: no ref reads a file of the driver's machine."""
-    if not objects:
-        return
-    import ray
-
-    from ..objects.store import supply
-
-    for ref_id, obj in zip(objects, ray.get(list(objects.values()))):
-        supply(ref_id, obj)
 
 
 def _this_ip() -> str:

@@ -6,6 +6,7 @@ the fork server, takes its driver's lease name (so a driver taking the experimen
 it), ignores Ctrl+C (the controller stops it), writes its output to the trial's files, takes the
 environment, import path and working directory it was given, talks to its executor through a
 pipe, and ends every process it started before it exits (:mod:`ftnb.execution.process_tree`).
+What travels to it, per rank, is a :class:`ProcessLaunch` (:func:`rank_launches`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,23 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .contract import AttemptSpec, StartedEvent
-from .process_tree import CGROUP_VARIABLE, become_subreaper, end_descendants, join_cgroup
-from .rank_group import RankPlace
+from .process_tree import (
+    ATTEMPT_VARIABLE,
+    CGROUP_VARIABLE,
+    attempt_marker,
+    become_subreaper,
+    end_descendants,
+    join_cgroup,
+)
+from .rank_group import RankPlace, rank_environment
 
-__all__ = ["PipeChannel", "ProcessLaunch", "attempt_main"]
+if TYPE_CHECKING:
+    from .resources import Allocation
+
+__all__ = ["PipeChannel", "ProcessLaunch", "attempt_main", "rank_launches"]
 
 
 @dataclass
@@ -42,6 +53,52 @@ class ProcessLaunch:
     lease_token: Optional[str] = None
     #: This rank's place in a group attempt (None: a single-worker attempt).
     place: Optional[RankPlace] = None
+
+
+def rank_launches(spec: AttemptSpec, payload: bytes,
+                  allocations: list["Allocation"]) -> list[ProcessLaunch]:
+    """What travels to each rank's process of the attempt ``spec`` (``payload``: the spec,
+    cloudpickled), one per allocation, in rank order: its environment (this process's, its
+    share of the machine, its identity and, in a group, its place), this process's import path
+    and working directory. Its output goes to pipes the executor hands over."""
+    token = spec.fence.token if spec.fence is not None else None
+    world = spec.num_workers
+    launches = []
+    for index, allocation in enumerate(allocations):
+        place = None
+        env = _trial_environment(spec, allocation)
+        if world > 1:
+            place = RankPlace(rank=index, world_size=world, local_rank=index,
+                              local_world_size=world, node_rank=0)
+            env.update(rank_environment(place, "127.0.0.1"))
+        launches.append(ProcessLaunch(
+            trial_id=spec.trial_id,
+            attempt=spec.attempt,
+            payload=payload,
+            env=env,
+            stdout_path=None,  # its pipes, handed to the process
+            stderr_path=None,
+            sys_path=list(sys.path),
+            cwd=os.getcwd(),
+            lease_token=token,
+            place=place,
+        ))
+    return launches
+
+
+def _trial_environment(spec: AttemptSpec, allocation: "Allocation") -> dict[str, str]:
+    """This process's environment, with the attempt's share of the machine and its identity."""
+    env = dict(os.environ)
+    env.update(allocation.env())
+    if "OMP_NUM_THREADS" in os.environ:  # the user's own setting wins over the pool's default
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    env["FTNB_TRIAL_ID"] = spec.trial_id
+    token = spec.fence.token if spec.fence is not None else None
+    if token is not None:
+        env["FTNB_LEASE_TOKEN"] = token
+    # Inherited by every program the attempt runs: how its processes are found at its end.
+    env[ATTEMPT_VARIABLE] = attempt_marker(token, spec.trial_id, spec.attempt)
+    return env
 
 
 _PR_SET_PDEATHSIG = 1
