@@ -175,6 +175,8 @@ class LocalProcessExecutor(OneMachineExecutor):
             raise
 
     def _spawn(self, spec: AttemptSpec, payload: bytes, allocations: list[Allocation]) -> None:
+        """Start the attempt's processes, one per allocation, in its cgroup where this machine
+        gives one: a group starts whole or not at all."""
         key = (spec.experiment_dir, spec.trial_dir_name)
         max_bytes = output_max_bytes()  # (a bad $FTNB_OUTPUT_MAX_BYTES: before anything starts)
         files = self._output_files(spec, len(allocations), max_bytes)
