@@ -40,7 +40,7 @@ _LAZY = {
     "LeaseLostError": "storage.lease",
     "NoBestResultError": "result",
     "ObjectRef": "objects",
-    "RestoreError": "restore",
+    "RestoreError": "lifecycle.stored",
     "StorageUnavailableError": "storage",
     "SubEnvironments": "elastic",
     "Stopper": "stopper",

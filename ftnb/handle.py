@@ -108,9 +108,8 @@ def launch(
     from .launchers.temp_folders import sweep_temp_folders
     from .objects import bind_objects
     from .objects.cell_source import carry_cell_source
-    from .start_or_resume import start_or_resume
     from .storage.lease import ExperimentLockedError
-    from .tuner import check_new_experiment
+    from .tuner import check_new_experiment, start_or_resume
 
     chosen = launcher_for(launcher)
     check_trainable(trainable, "ftnb.launch")
@@ -486,7 +485,7 @@ class ExperimentHandle:
             # (A TorchTrainer brings its datasets: the restore takes them from it.)
             self._check_space_not_needed()
         if takeover:
-            from .restore import take_over_driver
+            from .lifecycle.own import take_over_driver
 
             said = take_over_driver(self.paths)
             if said:
@@ -501,7 +500,7 @@ class ExperimentHandle:
     def objects_needed_to_resume(self) -> list[tuple[str, str]]:
         """The objects (key, type) of the search space that the trials a resume would run hold
         and that are not saved with the experiment: the space must be given again for them."""
-        from .restore import needed_objects, stored_configs
+        from .lifecycle.rebinding import needed_objects, stored_configs
 
         state = self.state()
         to_run = {t.trial_id for t in state.trials if t.status != TrialStatus.TERMINATED.value}
@@ -510,7 +509,7 @@ class ExperimentHandle:
     def _check_space_not_needed(self) -> None:
         """Resuming without a space: name the variable to define when the trials need objects
         of it (a notebook's widget button resumes this way), before restore's own error."""
-        from .restore import RestoreError
+        from .lifecycle.stored import RestoreError
 
         needed = self.objects_needed_to_resume()
         if not needed:

@@ -317,9 +317,21 @@ def launcher_options(front: FrontEnd) -> tuple[Item, ...]:
 def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
     """The options of starting an experiment, after the front-end's own ``trainable``
     positional; the front-end appends its own options (in a group of their own)."""
-    default = front.defaults
     return (
         trainable,
+        *_experiment_options(front),
+        *_executor_options(front),
+        *_trial_options(front),
+        *_data_parallel_options(),
+        *_failure_options(front),
+        *_checkpoint_options(),
+    )
+
+
+def _experiment_options(front: FrontEnd) -> tuple[Item, ...]:
+    """The experiment itself: its space, name, storage, stop criterion and log."""
+    default = front.defaults
+    return (
         opt("-p", "--param-space", metavar="SPACE",
             help=f"the search space, a dict: {front.space_forms}"),
         opt("-n", "--name", metavar="NAME",
@@ -334,6 +346,12 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
         opt("--verbose", type=int, choices=(0, 1, 2),
             help=f"RunConfig.verbose for the experiment's log (default: {default['verbose']}, "
                  "else 1)"),
+    )
+
+
+def _executor_options(front: FrontEnd) -> tuple[Item, ...]:
+    """Where trials run (``RunConfig.executor``), and where the supervisor runs."""
+    return (
         Group("where trials run (RunConfig.executor)"),
         opt("--executor", choices=("local", "ray"),
             help="'local': processes on this machine (default: $FTNB_EXECUTOR, else local); "
@@ -346,6 +364,13 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
             help="the storage path is a filesystem every Ray node mounts at the same place "
                  "(NFS): allow a local path on a cluster of several nodes"),
         *launcher_options(front),
+    )
+
+
+def _trial_options(front: FrontEnd) -> tuple[Item, ...]:
+    """Trials and search: ``TuneConfig`` and the resources of a trial."""
+    default = front.defaults
+    return (
         Group("trials and search (TuneConfig, resources)"),
         opt("--num-samples", type=samples, metavar="N",
             help="how many times the search space is sampled (default 1); -1: until "
@@ -363,6 +388,12 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
             help="the metric that ranks trials (and the one shown first)"),
         opt("--mode", choices=("max", "min"), help="whether a higher or lower --metric is better"),
         opt("--seed", type=int, metavar="N", help="makes the random draws reproducible"),
+    )
+
+
+def _data_parallel_options() -> tuple[Item, ...]:
+    """Each trial a group of ranks (``ScalingConfig``)."""
+    return (
         Group("data-parallel (ScalingConfig)",
               "each trial is a group of ranks in one torch.distributed process group, which\n"
               "fails and restarts as one; every rank runs TRAINABLE with the trial's config\n"
@@ -379,6 +410,13 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
             help="how long a rank may wait on its peers (an all-reduce, a barrier) or stay "
                  "stopped before the group counts as hung and restarts from its latest "
                  "checkpoint (default 30)"),
+    )
+
+
+def _failure_options(front: FrontEnd) -> tuple[Item, ...]:
+    """Failures (``FailureConfig``) and how a resume treats errored trials."""
+    default = front.defaults
+    return (
         Group("failures (FailureConfig)"),
         opt("--max-failures", type=whole(-1), metavar="N",
             help="retries per trial: 0 none, N up to N, -1 forever (default: "
@@ -401,6 +439,12 @@ def run_options(front: FrontEnd, trainable: Opt) -> tuple[Item, ...]:
             help="when resuming an existing experiment, start its errored trials over from "
                  "scratch (default: continue them from their latest checkpoint)"),
         _ALLOW_DIFFERENT_TRAINABLE,
+    )
+
+
+def _checkpoint_options() -> tuple[Item, ...]:
+    """Checkpoints (``CheckpointConfig``)."""
+    return (
         Group("checkpoints (CheckpointConfig)"),
         opt("--num-to-keep", type=whole(1), metavar="N",
             help="keep at most N checkpoints per trial (default: all)"),

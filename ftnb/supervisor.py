@@ -481,8 +481,8 @@ def host(data: bytes, reply: Reply, log_path: str, *, launcher: str = "local",
     try:
         spec = load_launch(data)
         from .objects import bind_objects
-        from .start_or_resume import start_or_resume
         from .storage import ExperimentPaths, Storage, default_storage_path
+        from .tuner import start_or_resume
 
         rc = spec.run_config
         paths = ExperimentPaths.of(

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .lifecycle.plan_new import NewExperimentPlan
     from .lifecycle.plan_restore import RestorePlan
 
-__all__ = ["Tuner", "check_new_experiment", "run"]
+__all__ = ["Tuner", "check_new_experiment", "run", "start_or_resume"]
 
 #: ``Tuner.restore(stop=...)`` not given: the experiment's own stop criterion.
 _UNSET: Any = object()
@@ -473,6 +473,19 @@ def check_new_experiment(tuner: Tuner) -> NewExperimentPlan:
     return plan_new_experiment(tuner, tuner._executor())
 
 
+def start_or_resume(trainable: Any, **options: Any) -> tuple[Tuner, Optional[str]]:
+    """The Tuner that starts experiment ``name`` or resumes it (then also the line that says
+    so): what :func:`run`, :func:`ftnb.launch`, its supervisor, ``ftnb run``, ``ftnb resume``
+    and ``TorchTrainer.fit`` call. The keyword arguments are those of
+    :func:`ftnb.lifecycle.start_or_resume.start_or_resume` (``name``, ``param_space``,
+    ``storage_path``, ``tune_config``, ``run_config``, ``resources_per_trial``, ``takeover``,
+    ``restart_errored``, ``allow_different_trainable``, ``caller``), which decides; this front
+    door gives it the Tuner."""
+    from .lifecycle.start_or_resume import start_or_resume as by_name
+
+    return by_name(Tuner, trainable, **options)
+
+
 @keywords_after("ftnb.run", "param_space")
 def run(
     trainable: Callable[[dict], Any],
@@ -505,10 +518,8 @@ def run(
     if name is None:
         raise ValueError("ftnb.run(name=None): ftnb.run needs the experiment's name to find it "
                          "again. Fix: pass name='my_sweep'.")
-    from .lifecycle.start_or_resume import start_or_resume
-
     tuner, resuming = start_or_resume(
-        Tuner, trainable, name=name, param_space=param_space, storage_path=storage_path,
+        trainable, name=name, param_space=param_space, storage_path=storage_path,
         tune_config=tune_config, run_config=run_config,
         resources_per_trial=resources_per_trial, takeover=takeover,
         allow_different_trainable=allow_different_trainable, caller="ftnb.run")

@@ -291,7 +291,7 @@ def test_temporary_files_of_a_killed_driver_are_swept_by_the_next_run(tmp_path):
 def test_the_resume_line_counts_trials_finished_by_their_own_records(tmp_path):
     """A driver killed after its trials ended but before its state said so: their own
     trial.json records are newer, and the resume line counts them as finished."""
-    from ftnb.start_or_resume import start_or_resume
+    from ftnb.tuner import start_or_resume
 
     ftnb.run(scripted, name="counts", storage_path=str(tmp_path),
              param_space={"n": 2, "i": ftnb.grid_search([0, 1, 2, 3])},

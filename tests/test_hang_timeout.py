@@ -12,7 +12,7 @@ import ftnb
 from ftnb.core.hang_watch import silent_attempts
 from ftnb.core.policy import AttemptEnd, classify_end
 from ftnb.core.records import ExperimentState, FailureKind
-from ftnb.restore import plan_restore
+from ftnb.lifecycle.plan_restore import plan_restore
 from ftnb.run_options import RunDefaults, run_config_of
 from ftnb.storage import ExperimentPaths
 from procs import pid_alive, wait_for

@@ -43,8 +43,7 @@ LAYERS = [
     # ScalingConfig: a configuration object like those of ftnb.config, which re-exports it.
     ("ftnb.train.scaling", "base"),
     # Starting, owning and resuming an experiment: below its front doors (Tuner, TorchTrainer,
-    # ftnb.run, the old paths restore/new_experiment/start_or_resume), which it is given as
-    # arguments, never imports.
+    # ftnb.run), which it is given as arguments, never imports.
     ("ftnb.lifecycle", "lifecycle"),
     # What the lifecycle uses of the public API: results, checks of user input, resources by
     # config, stoppers and callbacks. They import no front door either.
@@ -54,7 +53,7 @@ LAYERS = [
     ("ftnb.stopper", API_PARTS),
     ("ftnb.callback", API_PARTS),
 ]
-API = "public API"  # everything else: ftnb/__init__, tuner, restore, handle, ...
+API = "public API"  # everything else: ftnb/__init__, tuner, handle, ...
 
 # What each layer may import, besides itself.
 ALLOWED = {
@@ -157,7 +156,7 @@ def test_no_layer_imports_a_higher_one():
     ("ftnb.storage.lease", "storage"),
     ("ftnb.ui.read_model", "read side"),
     ("ftnb.tuner", API),
-    ("ftnb.restore", API),
+    ("ftnb.handle", API),
     ("ftnb.lifecycle.plan_restore", "lifecycle"),
     ("ftnb.result", "public API parts"),
     ("ftnb.registry", "base"),

@@ -90,7 +90,7 @@ def test_a_driver_that_looked_before_the_other_finished_resumes_it_as_a_rerun_do
     a new experiment), then the first one finished, then the second one fits. It ends as the
     same ``ftnb.run`` run again after the first one does: the finished experiment resumed,
     nothing run twice, not "already exists"."""
-    from ftnb.start_or_resume import start_or_resume
+    from ftnb.tuner import start_or_resume
 
     call = dict(name="raced", storage_path=str(tmp_path),
                 param_space={"n": N, "i": ftnb.grid_search([0, 1])},

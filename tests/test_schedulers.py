@@ -12,7 +12,8 @@ import pytest
 
 import ftnb
 from ftnb.core.records import ExperimentState, TrialRecord
-from ftnb.restore import RestoreError, restored_scheduler
+from ftnb.lifecycle.plan_restore import restored_scheduler
+from ftnb.lifecycle.stored import RestoreError
 from ftnb.schedulers import (
     ASHAScheduler,
     AsyncHyperBandScheduler,

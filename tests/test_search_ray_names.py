@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import ftnb
-from ftnb.restore import space_differences
+from ftnb.lifecycle.rebinding import space_differences
 from ftnb.search import encode_space, generate_variants, varying_keys
 
 # Ray's documented signatures: (name, default) of every parameter.

@@ -347,7 +347,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _take_over(paths: Any, as_json: bool) -> None:
     """``--takeover``: take the experiment from its (silent) driver at once, before resuming."""
-    from ..restore import take_over_driver
+    from ..lifecycle.own import take_over_driver
 
     with _user_errors("ftnb resume --takeover"):
         said = take_over_driver(paths)
@@ -383,9 +383,8 @@ def _paths_of(kwargs: dict) -> Any:
 
 def _foreground(trainable: Any, kwargs: dict, as_json: bool, resume_only: bool = False) -> int:
     from ..handle import ExperimentHandle, finished_experiment
-    from ..start_or_resume import start_or_resume
     from ..storage.lease import live_lease
-    from ..tuner import check_new_experiment
+    from ..tuner import check_new_experiment, start_or_resume
 
     verb = "ftnb resume" if resume_only else "ftnb run"
     out = sys.stderr if as_json else sys.stdout

@@ -6,7 +6,7 @@ record the driver keeps (``trial.json``, the experiment state) follows them and 
 driver died (:meth:`~TrialFiles.reconcile`), starts a trial over (:meth:`~TrialFiles.reset`),
 drops the result rows that a restarted attempt redoes (:meth:`~TrialFiles.rows_up_to`), and deletes
 checkpoint debris and the checkpoints that retention drops. The controller uses it at every attempt
-start and result; restore (:mod:`ftnb.restore`) before it resumes trials. The experiment's trial
+start and result; restore (:mod:`ftnb.lifecycle`) before it resumes trials. The experiment's trial
 folders themselves are laid out by :func:`lay_out_trial_folders`.
 """
 

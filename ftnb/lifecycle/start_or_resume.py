@@ -4,7 +4,7 @@ that decides, for every way an experiment is run by name: :func:`ftnb.run`, :fun
 ``TorchTrainer.fit``.
 
 The front door that builds the run (``ftnb.Tuner``) is given as an argument
-(:class:`FrontDoor`): this package never imports it. :func:`ftnb.start_or_resume.start_or_resume`
+(:class:`FrontDoor`): this package never imports it. :func:`ftnb.tuner.start_or_resume`
 gives it.
 """
 

@@ -387,7 +387,7 @@ class FtnbMagics(Magics):
 @contextlib.contextmanager
 def _in_magic_words(prog: str) -> Iterator[None]:
     """Errors whose fix the Python API words as an argument, with the magic's option instead."""
-    from ..restore import DifferentTrainableError
+    from ..lifecycle.stored import DifferentTrainableError
 
     try:
         yield

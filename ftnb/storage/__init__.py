@@ -24,7 +24,8 @@ Contract (every writer follows it, every reader relies on it):
 The package, by concept (their public names are importable from ``ftnb.storage`` itself):
 
 * :mod:`.backend`: :class:`Storage`, the filesystem and its atomic operations, the only place
-  that tells this machine's disk from remote storage; :mod:`.local_disk` does its local writes.
+  that tells this machine's disk from remote storage; :mod:`.local_disk` does its local writes,
+  :mod:`.filesystem_kinds` tells which kind a filesystem is (local disk, object store, other).
 * :mod:`.paths`: :class:`ExperimentPaths` and :class:`TrialPaths`, every file by name;
   :mod:`.file_names`: the names themselves (the on-disk format).
 * :mod:`.growing_files`: :class:`StagedFile` and :class:`LineLog`, files that grow while a
@@ -39,7 +40,7 @@ Built on them, imported from their own modules: :mod:`.lease` (the owner lease),
 
 from __future__ import annotations
 
-from .backend import LOCAL_POLL_S, REMOTE_POLL_S, Storage, is_local_fs
+from .backend import LOCAL_POLL_S, REMOTE_POLL_S, Storage
 from .file_names import (
     CHECKPOINT_MARKER,
     CONTROL_DIR,
@@ -62,6 +63,7 @@ from .file_names import (
     is_temporary_checkpoint,
 )
 from .file_versions import FileVersion, FileVersions
+from .filesystem_kinds import is_local_fs
 from .growing_files import LineLog, StagedFile
 from .json_lines import (
     AUTO_KEYS,

@@ -29,6 +29,7 @@ from .checkpoint_files import FolderDigest
 from .faults import faults_named
 from .file_names import CHECKPOINT_MARKER, TEMPORARY_FILE_NAME
 from .file_versions import FileVersions
+from .filesystem_kinds import is_local_fs, is_local_path_with_colons, is_object_store
 from .growing_files import LineLog, StagedFile
 from .local_disk import (
     append_file_durably,
@@ -63,7 +64,7 @@ class Storage:
         import fsspec.core
 
         url = os.fspath(url)
-        if filesystem is None and _is_local_path_with_colons(url):
+        if filesystem is None and is_local_path_with_colons(url):
             # fsspec would read "::" as a chain of filesystems and cut the path there.
             fs, path = fsspec.filesystem("file"), os.path.abspath(os.path.expanduser(url))
         elif filesystem is None:
@@ -295,7 +296,7 @@ class Storage:
         if self.is_local:
             with faults_named(path):
                 os.makedirs(path, exist_ok=True)
-        elif _is_object_store(self.fs):
+        elif is_object_store(self.fs):
             # Folders are implicit there; s3fs's makedirs would *create a bucket* for a
             # mistyped storage_path (and fail where HeadBucket is denied but the prefix is not).
             return
@@ -575,31 +576,3 @@ class Storage:
             self._retrying(f"writing {self.uri(dest)}", self.fs.pipe_file,
                            self.join(dest, CHECKPOINT_MARKER), marker_bytes(),
                            **self._deadline())
-
-
-_OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
-
-
-def _is_local_path_with_colons(url: str) -> bool:
-    """Whether ``url`` is a local path with ``::`` in it, not a chain of fsspec filesystems
-    (``simplecache::s3://bucket/runs``): no protocol before its first ``::``."""
-    from fsspec.core import split_protocol
-    from fsspec.registry import known_implementations
-
-    if "::" not in url:
-        return False
-    head = url.split("::", 1)[0]
-    return split_protocol(head)[0] is None and head not in known_implementations
-
-
-def _protocols(fs: Any) -> set[str]:
-    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-
-
-def _is_object_store(fs: Any) -> bool:
-    return bool(_protocols(fs) & _OBJECT_STORE_PROTOCOLS)
-
-
-def is_local_fs(fs: Any) -> bool:
-    """Whether an fsspec filesystem is this machine's disk."""
-    return bool(_protocols(fs) & {"file", "local"})

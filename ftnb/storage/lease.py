@@ -48,7 +48,7 @@ The lease is ``owner.json`` in the experiment folder::
   driver on another machine went silent for half the TTL, ends without writing. On the same
   machine the new owner also ends the old owner's trial processes, named ``ftnb.<token
   prefix>`` (:func:`process_name`), and what they started: not here (storage kills no trial)
-  but in :func:`ftnb.restore.end_strays_of_driver`.
+  but in :func:`ftnb.lifecycle.own.end_strays_of_driver`.
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ def fence_out(paths: ExperimentPaths, previous: Optional[LeaseInfo]) -> None:
     """Once the lease of ``previous`` (a driver that did not release it) is taken: make sure
     none of its trials writes any more. Its trials on another machine check the lease before
     every write (at most every second on object stores): wait that long. Those of this machine
-    the caller ends (:func:`ftnb.restore.end_strays_of_driver`)."""
+    the caller ends (:func:`ftnb.lifecycle.own.end_strays_of_driver`)."""
     if previous is None or previous.released:
         return
     if previous.host_id != host_id():

@@ -272,12 +272,11 @@ class TorchTrainer:
         """Run (or, when ``RunConfig(name)`` names a stored run, resume) the training to its
         end and return its :class:`~ftnb.Result`. Raises :class:`TrainingFailedError` when it
         ended ERRORED, KeyboardInterrupt (after printing the line that resumes it) on Ctrl+C."""
-        from ..lifecycle.start_or_resume import start_or_resume
-        from ..tuner import Tuner
+        from ..tuner import start_or_resume
 
         rc = self.run_config
         tuner, resuming = start_or_resume(
-            Tuner, self, name=rc.name, param_space=None, storage_path=rc.storage_path,
+            self, name=rc.name, param_space=None, storage_path=rc.storage_path,
             tune_config=None, run_config=rc, resources_per_trial=None,
             caller="TorchTrainer.fit")
         if resuming and rc.verbose:
