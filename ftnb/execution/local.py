@@ -12,7 +12,7 @@ which then stops the trials itself.
 Trial processes die with their controller: each asks the kernel for SIGKILL when its parent (the
 fork server) exits, and the fork server exits when the controller's process does. So a SIGKILLed
 driver leaves no ghost trial writing into the experiment directory; what the trials had started
-is ended by the driver that takes the experiment over (:func:`ftnb.restore.take_over`).
+is ended by the driver that takes the experiment over (:func:`ftnb.lifecycle.own.take_over`).
 A trial dead of SIGKILL is out of memory only when the kernel says so of its own pid
 (:mod:`ftnb.execution.oom`).
 
