@@ -8,6 +8,7 @@ that adopts a searcher's unlisted trials before its scheduler is brought up to d
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 
@@ -20,8 +21,10 @@ import ftnb
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths
 
-pytest.importorskip("hpbandster")
-pytest.importorskip("ax")
+needs_ax = pytest.mark.skipif(importlib.util.find_spec("ax") is None,
+                              reason="needs ax-platform (ftnb[ax])")
+needs_bohb = pytest.mark.skipif(importlib.util.find_spec("hpbandster") is None,
+                                reason="needs hpbandster (ftnb[bohb])")
 
 
 def _state(path) -> ExperimentState:
@@ -79,6 +82,7 @@ from ftnb.search.bohb import TuneBOHB
         search_alg=ConcurrencyLimiter(TuneBOHB(seed=4), max_concurrent=2),
         scheduler=HyperBandForBOHB(max_t=4, reduction_factor=2))""")
 
+@needs_bohb
 def test_tune_bohb_with_hyperband_for_bohb_survives_a_driver_sigkill(tmp_path):
     exp = tmp_path / "exp"
     kill_when(tmp_path, BOHB_DRIVER, [str(tmp_path)], lambda: _done_trials(exp, 1) >= 3,
@@ -117,6 +121,7 @@ from ftnb.search.ax import AxSearch
             parameter_constraints=["x + y <= 1.0"], outcome_constraints=["c <= 2.0"],
             random_seed=3), max_concurrent=2))""")
 
+@needs_ax
 def test_ax_search_survives_a_driver_sigkill_and_continues_its_study(tmp_path):
     from ax.service.ax_client import AxClient
 
@@ -147,6 +152,7 @@ def test_ax_search_survives_a_driver_sigkill_and_continues_its_study(tmp_path):
 
 # -- TuneBOHB and AxSearch: state, conversions, arguments ----------------------------------------
 @pytest.mark.unit
+@needs_bohb
 def test_tune_bohb_state_is_json_and_a_restore_continues_its_draws():
     from ftnb.schedulers.hb_bohb import HyperBandForBOHB
     from ftnb.search.bohb import TuneBOHB
@@ -189,6 +195,7 @@ def test_tune_bohb_state_is_json_and_a_restore_continues_its_draws():
 
 
 @pytest.mark.unit
+@needs_bohb
 def test_tune_bohb_takes_a_configspace_and_is_rebuilt_from_its_description():
     import ConfigSpace
 
@@ -214,6 +221,8 @@ def test_tune_bohb_takes_a_configspace_and_is_rebuilt_from_its_description():
 
 
 @pytest.mark.unit
+@needs_ax
+@needs_bohb
 def test_tune_bohb_and_ax_refuse_what_they_cannot_search_naming_the_fix():
     from ftnb.search.ax import AxSearch
     from ftnb.search.bohb import TuneBOHB
@@ -234,6 +243,7 @@ def test_tune_bohb_and_ax_refuse_what_they_cannot_search_naming_the_fix():
 
 
 @pytest.mark.unit
+@needs_ax
 def test_ax_search_state_is_its_json_snapshot_and_a_restore_continues_the_study():
     from ax.service.ax_client import AxClient, ObjectiveProperties
 

@@ -101,6 +101,9 @@ class AxSearch(Searcher):
                        search_alg=AxSearch(parameter_constraints=["x + y <= 1.5"])))
     """
 
+    #: Ray's static method: the library's space for an ftnb space.
+    convert_search_space = staticmethod(convert_search_space)
+
     def __init__(self, space: Union[None, dict, list] = None, metric: Optional[str] = None,
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
                  parameter_constraints: Optional[list] = None,

@@ -144,6 +144,9 @@ class TuneBOHB(Searcher):
     trial's ``training_iteration``); Ray's learns nothing then.
     """
 
+    #: Ray's static method: the library's space for an ftnb space.
+    convert_search_space = staticmethod(convert_search_space)
+
     def __init__(self, space: Union[None, dict, "ConfigSpace.ConfigurationSpace"] = None,
                  bohb_config: Optional[dict] = None, metric: Optional[str] = None,
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
