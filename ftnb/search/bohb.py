@@ -187,7 +187,6 @@ class TuneBOHB(Searcher):
         self._observations: list[list] = []  # [config, budget, loss or None], in order
         self._generator: Optional[Any] = None
         self._scheduler: Any = None
-        self._paired = False
 
     # -- set-up --------------------------------------------------------------------------------
     def set_search_properties(self, metric: Optional[str], mode: Optional[str],
