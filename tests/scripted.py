@@ -181,3 +181,16 @@ def puts_then_dies(config: dict) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     with open(config["note"]) as f:
         ftnb.report({"leftover": os.path.exists(f.read())})
+
+
+class InterruptAfter:
+    """A listener that interrupts the driver (KeyboardInterrupt, as Ctrl+C) once ``n`` trials
+    completed: an in-process experiment stopped mid-run, to be restored."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_trial_complete(self, state, trial) -> None:
+        self.n -= 1
+        if self.n == 0:
+            raise KeyboardInterrupt

@@ -41,6 +41,7 @@ class FakeController:
     def __init__(self, *trial_ids: str) -> None:
         self.trials = {t: TrialRecord(trial_id=t, dir_name=t, config={}) for t in trial_ids}
         self.stopped: dict[str, object] = {}
+        self.more = True  # (what may_add_trials answers)
 
     def get_trials(self):
         return list(self.trials.values())
@@ -60,6 +61,9 @@ class FakeController:
 
     def next_pending_trial(self):
         return next((t for t in self.trials.values() if t.status == "PENDING"), None)
+
+    def may_add_trials(self):
+        return self.more
 
 
 def _add(scheduler, ctl, *trial_ids):
@@ -323,3 +327,60 @@ def test_a_restore_rebuilds_the_scheduler_or_refuses_another(tmp_path):
 def test_check_scheduler_names_the_argument():
     with pytest.raises(TypeError, match="TuneConfig\\(scheduler=3\\)"):
         check_scheduler(3, None, None)
+
+
+# -- HyperBandForBOHB -------------------------------------------------------------------------
+def _bohb_trials(ctl, scheduler, n):
+    _add(scheduler, ctl, *(f"t{i}" for i in range(n)))
+    for trial in ctl.trials.values():
+        trial.status = "RUNNING"
+    return list(ctl.trials.values())
+
+
+def _pause_all(scheduler, ctl, trials, losses):
+    for trial, loss in zip(trials, losses):
+        assert _result(scheduler, ctl, trial.trial_id, 1, loss) == PAUSE
+        trial.status = "PAUSED"
+
+
+def test_hyperband_for_bohb_fills_the_aggressive_bracket_first_and_pauses_until_it_is_full():
+    from ftnb.schedulers.hb_bohb import HyperBandForBOHB
+
+    scheduler = HyperBandForBOHB(metric="loss", mode="min", max_t=4, reduction_factor=2)
+    ctl = FakeController()
+    trials = _bohb_trials(ctl, scheduler, 5)
+    first = scheduler._brackets[0]
+    assert first.s == 2 and first.all_trials == ["t0", "t1", "t2", "t3"]
+    assert scheduler._brackets[1].s == 1 and scheduler._brackets[1].all_trials == ["t4"]
+    assert scheduler.decision_points(trials[0]).milestones == (1, 2, 4)
+    # t0..t2 at milestone 1: paused (the bracket waits for t3), what TuneBOHB sees as paused.
+    _pause_all(scheduler, ctl, trials[:3], (0.4, 0.1, 0.3))
+    assert scheduler.paused_trials() == {"t0", "t1", "t2"}
+    assert scheduler.budget_of("t0", {"training_iteration": 1}) == 1
+    assert scheduler.budget_of("t0", {"training_iteration": 3}) is None
+    assert scheduler.budget_of("t4", {"training_iteration": 1}) is None  # (bracket 1: 2, 4)
+    assert scheduler.choose_trial_to_run(ctl) is None
+    # The last one arrives: halving keeps the best 2 (t1 and t3 itself), stops t0 and t2.
+    assert _result(scheduler, ctl, "t3", 1, 0.2) == CONTINUE
+    assert sorted(ctl.stopped) == ["t0", "t2"] and first.to_unpause == ["t1"]
+    assert ctl.stopped["t0"].startswith("stopped by HyperBandForBOHB at training_iteration=1")
+    assert scheduler.choose_trial_to_run(ctl).trial_id == "t1"
+    assert scheduler.paused_trials() == set()
+    # The state is JSON and comes back whole; a rebuilt scheduler is the same.
+    again = scheduler_from_description(json.loads(json.dumps(describe_scheduler(scheduler))))
+    assert type(again) is HyperBandForBOHB
+    again.set_state(json.loads(json.dumps(scheduler.get_state())))
+    assert again.get_state() == scheduler.get_state()
+
+
+def test_hyperband_for_bohb_halves_a_waiting_bracket_once_nothing_runs_and_no_trial_can_come():
+    from ftnb.schedulers.hb_bohb import HyperBandForBOHB
+
+    scheduler = HyperBandForBOHB(metric="loss", mode="max", max_t=4, reduction_factor=2)
+    ctl = FakeController()
+    trials = _bohb_trials(ctl, scheduler, 3)
+    _pause_all(scheduler, ctl, trials, (0.5, 0.9, 0.1))
+    assert scheduler.choose_trial_to_run(ctl) is None  # more trials may join the bracket
+    ctl.more = False
+    chosen = scheduler.choose_trial_to_run(ctl)  # halved with the 3 it has: 2 go on
+    assert chosen.trial_id == "t0" and list(ctl.stopped) == ["t2"]

@@ -15,7 +15,7 @@ import pytest
 from ftnb.core.records import ExperimentState
 from ftnb.storage import ExperimentPaths, Storage
 from procs import run_script, wait_for
-from scripted import result_rows
+from scripted import InterruptAfter, result_rows
 
 optuna = pytest.importorskip("optuna")
 
@@ -116,16 +116,6 @@ def _quadratic(config):
         ftnb.report({"loss": (config["x"] - 0.5) ** 2 + i})
 
 
-class _InterruptAfter:
-    def __init__(self, n):
-        self.n = n
-
-    def on_trial_complete(self, state, trial):
-        self.n -= 1
-        if self.n == 0:
-            raise KeyboardInterrupt
-
-
 @pytest.mark.s3
 def test_optuna_search_restores_on_s3(s3_storage):
     import ftnb
@@ -138,7 +128,7 @@ def test_optuna_search_restores_on_s3(s3_storage):
                                                    search_alg=OptunaSearch(seed=0)),
                        run_config=ftnb.RunConfig(storage_path=url, storage_filesystem=fs,
                                                  name="s3opt", verbose=0, executor="inprocess"))
-    tuner.listeners.append(_InterruptAfter(2))
+    tuner.listeners.append(InterruptAfter(2))
     with pytest.raises(KeyboardInterrupt):
         tuner.fit()
     results = ftnb.Tuner.restore(f"{url}/s3opt", _quadratic, storage_filesystem=fs,

@@ -165,6 +165,8 @@ class Controller:
 
     def _run_reserved(self) -> ExperimentState:
         self.state.begin_driver_session()
+        if self.searched is not None:
+            self.searched.adopt()  # (before the scheduler restores: it must know every trial)
         if self.scheduler is not None:
             self.scheduling.restore()
         self.starts.queue_pending(self.state)

@@ -385,6 +385,10 @@ class SchedulerView:
         """The PENDING trial the controller would start next, or None."""
         return self._controller.starts.next_pending()
 
+    def may_add_trials(self) -> bool:
+        """Whether the searcher may still make trials."""
+        return self._controller.may_search()
+
     def exploit_trial(self, trial: TrialRecord, donor: TrialRecord,
                       config: Any) -> Optional[dict]:
         """Have ``trial`` continue from ``donor``'s latest checkpoint with ``config`` (PBT's

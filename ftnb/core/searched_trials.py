@@ -60,18 +60,25 @@ class SearchedTrials:
         if self.ended is None:
             self.ended = reason
 
-    def start(self) -> None:
-        """Before the loop runs. A restore: the trials of the suggestions that the state does
-        not list are recorded first (from their own record when they got that far); then the
-        searcher hears what it missed."""
+    def adopt(self) -> None:
+        """Before the trial scheduler is brought up to date (a restore): the searcher meets
+        the scheduler, and the trials of the suggestions that the state does not list are
+        recorded (from their own record when they got that far), so that the scheduler
+        restores with every trial of the experiment (its brackets, its replayed results).
+        The searcher hears of outcomes only in :meth:`start`, after the results it missed."""
         controller = self.controller
         self.search.guard = controller.guard
+        self.search.searcher.set_scheduler(controller.scheduler)
         listed = {t.trial_id for t in controller.state.trials}
-        self._adopting = True  # (recover tells their results before their outcomes)
+        self._adopting = True  # (until start: recover tells results before outcomes)
         for trial_id, config, dir_name in self.search.unlisted(listed):
             self._adopt(trial_id, config, dir_name)
+
+    def start(self) -> None:
+        """Before the loop runs, after :meth:`adopt` and the scheduler's restore: the
+        searcher hears the results and outcomes it missed (a restore)."""
         self._adopting = False
-        self.search.recover(controller.state.trials, self._rows_of)
+        self.search.recover(self.controller.state.trials, self._rows_of)
 
     def _rows_of(self, trial: TrialRecord) -> list:
         return self.controller.paths.trial(trial.dir_name).read_results()

@@ -53,6 +53,8 @@ _REBUILDABLE = {
     "ftnb.search.BasicVariantGenerator": ("ftnb.search.searcher", "BasicVariantGenerator"),
     "ftnb.search.ConcurrencyLimiter": ("ftnb.search.concurrency", "ConcurrencyLimiter"),
     "ftnb.search.optuna.OptunaSearch": ("ftnb.search.optuna", "OptunaSearch"),
+    "ftnb.search.ax.AxSearch": ("ftnb.search.ax", "AxSearch"),
+    "ftnb.search.bohb.TuneBOHB": ("ftnb.search.bohb", "TuneBOHB"),
 }
 
 _DONE = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
@@ -70,10 +72,11 @@ def rebuild_searcher(description: dict) -> Searcher:
     name = description.get("class")
     if name not in _REBUILDABLE:
         raise ValueError(f"no searcher of ftnb named {name!r}")
-    module, attr = _REBUILDABLE[name]
-    cls = getattr(importlib.import_module(module), attr)
-    if attr == "OptunaSearch":
-        return importlib.import_module(module).from_description(description)
+    module_name, attr = _REBUILDABLE[name]
+    module = importlib.import_module(module_name)
+    if hasattr(module, "from_description"):  # (a description that is not just arguments)
+        return module.from_description(description)
+    cls = getattr(module, attr)
     arguments = {k: v for k, v in description.items() if k != "class"}
     if attr == "ConcurrencyLimiter":
         arguments["searcher"] = rebuild_searcher(arguments["searcher"])

@@ -11,6 +11,8 @@ results, which trials go on, which pause and which stop early.
 * :class:`ASHAScheduler` / :class:`AsyncHyperBandScheduler`: asynchronous successive halving.
 * :class:`HyperBandScheduler`: synchronous HyperBand (pauses trials at their bracket's
   milestones and resumes the best from their checkpoints).
+* :class:`HyperBandForBOHB` (``ftnb.schedulers.hb_bohb``): HyperBand as BOHB runs it, with
+  :class:`ftnb.search.bohb.TuneBOHB` (``pip install 'ftnb[bohb]'``).
 * :class:`MedianStoppingRule`: stops a trial doing worse than the median of the others.
 * :class:`PopulationBasedTraining`: the worse trials continue from the better ones'
   checkpoints with mutated configs.
@@ -42,6 +44,7 @@ _LAZY = {
     "ASHAScheduler": "async_hyperband",
     "AsyncHyperBandScheduler": "async_hyperband",
     "FIFOScheduler": "trial_scheduler",
+    "HyperBandForBOHB": "hb_bohb",
     "HyperBandScheduler": "hyperband",
     "MedianStoppingRule": "median_stopping_rule",
     "PB2": "pb2",

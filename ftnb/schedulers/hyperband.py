@@ -196,6 +196,10 @@ class HyperBandScheduler(FIFOScheduler):
     def _ftnb_settings(self) -> Optional[dict]:
         if type(self) is not HyperBandScheduler:
             return None
+        return self._settings()
+
+    def _settings(self) -> dict:
+        """The arguments that rebuild this scheduler."""
         return {"time_attr": self._time_attr, "metric": self._metric, "mode": self._mode,
                 "max_t": self._max_t_attr, "reduction_factor": self._eta,
                 "stop_last_trials": self._stop_last_trials}
@@ -226,7 +230,7 @@ class HyperBandScheduler(FIFOScheduler):
                 if len(band) == self._s_max_1:
                     band = []
                     self._hyperbands.append(band)
-                s = len(band)
+                s = self._next_bracket_s(band)
                 if self._get_r0(s) == 0:
                     band.append(None)  # too small a budget: Ray skips it the same way
                     continue
@@ -251,7 +255,19 @@ class HyperBandScheduler(FIFOScheduler):
         bracket.update(trial.trial_id, time, value)
         if bracket.continue_trial(trial.trial_id):
             return TrialScheduler.CONTINUE
-        return self._process_bracket(tune_controller, bracket, trial.trial_id)
+        return self._at_milestone(tune_controller, bracket, trial.trial_id)
+
+    # -- hooks (HyperBandForBOHB's differences) --------------------------------------------------
+    def _next_bracket_s(self, band: list) -> int:
+        """The ``s`` of the next bracket of ``band`` (the brackets it holds so far): Ray's
+        HyperBand goes from the least aggressive (``s = 0``, every trial gets ``max_t``) on."""
+        return len(band)
+
+    def _at_milestone(self, tune_controller: SchedulerController, bracket: _Bracket,
+                      trial_id: str) -> str:
+        """``trial_id`` reached its bracket's milestone: halve the bracket when its last trial
+        is there (the trial's answer), else PAUSE it to wait for the others."""
+        return self._process_bracket(tune_controller, bracket, trial_id)
 
     def _process_bracket(self, tune_controller: SchedulerController, bracket: _Bracket,
                          current: Optional[str]) -> str:
@@ -346,7 +362,7 @@ class HyperBandScheduler(FIFOScheduler):
             return None  # its bracket's last milestone: it ran its budget
         milestone, value = why
         shown = f"{value:.6g}" if isinstance(value, (int, float)) else "none"
-        return (f"stopped by HyperBandScheduler at {self._time_attr}={milestone:g}: "
+        return (f"stopped by {type(self).__name__} at {self._time_attr}={milestone:g}: "
                 f"{self._metric}={shown} not among its bracket's best")
 
     def debug_string(self) -> str:

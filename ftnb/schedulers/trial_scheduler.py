@@ -60,6 +60,11 @@ class SchedulerController(Protocol):
         """The PENDING trial the experiment would start next (its own order), or None."""
         ...
 
+    def may_add_trials(self) -> bool:
+        """Whether the experiment may still add trials (its search algorithm is not done): a
+        scheduler that waits for a bracket to fill (HyperBandForBOHB) waits for them."""
+        ...
+
 
 def _number(value: Any) -> Optional[float]:
     """``value`` when it is a number a scheduler can compare (not a bool), else None."""

@@ -116,6 +116,9 @@ class ConcurrencyLimiter(Searcher):
         self.cached_results = dict(state.get("cached_results", {}))
         self.searcher.set_state(state.get("searcher", {}))
 
+    def set_scheduler(self, scheduler: Any) -> None:
+        self.searcher.set_scheduler(scheduler)
+
     def attach_storage(self, paths: Any, resuming: bool) -> None:
         self.searcher.attach_storage(paths, resuming)
 

@@ -26,6 +26,7 @@ __all__ = [
     "SampleSpec",
     "UnresolvedDependency",
     "is_grid_search",
+    "searched_domains",
     "encode_space",
     "unwrap_config_views",
 ]
@@ -88,6 +89,38 @@ def holds_domain(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(holds_domain(v) for v in value)
     return False
+
+
+def searched_domains(space: Any, owner: str, leaves: tuple = ()) -> dict[str, Any]:
+    """The domains of ``space`` by ``"a/b"`` name (nested keys joined by ``/``, as Ray's
+    searchers name them), for a searcher ``owner`` that samples them, with the values of the
+    types ``leaves`` (a library's own distributions) as they are; plain values are left out
+    (they stay the config's). Raises ValueError, naming the key and the fix, for a grid axis
+    (a sampler does not enumerate) and for a domain inside a list.
+
+    >>> from ftnb.search import uniform
+    >>> searched_domains({"m": {"lr": uniform(0, 1)}, "n": 2}, "MySearch")
+    {'m/lr': Uniform(lower=0, upper=1)}
+    """
+    out: dict[str, Any] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, (Domain, *leaves)):
+            out[path] = value
+        elif is_grid_search(value):
+            raise ValueError(
+                f"{owner} cannot search param_space[{path!r}], a grid_search: it samples, it "
+                "does not enumerate. Fix: use ftnb.choice([...]) there, or run the grid "
+                "without a search_alg.")
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, f"{path}/{key}" if path else str(key))
+        elif isinstance(value, (list, tuple)) and holds_domain(value):
+            raise ValueError(f"{owner} cannot search domains inside a list "
+                             f"(param_space[{path!r}]). Fix: use a dict of domains there.")
+
+    walk(space or {}, "")
+    return out
 
 
 # --------------------------------------------------------------------------- domains

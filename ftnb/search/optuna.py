@@ -43,7 +43,7 @@ from optuna.storages.journal import BaseJournalBackend
 from optuna.trial import TrialState
 
 from ..config import metric_value
-from .domains import Categorical, Domain, holds_domain, is_grid_search
+from .domains import Categorical, Domain, searched_domains
 from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
 from .searcher import Searcher, Suggestion
@@ -226,27 +226,9 @@ def convert_search_space(space: dict) -> dict[str, BaseDistribution]:
     Raises ValueError for what Optuna cannot sample: a ``grid_search``, ``randn``, a
     ``sample_from``, ``qlograndint``, a domain inside a list.
     """
-    out: dict[str, BaseDistribution] = {}
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, BaseDistribution):
-            out[path] = value
-        elif isinstance(value, Domain):
-            out[path] = _distribution(value, path)
-        elif is_grid_search(value):
-            raise ValueError(
-                f"OptunaSearch cannot search param_space[{path!r}], a grid_search: Optuna "
-                "samples, it does not enumerate. Fix: use ftnb.choice([...]) there, or run the "
-                "grid without a search_alg.")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, f"{path}/{key}" if path else str(key))
-        elif isinstance(value, (list, tuple)) and holds_domain(value):
-            raise ValueError(f"OptunaSearch cannot search domains inside a list "
-                             f"(param_space[{path!r}]). Fix: use a dict of domains there.")
-
-    walk(space or {}, "")
-    return out
+    found = searched_domains(space, "OptunaSearch", leaves=(BaseDistribution,))
+    return {name: value if isinstance(value, BaseDistribution) else _distribution(value, name)
+            for name, value in found.items()}
 
 
 def _distribution(domain: Domain, name: str) -> BaseDistribution:

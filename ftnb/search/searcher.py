@@ -118,6 +118,11 @@ class Searcher:
         to it)."""
         return False
 
+    def set_scheduler(self, scheduler: Any) -> None:
+        """Called by ftnb before the first suggestion with the experiment's trial scheduler
+        (``TuneConfig(scheduler=...)``; None: the default), for a searcher that works with its
+        scheduler (TuneBOHB asks HyperBandForBOHB at which budget a result was evaluated)."""
+
     # -- state: plain JSON, never a pickle -----------------------------------------------------
     def get_state(self) -> dict:
         """The searcher's state as JSON-able values (dicts, lists, str, numbers, bools, None),
