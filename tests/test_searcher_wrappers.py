@@ -129,8 +129,9 @@ def _tell(searcher, trial_id, config):
                                           + config["nested"]["y"] ** 2})
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("name", sorted(MAKERS))
+@pytest.mark.parametrize("name", [  # BayesOpt fits its Gaussian process: seconds, not unit
+    pytest.param("bayesopt"), pytest.param("hyperopt", marks=pytest.mark.unit),
+    pytest.param("nevergrad", marks=pytest.mark.unit)])
 def test_save_and_restore_go_on_with_the_study(tmp_path, name):
     searcher = MAKERS[name]()
     searcher.set_search_properties("loss", "min", SPACE)

@@ -65,6 +65,11 @@ class BayesOptSearch(ObservingSearcher):
 
     extra = "bayesopt"
 
+    @staticmethod
+    def convert_search_space(spec: dict) -> Any:
+        """Ray's ``BayesOptSearch.convert_search_space``: :func:`convert_search_space`."""
+        return convert_search_space(spec)
+
     def __init__(self, space: Optional[dict] = None, metric: Optional[str] = None,
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
                  utility_kwargs: Optional[dict] = None, random_state: int = 42,

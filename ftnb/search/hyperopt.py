@@ -59,6 +59,11 @@ class HyperOptSearch(ObservingSearcher):
 
     extra = "hyperopt"
 
+    @staticmethod
+    def convert_search_space(spec: dict) -> Any:
+        """Ray's ``HyperOptSearch.convert_search_space``: :func:`convert_search_space`."""
+        return convert_search_space(spec)
+
     def __init__(self, space: Any = None, metric: Optional[str] = None,
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
                  n_initial_points: Optional[int] = 20, random_state_seed: Optional[int] = None,

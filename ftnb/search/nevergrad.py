@@ -62,6 +62,11 @@ class NevergradSearch(ObservingSearcher):
 
     extra = "nevergrad"
 
+    @staticmethod
+    def convert_search_space(spec: dict) -> Any:
+        """Ray's ``NevergradSearch.convert_search_space``: :func:`convert_search_space`."""
+        return convert_search_space(spec)
+
     def __init__(self, optimizer: Any = None, optimizer_kwargs: Optional[dict] = None,
                  space: Union[dict, list, Any, None] = None, metric: Optional[str] = None,
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None) -> None:
