@@ -64,7 +64,8 @@ from .variants import count_variants, generate_variants, validate_param_space, v
 
 
 #: Searchers over optional libraries, by name: their modules import the library, so only when
-#: asked for (``pip install 'ftnb[<module>]'``).
+#: asked for (``pip install 'ftnb[<module>]'``). Not in ``__all__`` (but OptunaSearch, as
+#: before): a star import would need every library.
 _OPTIONAL_SEARCHERS = {"OptunaSearch": "optuna", "HyperOptSearch": "hyperopt",
                        "BayesOptSearch": "bayesopt", "NevergradSearch": "nevergrad"}
 
@@ -81,9 +82,6 @@ __all__ = [
     "BasicVariantGenerator",
     "ConcurrencyLimiter",
     "OptunaSearch",
-    "HyperOptSearch",
-    "BayesOptSearch",
-    "NevergradSearch",
     "Searcher",
     "GRID_SEARCH_KEY",
     "DOMAIN_JSON_KEY",
