@@ -63,8 +63,6 @@ class BayesOptSearch(ObservingSearcher):
         skip_duplicate: draw again rather than suggest a config twice.
     """
 
-    extra = "bayesopt"
-
     @staticmethod
     def convert_search_space(spec: dict) -> Any:
         """Ray's ``BayesOptSearch.convert_search_space``: :func:`convert_search_space`."""

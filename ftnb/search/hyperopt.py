@@ -57,8 +57,6 @@ class HyperOptSearch(ObservingSearcher):
         gamma: TPE's quantile that splits good points from the others.
     """
 
-    extra = "hyperopt"
-
     @staticmethod
     def convert_search_space(spec: dict) -> Any:
         """Ray's ``HyperOptSearch.convert_search_space``: :func:`convert_search_space`."""

@@ -60,8 +60,6 @@ class NevergradSearch(ObservingSearcher):
             dicts).
     """
 
-    extra = "nevergrad"
-
     @staticmethod
     def convert_search_space(spec: dict) -> Any:
         """Ray's ``NevergradSearch.convert_search_space``: :func:`convert_search_space`."""

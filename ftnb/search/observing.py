@@ -125,9 +125,6 @@ class ObservingSearcher(Searcher):
     (:meth:`_tell`); :meth:`_replay_ask` puts a point asked before a restore into a fresh one.
     It needs a single metric; ``mode`` says whether lower or higher is better."""
 
-    #: The pip extra that installs the optimizer (for messages).
-    extra = ""
-
     def __init__(self, metric: Optional[str], mode: Optional[str],
                  points_to_evaluate: Optional[list], seed: Optional[int]) -> None:
         name = type(self).__name__
@@ -231,10 +228,6 @@ class ObservingSearcher(Searcher):
     def num_suggested(self) -> int:
         """How many points it suggested (the draws so far, for :func:`step_seed`)."""
         return len(self._log.asked)
-
-    @property
-    def seed(self) -> int:
-        return self._seed
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None,
                           error: bool = False) -> None:
