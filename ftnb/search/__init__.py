@@ -23,8 +23,10 @@ stdlib is imported here so that ``import ftnb`` stays fast.
 
 Search algorithms (Ray Tune's ``ray.tune.search``): :class:`Searcher` (the interface),
 :class:`BasicVariantGenerator` (the default), :class:`ConcurrencyLimiter`, and
-``from ftnb.search.optuna import OptunaSearch`` (``pip install 'ftnb[optuna]'``); see
-docs/search.md.
+``from ftnb.search.optuna import OptunaSearch`` (``pip install 'ftnb[optuna]'``), and Ray's
+other searchers at Ray's paths: ``ftnb.search.hyperopt.HyperOptSearch``,
+``ftnb.search.bayesopt.BayesOptSearch``, ``ftnb.search.nevergrad.NevergradSearch`` (each its
+extra); see docs/search.md.
 """
 
 from typing import Any
@@ -61,11 +63,18 @@ from .searcher import BasicVariantGenerator, Searcher
 from .variants import count_variants, generate_variants, validate_param_space, varying_keys
 
 
-def __getattr__(name: str) -> Any:
-    if name == "OptunaSearch":  # imports optuna: only when asked for
-        from .optuna import OptunaSearch
+#: Searchers over optional libraries, by name: their modules import the library, so only when
+#: asked for (``pip install 'ftnb[<module>]'``). Not in ``__all__`` (but OptunaSearch, as
+#: before): a star import would need every library.
+_OPTIONAL_SEARCHERS = {"OptunaSearch": "optuna", "HyperOptSearch": "hyperopt",
+                       "BayesOptSearch": "bayesopt", "NevergradSearch": "nevergrad"}
 
-        return OptunaSearch
+
+def __getattr__(name: str) -> Any:
+    if name in _OPTIONAL_SEARCHERS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_OPTIONAL_SEARCHERS[name]}", __name__), name)
     raise AttributeError(f"module 'ftnb.search' has no attribute {name!r}")
 
 
