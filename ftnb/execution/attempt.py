@@ -166,7 +166,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
         wait_decision=getattr(channel, "decision", None),
         storage_wait_s=spec.storage_wait_s,
     )
-    session_mod._set_session(session, this_thread_only=this_thread_only)
+    session_mod.set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:
         on_session(session)
 
@@ -183,9 +183,9 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
             raise session_mod.UsageError(_returned_not_reported(spec.trainable, returned))
         session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
         outcome = "finished"
-    except session_mod._AttemptEnd as end:
+    except session_mod.AttemptEnd as end:
         outcome = end.outcome
-        if isinstance(end, session_mod._Fenced):
+        if isinstance(end, session_mod.Fenced):
             print(f"ftnb: {end}", file=sys.stderr, flush=True)
             if group is not None and rank == 0:  # the others wait on this report: tell them
                 try:
@@ -217,7 +217,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     finally:
         log.close()
         if this_thread_only:
-            session_mod._set_session(None, this_thread_only=True)
+            session_mod.set_session(None, this_thread_only=True)
     if group is not None:
         group.finish()
     channel.send(DoneEvent(*ids, outcome=outcome, iteration=session.iteration))
