@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from .checkpoint import Checkpoint, CheckpointUploadMode
 from .config import metric_value
 from .core.records import encode_metrics
-from .schedulers.stop_criterion import DONE, is_done, threshold_met
+from .schedulers.stop_criterion import DONE, is_done, stop_met
 from .storage import AUTO_KEYS, NONFINITE_KEY
 from .storage.reported_checkpoints import ReportJob
 from .storage.result_log import flatten_row
+from .train.context import TrialContext
 
 #: A metric that is not in a report (None is a value a trainable may report).
 _MISSING = object()
@@ -31,123 +31,46 @@ if TYPE_CHECKING:
 __all__ = ["TrialContext", "get_checkpoint", "get_context", "get_dataset_shard", "report"]
 
 
-
 class UsageError(Exception):
     """ftnb's API was called wrongly inside a trial. Such a failure is never retried."""
 
 
-class _AttemptEnd(BaseException):
+class AttemptEnd(BaseException):
     """Unwinds the trainable when the attempt must end (a BaseException, so that a trainable's
     ``except Exception`` does not swallow it)."""
 
     outcome = "finished"
 
 
-class _StopCriterionMet(_AttemptEnd):
+class _StopCriterionMet(AttemptEnd):
     outcome = "finished"
 
 
-class _StopRequested(_AttemptEnd):
+class _StopRequested(AttemptEnd):
     outcome = "stopped"
 
 
-class _Preempted(_AttemptEnd):
+class _Preempted(AttemptEnd):
     outcome = "preempted"
 
 
-class _Fenced(_AttemptEnd):
+class Fenced(AttemptEnd):
     """Another driver owns the experiment: end at once, writing nothing more."""
 
     outcome = "fenced"
 
 
 #: How rank 0 tells the other ranks of a group that the attempt ends at a report.
-_ENDS: dict[str, type[_AttemptEnd]] = {
+_ENDS: dict[str, type[AttemptEnd]] = {
     "stop_criterion": _StopCriterionMet,
     "stopped": _StopRequested,
     "preempted": _Preempted,
-    "fenced": _Fenced,
+    "fenced": Fenced,
 }
 
 
-def _end_name(end: _AttemptEnd) -> str:
+def _end_name(end: AttemptEnd) -> str:
     return next(name for name, cls in _ENDS.items() if type(end) is cls)
-
-
-@dataclass
-class TrialContext:
-    """Facts about the running trial, as returned by :func:`get_context`.
-
-    Attributes and Ray-style getters (``get_trial_id()`` etc.) are both provided.
-    """
-
-    trial_id: str
-    trial_name: str
-    experiment_name: str
-    experiment_path: str
-    trial_dir: str
-    attempt: int
-    world_rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-    node_rank: int = 0
-    #: What the trial asked for (``{"cpu": 1.0, "gpu": 0.0}``): resources_per_trial or
-    #: ftnb.with_resources, per rank for a group.
-    resources: Optional[dict] = None
-    _session: Any = None
-
-    @property
-    def should_checkpoint(self) -> bool:
-        """True once the process has been asked to stop (SIGTERM: preemption, or a stop
-        request): report a checkpoint now and it will be resumed from there."""
-        s = self._session
-        return bool(s and (s.preempted or s.stop_requested))
-
-    @property
-    def preempted(self) -> bool:
-        """True once the trial process received SIGTERM (its machine or slot is going away)."""
-        return bool(self._session and self._session.preempted)
-
-    def get_trial_id(self) -> str:
-        return self.trial_id
-
-    def get_trial_name(self) -> str:
-        return self.trial_name
-
-    def get_experiment_name(self) -> str:
-        return self.experiment_name
-
-    def get_trial_dir(self) -> str:
-        return self.trial_dir
-
-    def get_world_rank(self) -> int:
-        """This rank's place in its group (0 for an ordinary trial)."""
-        return self.world_rank
-
-    def get_world_size(self) -> int:
-        """How many ranks the group has (1 for an ordinary trial)."""
-        return self.world_size
-
-    def get_local_rank(self) -> int:
-        """This rank's place among the group's ranks on its node."""
-        return self.local_rank
-
-    def get_local_world_size(self) -> int:
-        """How many of the group's ranks run on this node."""
-        return self.local_world_size
-
-    def get_node_rank(self) -> int:
-        """The index of this rank's node among the group's nodes."""
-        return self.node_rank
-
-    def get_experiment_path(self) -> str:
-        return self.experiment_path
-
-    def get_trial_resources(self) -> dict:
-        """The resources this trial (each rank of a group) was given, ``{"cpu": 2.0, "gpu":
-        0.0}``: Ray Tune's ``get_trial_resources()``, as a dict."""
-        return dict(self.resources) if self.resources is not None else {"cpu": 1.0, "gpu": 0.0}
 
 
 class TrialSession:
@@ -270,7 +193,7 @@ class TrialSession:
         # Whether the trial ends here anyway (its stop criterion): then it does not wait for a
         # decision (Ray asks no scheduler then), so a driver killed meanwhile never leaves it
         # waiting at its last report, to be resumed past its stop criterion.
-        end: Optional[_AttemptEnd] = None
+        end: Optional[AttemptEnd] = None
         error: Optional[BaseException] = None
         try:
             end = self._decide_end(row, job.name is not None)
@@ -434,9 +357,9 @@ class TrialSession:
         try:
             self.fence.check(force)
         except FencedError as exc:
-            raise _Fenced(str(exc)) from None
+            raise Fenced(str(exc)) from None
 
-    def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[_AttemptEnd]:
+    def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[AttemptEnd]:
         """Whether the attempt ends at this report, and how (None: it goes on). Raises
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
         if self.metric_to_check is not None:
@@ -456,7 +379,7 @@ class TrialSession:
                         "reported metrics in stop, or report it."
                     )
                 self._stop_keys_checked = True
-            stopped = _stop_met(self.stop, self.context.trial_id, row)
+            stopped = stop_met(row, self.stop, self.context.trial_id)
         if is_done(row):  # Ray's reserved key: the trainable says it is finished
             return _StopCriterionMet()
         if stopped:
@@ -523,21 +446,15 @@ def _check_metric_reported(metric: str, row: dict) -> None:
     )
 
 
-def _stop_met(stop: Any, trial_id: str, row: dict) -> bool:
-    """Whether ``row`` ends the trial under ``stop`` (a function or Stopper, which sees every
-    row, or a dict of thresholds), or says ``done`` (Ray's reserved key)."""
-    if callable(stop):
-        return bool(stop(trial_id, row)) or is_done(row)
-    return threshold_met(row, stop)
-
-
 _session: Optional[TrialSession] = None
 # The session of an attempt run in a thread of a process that runs several (the in-process
 # executor): it wins over the process-wide one in that thread.
 _thread = threading.local()
 
 
-def _current(fn: str) -> TrialSession:
+def current_session(fn: str) -> TrialSession:
+    """The session of the attempt running here (this thread's, else the process's); raises a
+    RuntimeError naming ``ftnb.<fn>()`` outside a trial."""
     session = getattr(_thread, "session", None) or _session
     if session is None:
         raise RuntimeError(
@@ -573,7 +490,7 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
         ...     for step in range(10):
         ...         ftnb.report({"loss": 1 / (step + 1)})
     """
-    _current("report").report(
+    current_session("report").report(
         metrics, checkpoint, checkpoint_dir_name=checkpoint_dir_name,
         checkpoint_upload_mode=checkpoint_upload_mode,
         delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
@@ -583,7 +500,7 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
 def get_checkpoint() -> Optional[Checkpoint]:
     """The checkpoint this attempt should resume from (the trial's latest persisted one), or
     None on a fresh start."""
-    return _current("get_checkpoint").get_checkpoint()
+    return current_session("get_checkpoint").get_checkpoint()
 
 
 def get_dataset_shard(name: str) -> Any:
@@ -597,15 +514,17 @@ def get_dataset_shard(name: str) -> Any:
         ...     shard = ftnb.get_dataset_shard("train")
         ...     loader = torch.utils.data.DataLoader(shard, batch_size=32, drop_last=True)
     """
-    return _current("get_dataset_shard").get_dataset_shard(name)
+    return current_session("get_dataset_shard").get_dataset_shard(name)
 
 
 def get_context() -> TrialContext:
     """Facts about the running trial: ids, names, paths, attempt, and ``should_checkpoint``."""
-    return _current("get_context").context
+    return current_session("get_context").context
 
 
-def _set_session(session: Optional[TrialSession], this_thread_only: bool = False) -> None:
+def set_session(session: Optional[TrialSession], this_thread_only: bool = False) -> None:
+    """Make ``session`` the attempt's (None: no attempt runs), for the whole process or
+    (``this_thread_only``: an attempt run in a thread) for this thread."""
     global _session
     if this_thread_only:
         _thread.session = session

@@ -134,7 +134,7 @@ class ClassTrainableRunner:
         from . import session as session_mod
         from .checkpoint import Checkpoint
 
-        session = session_mod._current("Trainable")
+        session = session_mod.current_session("Trainable")
         trainable = self.cls.__new__(self.cls)
         trainable._iteration = session.iteration
         trainable.config = dict(config or {})
@@ -201,7 +201,7 @@ def _ends_at_report(session: Any, row: dict) -> bool:
     or an in-trial stopper (``MaximumIterationStopper``, ``TrialPlateauStopper``) is met by it.
     Decided before the report, so that ``checkpoint_at_end``'s checkpoint goes with it, as Ray
     Tune saves one at every STOP decision."""
-    from .session import _stop_met
+    from .schedulers.stop_criterion import stop_met
 
     if session.context.should_checkpoint:
         return True
@@ -220,7 +220,7 @@ def _ends_at_report(session: Any, row: dict) -> bool:
     if callable(stop):
         # A copy asked: the report asks the stopper itself, which must see each row once.
         stop = copy.deepcopy(stop)
-    return _stop_met(stop, session.context.trial_id, row)
+    return stop_met(row, stop, session.context.trial_id)
 
 
 def _saved(folder: str) -> Union[dict, str]:

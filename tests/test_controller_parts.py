@@ -12,7 +12,8 @@ import pytest
 from ftnb.core.attempt_ends import attempt_end
 from ftnb.core.live_attempt import LiveAttempt, hung_attempts, record_recovery, take_result
 from ftnb.core.records import AttemptRecord, FailureRecord, TrialRecord
-from ftnb.core.scheduling import SchedulerAnswer, SchedulerBookkeeping, meets_stop_criterion
+from ftnb.core.scheduling import SchedulerAnswer, SchedulerBookkeeping
+from ftnb.schedulers.stop_criterion import stop_met
 from ftnb.execution.contract import ErrorEvent, ExitEvent, RankExit
 
 
@@ -26,7 +27,7 @@ from ftnb.execution.contract import ErrorEvent, ExitEvent, RankExit
     ({"training_iteration": 1}, None, False),
 ])
 def test_the_stop_criterion(row, stop, expected):
-    assert meets_stop_criterion(row, stop) is expected
+    assert stop_met(row, stop) is expected
 
 
 @pytest.mark.parametrize("fields, expected", [

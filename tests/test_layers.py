@@ -27,6 +27,8 @@ LAYERS = [
     # What the operating system tells of processes and this machine (/proc): below everything.
     ("ftnb.system", "os"),
     ("ftnb.session", "trainable API"),
+    # What a running trial knows of itself (get_context()): the trainable API's.
+    ("ftnb.train.context", "trainable API"),
     ("ftnb.checkpoint", "base"),
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),
@@ -162,6 +164,8 @@ def test_no_layer_imports_a_higher_one():
     ("ftnb.registry", "base"),
     ("ftnb.testing.executor_contract", API),
     ("ftnb.notebook.magics", "front-end"),
+    ("ftnb.train.context", "trainable API"),
+    ("ftnb.train.torch_trainer", API),
 ])
 def test_modules_are_placed_in_their_layer(module, expected):
     assert layer(module) == expected

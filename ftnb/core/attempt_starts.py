@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..execution.contract import AttemptFence, AttemptSpec
 from ..execution.resources import TrialResources
+from ..schedulers.stop_criterion import stop_met
 from . import exploits
 from .live_attempt import LiveAttempt
 from .records import AttemptRecord, ExperimentState, TrialRecord, TrialStatus
-from .scheduling import Exploit, meets_stop_criterion
+from .scheduling import Exploit
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -160,7 +161,7 @@ class AttemptStarts:
         latest = trial.latest_checkpoint
         start_iteration = latest["iteration"] if latest else 0
         rows = c.trial_files.rows_up_to(trial, start_iteration)
-        if rows and meets_stop_criterion(rows[-1], c.run_config.stop):
+        if rows and stop_met(rows[-1], c.run_config.stop):
             # It met its stop criterion at the report it would resume from (its driver died
             # before seeing it end): it is done, not run past its criterion.
             trial.iteration = start_iteration

@@ -9,7 +9,8 @@ decision (retry, preemption, repeated error, fail-fast, retention) comes from
 (:mod:`ftnb.core.scheduling`, its bookkeeping and typed decisions); the trials' files are kept in
 line with their records by :class:`~ftnb.core.trial_files.TrialFiles`. The trials start in
 :mod:`ftnb.core.attempt_starts`, a searcher's are made in :mod:`ftnb.core.searched_trials`, and
-a refusing storage stops the experiment in :mod:`ftnb.core.storage_stop`. UIs are listeners
+a refusing storage stops the experiment in :mod:`ftnb.core.storage_stop`; an interrupted loop
+leaves it resumable in :mod:`ftnb.core.interruption`. UIs are listeners
 (:mod:`ftnb.core.listeners`): they are told what happened and never steer. Restoring an
 experiment (bringing its records up to date before this loop runs) is :mod:`ftnb.restore`'s.
 """
@@ -40,7 +41,7 @@ from .attempt_ends import attempt_end, rank_output_text
 from .attempt_starts import AttemptStarts
 from .checkpoint_queries import CHECKPOINT_QUERY, answer_checkpoint_query
 from .index_upkeep import index_entry_writer
-from .interruption import RESUME_LINE_PRINTED, say_interrupted
+from .interruption import RESUME_LINE_PRINTED, interrupt_loop, say_interrupted
 from .listeners import ExperimentListener, NullListener
 from .live_attempt import LiveAttempt, hung_attempts, record_recovery, take_result
 from .resizing import GroupResizing, elastic_sizes
@@ -185,7 +186,7 @@ class Controller:
                         raise
                     self.storage_stop.fault(storage_fault(exc))
         except BaseException as exc:
-            self._interrupt(exc)
+            interrupt_loop(self, exc)
             raise
         self.state.status = policy.experiment_status(
             self.stopping, (t.status for t in self.state.trials))
@@ -205,9 +206,7 @@ class Controller:
         if not self.live and (self.stopping or (
                 self.starts.next_pending() is None and not self.may_search())):
             return True
-        for event in self.executor.poll(0.1):
-            self._handle(event)
-        self._answer_decisions()
+        self.handle_events()
         self._enforce_stop_deadlines()
         self._kill_hung()
         self.resizing.tick()
@@ -265,6 +264,14 @@ class Controller:
         return self.searched is not None and self.searched.may_search()
 
     # -- events --------------------------------------------------------------------------------
+    def handle_events(self, answer: bool = True) -> None:
+        """Handle what the executor tells in one poll (results, exits, output); ``answer``: then
+        answer the reports that wait for the scheduler's decisions."""
+        for event in self.executor.poll(0.1):
+            self._handle(event)
+        if answer:
+            self._answer_decisions()
+
     def _handle(self, event: AttemptEvent) -> None:
         if isinstance(event, OutputEvent):
             if self.run_config.verbose >= 1:
@@ -422,49 +429,6 @@ class Controller:
         for trial_id, silent_for_s in silent.items():
             self.live[trial_id].silent_for_s = silent_for_s
             self.executor.kill(trial_id)
-
-    def _interrupt(self, exc: BaseException) -> None:
-        """The loop itself was interrupted (Ctrl+C, an error in a listener): stop every trial,
-        mark the experiment INTERRUPTED and persist, so it can be resumed.
-
-        When another driver took the experiment over, kill the trials and write nothing."""
-        self.stopping = self.stopping or "interrupted"
-        if isinstance(exc, LeaseLostError) or (self.lease is not None and self.lease.lost):
-            self._abandon()
-            return
-        try:
-            for trial_id in list(self.live):
-                self.request_stop(trial_id)
-            deadline = time.time() + min(10.0, self.failure_config.preemption_grace_period_s)
-            while self.live and time.time() < deadline:
-                for event in self.executor.poll(0.1):
-                    self._handle(event)
-                self._answer_decisions()
-            for trial_id in list(self.live):
-                self.executor.kill(trial_id)
-            deadline = time.time() + 5
-            while self.live and time.time() < deadline:
-                for event in self.executor.poll(0.1):
-                    self._handle(event)
-            for trial in self.state.trials:
-                if trial.status == TrialStatus.RUNNING:
-                    trial.status = TrialStatus.PAUSED.value
-            self.state.status = ExperimentStatus.INTERRUPTED.value
-            self.save(final=True)
-        except BaseException:
-            pass  # the original exception matters more; the state on disk stays resumable
-        if isinstance(exc, KeyboardInterrupt) and self.resume_hint:
-            say_interrupted(exc, self.state.name, self.resume_hint,
-                            "its trials were stopped and its state saved")
-
-    def _abandon(self) -> None:
-        """Another driver owns the experiment now: kill our trials and write nothing more."""
-        for trial_id in list(self.live):
-            try:
-                self.executor.kill(trial_id)
-            except Exception:
-                pass
-        self.live.clear()
 
     # -- persistence and listeners -------------------------------------------------------------
     def guard(self) -> None:

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Optional
 from . import exploits
 from .records import TrialRecord, TrialStatus, encode_value
 from ..schedulers.decision_points import DecisionPoints
-from ..schedulers.stop_criterion import threshold_met
+from ..schedulers.stop_criterion import stop_met
 
 if TYPE_CHECKING:
     from .controller import Controller
 
-__all__ = ["Exploit", "SchedulerAnswer", "SchedulerBookkeeping", "SchedulerView",
-           "meets_stop_criterion"]
+__all__ = ["Exploit", "SchedulerAnswer", "SchedulerBookkeeping", "SchedulerView"]
 
 #: The answers a report that waits for a decision gets (see ``Executor.decide``).
 CONTINUE, PAUSE, STOP = "continue", "pause", "stop"
@@ -61,17 +60,6 @@ class Exploit:
     trial_id: str
     donor_id: str
     decided: dict
-
-
-def meets_stop_criterion(row: Optional[dict], stop: Any) -> bool:
-    """Whether ``row`` meets ``RunConfig(stop={...})`` (``stop``) or says ``done`` (Ray's
-    reserved key): the trial ends at it. Only a dict is judged here (a function or a Stopper
-    keeps its state in the trial's process).
-
-    >>> meets_stop_criterion({"training_iteration": 3}, {"training_iteration": 3})
-    True
-    """
-    return threshold_met(row, stop if isinstance(stop, dict) else None)
 
 
 #: Every report is a decision point (``training_iteration`` >= 0).
@@ -111,7 +99,7 @@ class SchedulerBookkeeping:
                 return None
             answer = STOP if self._being_stopped(trial.trial_id) else CONTINUE
             return SchedulerAnswer(trial.trial_id, int(trial.iteration), answer)
-        if not awaits and meets_stop_criterion(row, self.controller.run_config.stop):
+        if not awaits and stop_met(row, self.controller.run_config.stop):
             # Ray asks no scheduler about a result that meets the stop criterion: the trial
             # ends there (a PBT exploit decided at it would never run).
             self.fed[trial.trial_id] = max(self.fed.get(trial.trial_id, 0),
@@ -294,7 +282,7 @@ class SchedulerBookkeeping:
     def _replay(self, trial: TrialRecord, iteration: int, row: dict) -> None:
         """Feed the scheduler a result it missed, and carry out its decision at rest."""
         self.fed[trial.trial_id] = max(self.fed.get(trial.trial_id, 0), iteration)
-        if meets_stop_criterion(row, self.controller.run_config.stop):
+        if stop_met(row, self.controller.run_config.stop):
             return  # (as when it came: see on_result)
         decision = self.scheduler.on_trial_result(self.view, trial, row)
         if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):

@@ -46,17 +46,16 @@ from .backend import (
     NOT_STARTED,
     START_TIMEOUT_S,
     WorkerSlot,
-    backend_name,
     is_time,
     worker_backend,
 )
+from .group_arguments import checked_arguments
 
 __all__ = ["WorkerGroup", "WorkerGroupError", "WorkerResult"]
 
 #: How long a map waits for the workers being recreated before it goes on without those still
 #: starting (on Ray: not placed yet, no node having room); they join a later map.
 RECREATE_WAIT_S = 30.0
-_CPU_GPU = {"cpu": "cpu", "CPU": "cpu", "gpu": "gpu", "GPU": "gpu"}
 
 
 class WorkerGroupError(RuntimeError):
@@ -96,20 +95,6 @@ class _Call:
     waiting: set
     kinds: Counter
     ok: bool = False
-
-
-def _takes_index(factory: Callable[..., Any]) -> bool:
-    """Whether ``factory`` takes the worker's index (an optional index parameter too)."""
-    from ..config import signature_mismatch
-
-    if signature_mismatch(factory, (0,)) is None:
-        return True
-    if signature_mismatch(factory, ()) is None:
-        return False
-    raise TypeError(
-        f"WorkerGroup(factory={getattr(factory, '__name__', factory)!r}) must take no argument "
-        "or one (the worker's index). Fix: def make_worker(index): ..."
-    )
 
 
 class WorkerGroup:
@@ -182,48 +167,21 @@ class WorkerGroup:
         executor: Optional[str] = None,
         spare_workers: int = 0,
     ) -> None:
-        from ..objects.cell_source import dumps
-
         self._closed = True  # until there are workers to close
-        if not callable(factory):
-            raise TypeError(
-                f"WorkerGroup(factory={factory!r}) must be a function that builds a worker's "
-                "object. Fix: WorkerGroup(make_worker, 4) (not make_worker())."
-            )
-        takes_index = _takes_index(factory)
-        _check_whole("num_workers", num_workers, 1)
-        _check_whole("max_restarts", max_restarts, -1)
-        _check_whole("consecutive_failure_tolerance", consecutive_failure_tolerance, 0)
-        _check_whole("max_in_flight_per_worker", max_in_flight_per_worker, 1)
-        _check_whole("spare_workers", spare_workers, 0)
-        if call_timeout_s is not None and not (isinstance(call_timeout_s, (int, float))
-                                               and not isinstance(call_timeout_s, bool)
-                                               and call_timeout_s > 0):
-            raise ValueError(
-                f"WorkerGroup(call_timeout_s={call_timeout_s!r}) must be a number of seconds > 0"
-                " or None. Fix: call_timeout_s=30."
-            )
-        if get_state is not None and not callable(get_state):
-            raise TypeError(
-                f"WorkerGroup(get_state={get_state!r}) must be a function returning the state "
-                "to push into recreated workers. Fix: get_state=lambda: model.state_dict()."
-            )
-        executor = backend_name(executor)
-        resources, custom = _resources(resources_per_worker, executor)
-        try:
-            self._factory = dumps((factory, takes_index, get_state is not None))
-        except Exception as exc:
-            raise TypeError(
-                f"WorkerGroup(factory=...) cannot be sent to a worker: "
-                f"{type(exc).__name__}: {exc}. Fix: create unpicklable things (open files, "
-                "locks) inside the factory."
-            ) from exc
+        checked = checked_arguments(
+            factory, num_workers, resources_per_worker=resources_per_worker,
+            max_restarts=max_restarts,
+            consecutive_failure_tolerance=consecutive_failure_tolerance,
+            call_timeout_s=call_timeout_s, get_state=get_state,
+            max_in_flight_per_worker=max_in_flight_per_worker, executor=executor,
+            spare_workers=spare_workers)
+        self._factory = checked.factory
         self.num_workers = num_workers
         self.max_restarts = max_restarts
         self.consecutive_failure_tolerance = consecutive_failure_tolerance
         self.call_timeout_s = call_timeout_s
         self.max_in_flight_per_worker = max_in_flight_per_worker
-        self.executor = executor
+        self.executor = checked.executor
         self.spare_workers = spare_workers
         self._get_state = get_state
         self._slots = [WorkerSlot(i) for i in range(num_workers)]
@@ -238,7 +196,7 @@ class WorkerGroup:
         self._failures: Counter = Counter()
         self._last_error: Optional[dict] = None
         self._consecutive_failures = 0
-        self._backend = worker_backend(executor, resources, custom)
+        self._backend = worker_backend(self.executor, checked.resources, checked.custom)
         self._closed = False
         self._launch(self._slots)
         errors = self._settle(START_TIMEOUT_S)
@@ -558,50 +516,12 @@ class WorkerGroup:
                 )
 
 
-def _resources(value: Any, executor: str) -> tuple[Any, dict]:
-    """``resources_per_worker`` as the CPUs and GPUs (a TrialResources) and the custom
-    resources (Ray only)."""
-    from ..execution.resources import TrialResources
-
-    custom = {}
-    if isinstance(value, dict):
-        custom = {k: v for k, v in value.items() if k not in _CPU_GPU}
-        value = {k: v for k, v in value.items() if k in _CPU_GPU}
-    try:
-        resources = TrialResources.from_user(value)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(str(exc).replace("resources_per_trial", "resources_per_worker")) \
-            from None
-    for key, amount in custom.items():
-        if executor != "ray":
-            raise ValueError(
-                f"WorkerGroup(resources_per_worker={value | custom!r}): {key!r} is not 'cpu' or "
-                "'gpu'; custom resources are for Ray actors. Fix: executor='ray', or keep "
-                "only 'cpu' and 'gpu'."
-            )
-        if not isinstance(key, str) or isinstance(amount, bool) \
-                or not isinstance(amount, (int, float)) or not amount >= 0:
-            raise ValueError(
-                f"WorkerGroup(resources_per_worker=...): the custom resource {key!r}: "
-                f"{amount!r} must be named by a string and be a number >= 0. Fix: "
-                "resources_per_worker={'cpu': 1, 'my_resource': 1}."
-            )
-    return resources, {k: float(v) for k, v in custom.items()}
-
-
 def _call_payload(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     from ..objects.cell_source import dumps
 
     if not callable(fn):
         raise TypeError(f"WorkerGroup.map(fn={fn!r}): fn must be a function fn(worker, ...).")
     return dumps((fn, args, kwargs))
-
-
-def _check_whole(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"WorkerGroup({name}={value!r}) must be a whole number >= {minimum}."
-        )
 
 
 def _describe(error: dict) -> str:

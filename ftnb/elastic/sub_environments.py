@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from .group import WorkerGroupError, WorkerResult, _takes_index
+from .group import WorkerGroupError, WorkerResult
+from .group_arguments import takes_index
 from .worker import describe_error
 
 __all__ = ["SubEnvironments"]
@@ -42,7 +43,7 @@ class SubEnvironments:
                 f"SubEnvironments(max_restarts={max_restarts!r}) must be -1 (no limit) or >= 0."
             )
         self._factory = factory
-        self._takes_index = _takes_index(factory)
+        self._takes_index = takes_index(factory)
         self.max_restarts = max_restarts
         self.restarts = [0] * num
         self._objects = [self._build(i) for i in range(num)]

@@ -113,7 +113,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
             report_exception(channel, ids, exc, "exception", rank=rank)
             return EXIT_ERROR
     session, log = _attempt_session(spec, channel, rank, guard, group, place)
-    session_mod._set_session(session, this_thread_only=this_thread_only)
+    session_mod.set_session(session, this_thread_only=this_thread_only)
     if on_session is not None:
         on_session(session)
 
@@ -128,7 +128,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     finally:
         log.close()
         if this_thread_only:
-            session_mod._set_session(None, this_thread_only=True)
+            session_mod.set_session(None, this_thread_only=True)
     if outcome is None:
         return code
     if group is not None:
@@ -221,8 +221,8 @@ def _run_trainable(spec: AttemptSpec, channel: AttemptChannel, session: "TrialSe
             raise session_mod.UsageError(_returned_not_reported(spec.trainable, returned))
         session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
         return "finished", EXIT_OK
-    except session_mod._AttemptEnd as end:
-        if isinstance(end, session_mod._Fenced):
+    except session_mod.AttemptEnd as end:
+        if isinstance(end, session_mod.Fenced):
             print(f"ftnb: {end}", file=sys.stderr, flush=True)
             if group is not None and rank == 0:  # the others wait on this report: tell them
                 try:

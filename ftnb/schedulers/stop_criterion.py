@@ -6,7 +6,8 @@ criterion ("this trial is finished", Ray's reserved key: a class trainable's ``s
 function trainable's ``report()`` may set it); otherwise the trial ends at the first result
 whose value of a named metric is ``>=`` its threshold. A threshold may be a number or a bool
 (``{"done": True}``, ``{"converged": True}``: ``True >= True``), compared as Python does; a
-value that is not a number (a string, an object) never meets a threshold.
+value that is not a number (a string, an object) never meets a threshold. A function or a
+Stopper judges a result in the trial's process, where it keeps its state (:func:`stop_met`).
 
     >>> threshold_met({"training_iteration": 3}, {"training_iteration": 3})
     True
@@ -17,11 +18,11 @@ value that is not a number (a string, an object) never meets a threshold.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from ..storage.result_log import flatten_row
 
-__all__ = ["DONE", "describe_stop", "is_done", "threshold_met"]
+__all__ = ["DONE", "describe_stop", "is_done", "stop_met", "threshold_met"]
 
 #: Ray Tune's reserved key: a result that carries it true is the trial's last.
 DONE = "done"
@@ -54,6 +55,23 @@ def threshold_met(row: Any, stop: Any) -> bool:
                 and value >= threshold:
             return True
     return False
+
+
+def stop_met(row: Any, stop: Any, trial_id: Optional[str] = None) -> bool:
+    """Whether the reported ``row`` ends its trial under ``RunConfig(stop=...)`` (``stop``): a
+    dict of thresholds, or a function or Stopper, asked only with the trial's ``trial_id`` (in
+    the trial's process, where it sees every row once); or ``row`` says ``done`` (Ray's key).
+
+    >>> stop_met({"training_iteration": 3}, {"training_iteration": 3})
+    True
+    >>> stop_met({"training_iteration": 9}, lambda trial_id, row: True)  # not asked here
+    False
+    """
+    if callable(stop):
+        if trial_id is None:
+            return threshold_met(row, None)
+        return bool(stop(trial_id, row)) or is_done(row)
+    return threshold_met(row, stop)
 
 
 def describe_stop(stop: Any) -> Any:

@@ -92,7 +92,7 @@ class WorkerLoop:
     def __call__(self, config: dict) -> None:
         from .. import session as session_mod
 
-        session = session_mod._current("report")
+        session = session_mod.current_session("report")
         session.datasets = dict(config.get(_DATASETS) or {})
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
