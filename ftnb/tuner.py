@@ -436,10 +436,10 @@ class _GroupSettings:
 def _as_stored_trainer_space(path: Any, filesystem: Any, space: Mapping[str, Any]) -> Any:
     """``space`` given with a plain function to resume a TorchTrainer's experiment (its state's
     ``settings["trainer"]``): the trainer's space around it, as the run was started."""
-    from .lifecycle.stored import _path_str
+    from .lifecycle.stored import path_str
 
     try:
-        paths = ExperimentPaths.at(_path_str(path), filesystem)
+        paths = ExperimentPaths.at(path_str(path), filesystem)
         settings = ExperimentState.load(paths).settings
     except Exception:  # plan_restore says what is wrong with the path
         return space

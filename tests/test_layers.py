@@ -181,3 +181,73 @@ def test_the_check_sees_a_lazy_import_inside_a_function(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "ftnb")
     assert _violations() == [
         "ftnb/core/bad.py:2: ftnb.core.bad (core) imports ftnb.execution.local (execution)"]
+
+
+def _package(module: str) -> str:
+    """What "inside one package" means for private names: a subpackage (``ftnb.execution``), or
+    a module at the package root on its own (``ftnb.tuner``)."""
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE.parent / module.replace(".", "/")).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
+def _private_imports() -> list[str]:
+    """Every private name (``_x``) of an ftnb module used from another package: imported
+    (``from ..execution.attempt import _x``) or read off an imported module (``attempt._x``)."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        tree = ast.parse(path.read_text())
+        modules_bound = {}  # local name -> the ftnb module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    target = ".".join(package[: len(package) - (node.level - 1)]
+                                      + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != "ftnb":
+                    continue
+                for alias in node.names:
+                    candidate = f"{target}.{alias.name}"
+                    if (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).exists():
+                        modules_bound[alias.asname or alias.name] = candidate
+                    elif alias.name.startswith("_") and not alias.name.startswith("__") and \
+                            _package(target) != _package(module):
+                        out.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: "
+                                   f"{module} imports {target}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name.split(".")[0] == "ftnb":
+                        modules_bound[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in modules_bound and node.attr.startswith("_") and \
+                    not node.attr.startswith("__"):
+                target = modules_bound[node.value.id]
+                if _package(target) != _package(module):
+                    out.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: "
+                               f"{module} uses {target}.{node.attr}")
+    return out
+
+
+def test_no_private_name_is_used_across_packages():
+    # A name another package needs is part of its module's interface: make it public.
+    assert _private_imports() == []
+
+
+def test_the_private_name_check_sees_both_forms(tmp_path, monkeypatch):
+    for part in ("core", "execution"):
+        (tmp_path / "ftnb" / part).mkdir(parents=True)
+    (tmp_path / "ftnb" / "execution" / "attempt.py").write_text("def _x(): pass\n")
+    (tmp_path / "ftnb" / "execution" / "ok.py").write_text(
+        "from .attempt import _x\nfrom . import attempt\nattempt._x()\n")
+    (tmp_path / "ftnb" / "core" / "bad.py").write_text(
+        "from ..execution.attempt import _x\nfrom ..execution import attempt as a\na._x()\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "ftnb")
+    assert _private_imports() == [
+        "ftnb/core/bad.py:1: ftnb.core.bad imports ftnb.execution.attempt._x",
+        "ftnb/core/bad.py:3: ftnb.core.bad uses ftnb.execution.attempt._x",
+    ]

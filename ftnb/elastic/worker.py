@@ -31,10 +31,10 @@ def worker_index() -> Optional[int]:
 def describe_error(exc: BaseException) -> dict:
     """A raised exception as a worker error: kind ``oom`` (MemoryError, torch's
     OutOfMemoryError) or ``exception``, with its type, message and traceback."""
-    from ..execution.attempt import _is_out_of_memory
+    from ..execution.oom import is_out_of_memory
 
     return {
-        "kind": "oom" if _is_out_of_memory(exc) else "exception",
+        "kind": "oom" if is_out_of_memory(exc) else "exception",
         "type": type(exc).__name__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
@@ -97,11 +97,11 @@ class WorkerBody:
 def worker_main(index: int, factory_payload: bytes, conn: Any, env: dict) -> None:
     """Entry point of a local worker process."""
     from ..execution.process_tree import become_subreaper
-    from ..execution.trial_process import _die_with_parent, release_fork_server
+    from ..execution.trial_process import die_with_parent, release_fork_server
 
     become_subreaper()  # what it starts ends with it (end_descendants, or the group's kill)
     release_fork_server()
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is for the caller, which closes us
     os.environ.update(env)
     try:

@@ -32,6 +32,7 @@ from .contract import (
     PreemptedEvent,
     ResultEvent,
 )
+from .oom import is_out_of_memory
 
 if TYPE_CHECKING:
     from ..session import TrialSession
@@ -248,7 +249,7 @@ def _run_trainable(spec: AttemptSpec, channel: AttemptChannel, session: "TrialSe
         raise
     except BaseException as exc:
         session.finish_uploads(quiet=True)
-        report_exception(channel, ids, exc, "oom" if _is_out_of_memory(exc) else "exception",
+        report_exception(channel, ids, exc, "oom" if is_out_of_memory(exc) else "exception",
                          session.iteration, rank=rank)
         return None, EXIT_ERROR
 
@@ -298,13 +299,6 @@ class _AllFences:
     def check(self, force: bool = False) -> None:
         for fence in self.fences:
             fence.check(force)
-
-
-def _is_out_of_memory(exc: BaseException) -> bool:
-    """MemoryError, or torch's OutOfMemoryError (CUDA, MPS...), told apart without torch."""
-    return isinstance(exc, MemoryError) or any(
-        cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__
-    )
 
 
 def report_exception(channel: AttemptChannel, ids: tuple[str, int], exc: BaseException,

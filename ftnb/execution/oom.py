@@ -1,4 +1,5 @@
-"""Whether a process that died of SIGKILL was killed by the kernel's OOM killer.
+"""Whether a process that died of SIGKILL was killed by the kernel's OOM killer, and whether an
+exception a trainable raised is an out-of-memory error (:func:`is_out_of_memory`).
 
 Only a record of that very process counts: its own cgroup's ``oom_kill`` count (when the
 process had a memory cgroup of its own) or the kernel's log line naming its pid
@@ -16,7 +17,7 @@ import re
 import time
 from typing import Iterable, Optional
 
-__all__ = ["cgroup_oom_kills", "kernel_killed", "oom_killed"]
+__all__ = ["cgroup_oom_kills", "is_out_of_memory", "kernel_killed", "oom_killed"]
 
 # "Out of memory: Killed process 123 (python) ...", "Memory cgroup out of memory: Killed
 # process 123 ...", and older kernels' "Kill process 123 (python) score ..." lines.
@@ -95,3 +96,10 @@ def oom_killed(pid: int, since: float, cgroup_kills: Optional[int] = None) -> bo
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, or torch's OutOfMemoryError (CUDA, MPS...), told apart without torch."""
+    return isinstance(exc, MemoryError) or any(
+        cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__
+    )

@@ -104,7 +104,7 @@ def _trial_environment(spec: AttemptSpec, allocation: "Allocation") -> dict[str,
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent (the fork server) exits."""
     try:
         import ctypes
@@ -249,7 +249,7 @@ def attempt_main(launch: ProcessLaunch, conn: Any, outputs: tuple = ()) -> None:
     join_cgroup(launch.env.get(CGROUP_VARIABLE))
     become_subreaper()
     release_fork_server()
-    _die_with_parent()
+    die_with_parent()
     _name_process(launch.lease_token)
     # Ctrl+C in a terminal is for the controller, which stops the trials cleanly itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

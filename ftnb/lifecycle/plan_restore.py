@@ -23,7 +23,7 @@ from .rebinding import (
     stored_configs,
     with_originals,
 )
-from .stored import RestoreError, _path_str, check_same_trainable, load_state
+from .stored import RestoreError, path_str, check_same_trainable, load_state
 
 if TYPE_CHECKING:
     from ..execution.resources import TrialResources
@@ -104,7 +104,7 @@ def plan_restore(
     _check_flags(resume_unfinished=resume_unfinished, resume_errored=resume_errored,
                  restart_errored=restart_errored, takeover=takeover,
                  allow_different_trainable=allow_different_trainable)
-    paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+    paths = ExperimentPaths.at(path_str(path), storage_filesystem)
     state = load_state(paths)
     if not takeover:
         refuse_if_owned(paths, "restore")

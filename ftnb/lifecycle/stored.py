@@ -165,7 +165,7 @@ def can_restore(path: Any, storage_filesystem: Any = None) -> bool:
     state). False, never an error, for a missing path, an empty folder, a folder of
     something else, or a state this ftnb cannot read."""
     try:
-        paths = ExperimentPaths.at(_path_str(path), storage_filesystem)
+        paths = ExperimentPaths.at(path_str(path), storage_filesystem)
         if not paths.has_state():
             return False
         _read_state(paths)
@@ -174,7 +174,7 @@ def can_restore(path: Any, storage_filesystem: Any = None) -> bool:
         return False
 
 
-def _path_str(path: Any) -> str:
+def path_str(path: Any) -> str:
     if isinstance(path, os.PathLike):
         return os.fspath(path)
     if not isinstance(path, str) or not path:
