@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from .config import RunConfig, TuneConfig
-from .core.records import ExperimentState, ExperimentStatus, TrialStatus
+from .core.records import FINISHED_STATUSES, ExperimentState, ExperimentStatus, TrialStatus
 from .input_checks import keywords_after
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .ui import read_model
@@ -35,7 +35,6 @@ __all__ = ["DriverSilentError", "ExperimentHandle", "ExperimentNotFoundError", "
 
 _POLL_S = 0.2
 _SUPERVISOR_EXIT_S = 10.0
-_FINISHED_TRIAL = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
 
 
 class ExperimentNotFoundError(ValueError):
@@ -425,7 +424,7 @@ class ExperimentHandle:
         from .storage.control import STOP_TRIAL, send_request
 
         trial = self._trial(trial_id)
-        if trial.status in _FINISHED_TRIAL:
+        if trial.status in FINISHED_STATUSES:
             self._say(f"ftnb: trial {trial_id} already ended ({trial.status}).", False)
             return
         owner = self._owner()
@@ -437,7 +436,7 @@ class ExperimentHandle:
             )
         send_request(self.paths, STOP_TRIAL, trial_id, epoch=owner.epoch)
         if wait:
-            self._wait_until(lambda: self._trial(trial_id).status in _FINISHED_TRIAL
+            self._wait_until(lambda: self._trial(trial_id).status in FINISHED_STATUSES
                              or not self.is_live(), timeout, f"stop trial {trial_id}",
                              give_up=lambda: self.silent_driver(trial_id=trial_id))
 

@@ -341,13 +341,13 @@ class DriverStopping:
         self._previewed: dict[str, tuple] = {}
 
     def on_experiment_start(self, state: "ExperimentState") -> None:
-        from .core.records import TrialStatus
+        from .core.records import FINISHED_STATUSES
 
         past = state.driver_sessions[:-1]
         self.stopper._ftnb_resume(sum(max(0.0, end - start) for start, end in past))
         replay = []
         for trial in state.trials:
-            done = trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+            done = trial.status in FINISHED_STATUSES
             upto = math.inf if done else (trial.latest_checkpoint or {}).get("iteration", 0)
             for row in self.paths.trial(trial.dir_name).read_results():
                 if (row.get("training_iteration") or 0) <= upto:

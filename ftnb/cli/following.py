@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from ..core.records import ExperimentStatus, TrialStatus
+from ..core.records import FINISHED_STATUSES, ExperimentStatus, TrialStatus
 from ..run_options import CommandSpec, opt, storage_option, target_option
 from ..wording import plural
 from .exits import EXIT_ERRORED, EXIT_INTERRUPTED, EXIT_OK, CliError
@@ -24,7 +24,6 @@ from .running import CLI
 
 __all__ = ["LOGS", "WATCH", "cmd_logs", "cmd_watch", "progress_line"]
 
-_FINAL_TRIAL = (TrialStatus.TERMINATED, TrialStatus.ERRORED)
 
 _TARGET = target_option()
 _STORAGE = storage_option(CLI)
@@ -165,7 +164,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             src.emit(src.tail.read(), args.json)
         if not live:
             break
-        if args.trial is not None and _trial_status(handle, args.trial) in _FINAL_TRIAL:
+        if args.trial is not None and _trial_status(handle, args.trial) in FINISHED_STATUSES:
             break
         if args.trial is None and sources and sources[0].source == "trial":
             # No supervisor: every trial's output; pick up trials that appeared since.
@@ -300,7 +299,7 @@ def progress_line(view: Any, state: Any, width: int = 24) -> str:
     done = ended / total if total else 0.0
     limit = _iteration_limit(state)
     if limit and total:  # known iterations: a finer bar
-        done = sum(min(r.iteration, limit) if r.status not in _FINAL_TRIAL else limit
+        done = sum(min(r.iteration, limit) if r.status not in FINISHED_STATUSES else limit
                    for r in view.rows) / (limit * total)
     filled = int(round(done * width))
     parts = [f"{ended}/{total} trials ended"]

@@ -46,6 +46,7 @@ from .listeners import ExperimentListener, NullListener
 from .live_attempt import LiveAttempt, hung_attempts, record_recovery, take_result
 from .resizing import GroupResizing, elastic_sizes
 from .records import (
+    FINISHED_STATUSES,
     ExperimentState,
     ExperimentStatus,
     FailureKind,
@@ -232,7 +233,7 @@ class Controller:
         (or is killed after the grace period), a waiting one never starts; either is
         TERMINATED with what it reported and checkpointed, and ``reason`` as its note."""
         trial = next((t for t in self.state.trials if t.trial_id == trial_id), None)
-        if trial is None or trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+        if trial is None or trial.status in FINISHED_STATUSES:
             return
         trial.note = reason
         if trial_id in self.live:

@@ -35,6 +35,7 @@ from ..storage.record_journal import (
 )
 
 __all__ = [
+    "FINISHED_STATUSES",
     "FORMAT",
     "FORMAT_VERSION",
     "AttemptOutcome",
@@ -105,6 +106,11 @@ class TrialStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The statuses of trials that never run again on their own (TERMINATED, ERRORED), as the
+#: records hold them: ``trial.status in FINISHED_STATUSES`` holds for a string or a member.
+FINISHED_STATUSES = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
 
 
 class AttemptOutcome(str, enum.Enum):
@@ -775,7 +781,6 @@ def without_driver(state: ExperimentState) -> ExperimentState:
     return replace(state, status=INTERRUPTED, trials=trials)
 
 
-_FINISHED = frozenset((TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value))
 
 
 def parse_trial_record(data: bytes, trial_id: str) -> Optional[TrialRecord]:
@@ -806,7 +811,7 @@ def merge_trial_records(state: ExperimentState, paths: ExperimentPaths) -> Exper
     before it starts), so only the others' files are read."""
     storage = paths.storage
     for i, trial in enumerate(state.trials):
-        if trial.status in _FINISHED:
+        if trial.status in FINISHED_STATUSES:
             continue
         try:
             data = storage.read_bytes(paths.trial(trial.dir_name).record)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import exploits
-from .records import TrialRecord, TrialStatus, encode_value
+from .records import FINISHED_STATUSES, TrialRecord, TrialStatus, encode_value
 from ..schedulers.decision_points import DecisionPoints
 from ..schedulers.stop_criterion import stop_met
 
@@ -254,7 +254,7 @@ class SchedulerBookkeeping:
         for _, iteration, trial, row in replay:
             self._replay(trial, iteration, row)
         for trial in controller.state.trials:
-            if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+            if trial.status in FINISHED_STATUSES:
                 self.tell_ended(trial)
         self.ready = True
         if stored or replay:
@@ -267,7 +267,7 @@ class SchedulerBookkeeping:
         for trial in self.controller.state.trials:
             if not trial.attempts:
                 continue
-            done = trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
+            done = trial.status in FINISHED_STATUSES
             upto = float("inf") if done else (trial.latest_checkpoint or {}).get("iteration", 0)
             seen = self.fed.get(trial.trial_id, 0)
             if trial.iteration <= seen:
@@ -285,7 +285,7 @@ class SchedulerBookkeeping:
         if stop_met(row, self.controller.run_config.stop):
             return  # (as when it came: see on_result)
         decision = self.scheduler.on_trial_result(self.view, trial, row)
-        if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+        if trial.status in FINISHED_STATUSES:
             return
         if decision == "STOP":
             decided = {"decision": "STOP", "iteration": iteration,
@@ -302,7 +302,7 @@ class SchedulerBookkeeping:
     def _carry_out_at_rest(self, trial: TrialRecord, decided: dict) -> None:
         """A decision on a trial that runs no attempt (a restore): a STOP ends it TERMINATED
         with the scheduler's note, a PAUSE leaves it PAUSED for the scheduler to resume."""
-        if trial.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+        if trial.status in FINISHED_STATUSES:
             return
         if decided["decision"] == "STOP":
             trial.note = decided.get("note")
@@ -334,7 +334,7 @@ class SchedulerView:
     def get_live_trials(self) -> list[TrialRecord]:
         """The trials that are not TERMINATED or ERRORED (Ray's name)."""
         return [t for t in self.get_trials()
-                if t.status not in (TrialStatus.TERMINATED, TrialStatus.ERRORED)]
+                if t.status not in FINISHED_STATUSES]
 
     def get_trial(self, trial_id: str) -> TrialRecord:
         """The trial ``trial_id``."""

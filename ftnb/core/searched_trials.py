@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 from .listeners import NullListener
-from .records import ExperimentState, TrialRecord, TrialStatus, encode_value, parse_trial_record
+from .records import FINISHED_STATUSES, ExperimentState, TrialRecord, TrialStatus, encode_value, parse_trial_record
 from .searching import FINISHED, PersistedSearcher
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class SearchedTrials:
         else:
             trial_paths.remove_leftover_temps()
             controller.trial_files.reconcile(record, controller.state.updated)
-            if record.status not in (TrialStatus.TERMINATED, TrialStatus.ERRORED):
+            if record.status not in FINISHED_STATUSES:
                 record.status = TrialStatus.PENDING.value
         self._record_trial(record, config)
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from ..search.searcher import Searcher
 from ..storage import ExperimentPaths
-from .records import TrialRecord, TrialStatus, encode_value
+from .records import FINISHED_STATUSES, TrialRecord, TrialStatus, encode_value
 
 __all__ = ["FINISHED", "PersistedSearcher", "rebuild_searcher",
            "searcher_settings"]
@@ -57,7 +57,6 @@ _REBUILDABLE = {
     "ftnb.search.bohb.TuneBOHB": ("ftnb.search.bohb", "TuneBOHB"),
 }
 
-_DONE = (TrialStatus.TERMINATED.value, TrialStatus.ERRORED.value)
 
 
 def searcher_settings(searcher: Searcher) -> dict:
@@ -242,7 +241,7 @@ class PersistedSearcher:
             self.commit()
 
     def _tell_complete(self, trial: TrialRecord) -> bool:
-        if trial.trial_id not in self.live or trial.status not in _DONE:
+        if trial.trial_id not in self.live or trial.status not in FINISHED_STATUSES:
             return False
         self.searcher.on_trial_complete(trial.trial_id, trial.last_result,
                                         error=trial.status == TrialStatus.ERRORED)

@@ -139,7 +139,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
 
-from ..core.records import StateFormatError, TrialStatus
+from ..core.records import FINISHED_STATUSES, StateFormatError
 from ..storage import ExperimentPaths
 from ..ui.read_model import ExperimentSnapshot, finite
 from . import actions
@@ -153,7 +153,6 @@ __all__ = ["API_PREFIX", "LabState", "routes"]
 #: Where the routes are, under the server's base URL.
 API_PREFIX = "ftnb/api"
 
-_ENDED = frozenset(s.value for s in TrialStatus if s.is_finished())
 
 
 class LabState:
@@ -193,7 +192,7 @@ class LabState:
         data["actions"] = {
             "stop": live,
             "stop_trial": [r.trial_id for r in snap.view.rows
-                           if live and r.status not in _ENDED],
+                           if live and r.status not in FINISHED_STATUSES],
             "resume": actions.resume_plan(paths, snap.state, snap.status, snap.driver_status,
                                           code_folders=self.code_folders).to_json(),
             "takeover": (actions.resume_plan(paths, snap.state, snap.status,

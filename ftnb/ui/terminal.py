@@ -8,6 +8,7 @@ from typing import Optional, TextIO
 
 from ..core.controller import NullListener
 from ..core.records import (
+    FINISHED_STATUSES,
     AttemptOutcome,
     ExperimentState,
     FailureRecord,
@@ -60,8 +61,7 @@ class TerminalReporter(NullListener):
         if not self.verbose:
             return
         if len(state.driver_sessions) > 1:  # a restore: the same experiment goes on
-            done = sum(t.status in (TrialStatus.TERMINATED, TrialStatus.ERRORED)
-                       for t in state.trials)
+            done = sum(t.status in FINISHED_STATUSES for t in state.trials)
             self._print(
                 f"ftnb: resuming experiment {state.name} ({plural(len(state.trials), 'trial')}: "
                 f"{done} done, {len(state.trials) - done} to run) -> {self.path}"
