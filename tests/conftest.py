@@ -520,6 +520,24 @@ def _scripts_end_with_their_test():
 
 
 # =================================================================================================
+# Ctrl+C reaches what the tests start, however the suite itself was started
+# -------------------------------------------------------------------------------------------------
+# The Ctrl+C tests send SIGINT to a driver they started (or _thread.interrupt_main() in this
+# process) and expect what a terminal's foreground job gets. A shell starts a background job
+# (`pytest ... &` in a script, a loaded rehearsal beside `yes` loads) with SIGINT ignored; Python
+# then keeps it ignored, and every process the suite starts inherits that: the drivers ran their
+# trials to the end and exited 0, and interrupt_main() did nothing. SIGINT gets Python's own
+# handler here again, which the drivers' exec resets to the default action.
+# =================================================================================================
+
+
+def pytest_configure(config):
+    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            and threading.current_thread() is threading.main_thread()):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# =================================================================================================
 # Parallel runs (pytest-xdist: `-n 2 --dist loadscope`, what the README's test command uses)
 # -------------------------------------------------------------------------------------------------
 # loadscope keeps a module's tests on one worker (its module-scoped kernels and servers start
