@@ -219,9 +219,10 @@ def s3_storage(s3_endpoint):
 
 # =================================================================================================
 # Ray: a local instance (``ray_instance``, session) and a real multi-node cluster on this machine
-# (``ray_cluster``, session: a head without CPUs and three worker nodes of 1 CPU each, health checks
-# tuned so a lost node is noticed in about 1.5 s). Mark Ray tests with ``@pytest.mark.ray``;
-# they are skipped when ray is not installed (``pip install 'ftnb[ray]'``).
+# (``ray_cluster``, started once a session: a head without CPUs and three worker nodes of 1 CPU
+# each, health checks tuned so a lost node is noticed in about 1.5 s; after each test its worker
+# nodes are three live ones again, all new after a failed test). Mark Ray tests with
+# ``@pytest.mark.ray``; they are skipped when ray is not installed (``pip install 'ftnb[ray]'``).
 # =================================================================================================
 
 # One authentication mode for every Ray process of the session. Ray >= 2.60's ray.init() of a
@@ -352,26 +353,54 @@ def _patient_ray_cluster_class():
     return PatientCluster
 
 
+_RAY_WORKER_NODES = 3
+
+
 @pytest.fixture(scope="session")
-def ray_cluster():
-    """A real Ray cluster on this machine: a head without CPUs and three worker nodes of one
-    CPU each, started once for the session (about 20 s idle, 25-40 s at load 10). Yields the
-    ``ray.cluster_utils.Cluster``; a test that removes or drains a node adds one back (its
-    ``add_node`` retries a node that misses Ray's start-up wait, as the fixture's do).
-    This process does not connect to it (drivers run as child processes and connect by
-    ``cluster.address``), so it can coexist with ``ray_instance``. No autoscaler monitor: drains
-    go to the GCS directly (tests/test_ray_drain.py), and it is one Python process less to start."""
+def _session_ray_cluster():
     pytest.importorskip("ray")
     cluster = _patient_ray_cluster_class()(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False, "no_monitor": True,
         "_system_config": RAY_HEALTH_CHECKS})
     try:
-        for _ in range(3):
+        for _ in range(_RAY_WORKER_NODES):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         yield cluster
     finally:
         cluster.shutdown()
+
+
+def _restore_worker_nodes(cluster, fresh: bool) -> None:
+    """Leave ``cluster`` with its three live worker nodes of one CPU: all of them new when
+    ``fresh`` (after a failed test, which may have left a node drained, held or half removed)
+    or when there are not three, else new ones only in place of those whose processes are gone
+    (a node whose raylet left on its own)."""
+    fresh = fresh or len(cluster.worker_nodes) != _RAY_WORKER_NODES
+    changed = False
+    for node in list(cluster.worker_nodes):  # (a set)
+        if fresh or not node.remaining_processes_alive():
+            cluster.remove_node(node, allow_graceful=False)
+            changed = True
+    while len(cluster.worker_nodes) < _RAY_WORKER_NODES:
+        cluster.add_node(num_cpus=1)
+        changed = True
+    if changed:
+        cluster.wait_for_nodes()
+
+
+@pytest.fixture
+def ray_cluster(_session_ray_cluster, request):
+    """A real Ray cluster on this machine: a head without CPUs and three worker nodes of one
+    CPU each, started once for the session (about 20 s idle, 25-40 s at load 10). Yields the
+    ``ray.cluster_utils.Cluster``; a test that removes or drains a node adds one back (its
+    ``add_node`` retries a node that misses Ray's start-up wait, as the fixture's do). After a
+    test that failed, every worker node is replaced, so what it broke cannot reach the next.
+    This process does not connect to it (drivers run as child processes and connect by
+    ``cluster.address``), so it can coexist with ``ray_instance``. No autoscaler monitor: drains
+    go to the GCS directly (tests/test_ray_drain.py), and it is one Python process less to start."""
+    yield _session_ray_cluster
+    _restore_worker_nodes(_session_ray_cluster, fresh=request.node.stash.get(_FAILED, False))
 
 
 # =================================================================================================
@@ -901,6 +930,18 @@ def _unit_phase(item):
         item.stash[_THREADS_BEFORE] = frozenset(
             t.ident for t in threading.enumerate() if t.ident != threading.get_ident())
     return _NoProcessStarts(item.nodeid, item.stash[_THREADS_BEFORE])
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Notes on the item that its setup or call failed (for fixtures' teardowns)."""
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
 
 
 @pytest.hookimpl(wrapper=True)

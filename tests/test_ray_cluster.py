@@ -100,9 +100,15 @@ def _node_of(cluster, node_id: str):
     return next(node for node in cluster.list_all_nodes() if node.node_id == node_id)
 
 
-def _replace(cluster, node) -> None:
+def _replace(cluster, node, then=lambda: None) -> None:
+    """Remove ``node`` as a machine is lost, call ``then`` (a test's next step: the trial's
+    restart goes on while the node added back starts), then add a node back: the next test
+    finds three worker nodes again."""
     cluster.remove_node(node, allow_graceful=False)
-    cluster.add_node(num_cpus=1)  # the next test finds three worker nodes again
+    try:
+        then()
+    finally:
+        cluster.add_node(num_cpus=1)
 
 
 @UNTOLD
@@ -113,8 +119,7 @@ def test_a_trial_whose_node_is_removed_restarts_on_another_from_its_checkpoint(
     # gone on to its end by the time the node went, on a loaded machine).
     run = Run(tmp_path, ray_cluster, steps=steps, untold=untold, hold_at=3).start()
     _, _, node_id, _ = run.wait_step(1, 3)
-    _replace(ray_cluster, _node_of(ray_cluster, node_id))
-    run.release()
+    _replace(ray_cluster, _node_of(ray_cluster, node_id), then=run.release)
     out = run.finish()
     assert f"DONE {steps}" in out
     trial = run.trial()
@@ -136,8 +141,7 @@ def test_a_group_over_two_nodes_restarts_on_the_nodes_left(tmp_path, ray_cluster
     first = run.wait_step(1, 3, rank=0)
     other = run.wait_step(1, 3, rank=1)
     assert first[2] != other[2]  # one CPU a node: the ranks are on two nodes
-    _replace(ray_cluster, _node_of(ray_cluster, other[2]))
-    run.release()
+    _replace(ray_cluster, _node_of(ray_cluster, other[2]), then=run.release)
     out = run.finish()
     assert f"DONE {steps}" in out
     trial = run.trial()

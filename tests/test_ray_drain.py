@@ -97,11 +97,13 @@ def _drain(cluster, node_id: str, deadline_s: float) -> float:
     return now
 
 
-def _reclaim(cluster, node_id: str, deadline: float) -> None:
-    """What the cloud does at the deadline: the machine goes. A node added back keeps three
-    worker nodes for the next test."""
+def _reclaim(cluster, node_id: str) -> None:
+    """What the cloud does by the drain's deadline: the machine goes. The tests call it once the
+    trial's next attempt runs on other nodes: nothing of the trial is left on the drained one, so
+    waiting for the deadline itself (up to 15 s) would test nothing more (what the deadline does
+    to an attempt still there, ending it, is the test of a trial that ignores being told, where
+    it has passed by then). A node added back keeps three worker nodes for the next test."""
     node = next(node for node in cluster.list_all_nodes() if node.node_id == node_id)
-    time.sleep(max(0.0, deadline - time.time()))
     cluster.remove_node(node, allow_graceful=False)  # (its raylet may have left once idle)
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
@@ -120,12 +122,15 @@ def _attempts_of_one_uncounted_preemption(run: Run) -> tuple[dict, dict]:
 
 
 def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_path, ray_cluster):
-    steps, deadline_s = 40, 8.0
-    run = Run(tmp_path, ray_cluster, steps=steps).start()
+    steps, deadline_s = 20, 8.0
+    # Held at step 3 until its node is drained: surely running there, with steps left to be
+    # told in (as in tests/test_ray_cluster.py).
+    run = Run(tmp_path, ray_cluster, steps=steps, hold_at=3).start()
     _, _, node_id, _ = run.wait_step(1, 3)
     drained_at = _drain(ray_cluster, node_id, deadline_s)
+    (run.folder / "release").touch()
     run.wait_step(2, 1)  # the next attempt reports, on another node
-    _reclaim(ray_cluster, node_id, drained_at + deadline_s)
+    _reclaim(ray_cluster, node_id)
     out = run.finish()
     assert f"DONE {steps}" in out
 
@@ -147,15 +152,15 @@ def test_a_drained_nodes_trial_checkpoints_in_time_and_resumes_elsewhere(tmp_pat
 
 def test_a_trial_that_does_not_checkpoint_when_told_is_ended_at_the_deadline(tmp_path,
                                                                             ray_cluster):
-    steps, every, deadline_s = 50, 20, 2.0  # (a checkpoint every 4 s: none before the deadline)
-    # Step 39 waits (a step that never ends): its next checkpoint, at 40, surely does not come
+    steps, every, deadline_s = 15, 5, 2.0  # (a checkpoint every 5 steps)
+    # Step 9 waits (a step that never ends): its next checkpoint, at 10, surely does not come
     # before the deadline, however late the drain or the end at the deadline on a loaded machine.
     run = Run(tmp_path, ray_cluster, steps=steps, every=every, ignore_told=True,
               hold_at=2 * every - 1).start()
     _, _, node_id, _ = run.wait_step(1, every + 1)
     drained_at = _drain(ray_cluster, node_id, deadline_s)
     run.wait_step(2, 1, timeout=deadline_s + 30)
-    _reclaim(ray_cluster, node_id, drained_at + deadline_s)
+    _reclaim(ray_cluster, node_id)
     out = run.finish()
     assert f"DONE {steps}" in out
 
@@ -171,6 +176,7 @@ GROUP_DRIVER = """
 import json, os, pathlib, sys, tempfile, time
 import ftnb
 from ftnb.execution.ray import RayExecutor
+from ray_trainables import wait_for_release
 
 
 def group_leaves_when_told(config):
@@ -202,12 +208,15 @@ def group_leaves_when_told(config):
         (folder / f"progress-{rank}").write_text(
             f"{ctx.attempt} {step + 1} {ray.get_runtime_context().get_node_id()} {os.getpid()}")
         ftnb.report({"step": step + 1}, checkpoint=checkpoint)  # ends a told attempt
+        if ctx.attempt == 1 and step + 1 == config.get("hold_at"):
+            wait_for_release(folder)  # (as ray_trainables' trainables do)
 
 
 args = json.loads(sys.argv[1])
 result = ftnb.TorchTrainer(
     group_leaves_when_told,
-    train_loop_config={"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"]},
+    train_loop_config={"dir": args["dir"], "steps": args["steps"], "sleep": args["sleep"],
+                       "hold_at": args.get("hold_at")},
     scaling_config=ftnb.ScalingConfig(num_workers=2),
     run_config=ftnb.RunConfig(
         name="run", storage_path=args["storage"], verbose=0,
@@ -220,15 +229,17 @@ print("DONE", result.metrics["training_iteration"], flush=True)
 def test_a_group_with_a_rank_on_a_drained_node_checkpoints_together_and_restarts(tmp_path,
                                                                                 ray_cluster):
     pytest.importorskip("torch")
-    steps, deadline_s = 30, 15.0
-    run = Run(tmp_path, ray_cluster, steps=steps).start(GROUP_DRIVER)
+    steps, deadline_s = 15, 15.0
+    # Both ranks held at step 3 until the node is drained (as in the test above).
+    run = Run(tmp_path, ray_cluster, steps=steps, hold_at=3).start(GROUP_DRIVER)
     rank0 = run.wait_step(1, 3, rank=0, timeout=120)
     rank1 = run.wait_step(1, 3, rank=1)
     assert rank0[2] != rank1[2]  # one CPU a node: the ranks are on two nodes
     drained = rank1[2]  # rank 0's node stays: it must be told all the same
-    drained_at = _drain(ray_cluster, drained, deadline_s)
+    _drain(ray_cluster, drained, deadline_s)
+    (run.folder / "release").touch()
     run.wait_step(2, 1, rank=1, timeout=deadline_s + 60)  # the next attempt runs
-    _reclaim(ray_cluster, drained, drained_at + deadline_s)
+    _reclaim(ray_cluster, drained)
     out = run.finish()
     assert f"DONE {steps}" in out
 

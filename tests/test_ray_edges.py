@@ -20,6 +20,10 @@ from stray_family import families, family_pids
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 CAP = 65536
+#: Attempt 1 hangs after its second report, and the test waits this long for it to be taken for
+#: hung: the normal path pays it twice (once a case). An attempt's start to its first report
+#: (its strays started, 2 MB printed) took 1.2 s at load 10 on two cores, the retry's 0.8 s.
+HANG_TIMEOUT_S = 6
 
 DRIVER = """
 import json, sys
@@ -34,7 +38,8 @@ grid = ftnb.Tuner(
     run_config=ftnb.RunConfig(
         name="run", storage_path=args["storage"], verbose=0,
         executor=RayExecutor(args["address"], shared_storage=True),
-        failure_config=ftnb.FailureConfig(max_failures=1, hang_timeout_s=15)),
+        failure_config=ftnb.FailureConfig(max_failures=1,
+                                          hang_timeout_s=args["hang_timeout_s"])),
 ).fit()
 print("DONE", grid[0].metrics["training_iteration"], flush=True)
 """
@@ -49,7 +54,7 @@ def test_a_hung_loud_trial_with_strays_on_ray(tmp_path, ray_cluster, cgroups):
         env["FTNB_ATTEMPT_CGROUPS"] = "0"
     driver = run_script(tmp_path, DRIVER, json.dumps({
         "address": ray_cluster.address, "pids": pids, "storage": str(storage),
-        "lines": 20000}), env=env)
+        "lines": 20000, "hang_timeout_s": HANG_TIMEOUT_S}), env=env)
     try:
         out, _ = driver.communicate(timeout=240)
         assert driver.returncode == 0, out
