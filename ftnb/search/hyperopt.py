@@ -25,18 +25,20 @@ import math
 from functools import partial
 from typing import Any, Optional
 
-from .observing import ObservingSearcher, grid_error, missing_library, plain, step_seed
+from .libraries import encoded_space, missing_library, plain, step_seed
 
 try:
     import hyperopt as hpo
     from hyperopt.pyll import Apply
 except ImportError:  # pragma: no cover - depends on the environment
-    raise missing_library("HyperOptSearch", "hyperopt", "hyperopt") from None
+    raise missing_library(__name__) from None
 
 from .domains import Categorical, Domain, is_grid_search
 from .flatten import flatten_dict
 from .numeric import LogRandInt, LogUniform, Normal, QLogRandInt, QRandInt, RandInt, Uniform
+from .observing import ObservingSearcher, grid_error
 from .searcher import Suggestion
+from .space_json import decode_space
 
 __all__ = ["HyperOptSearch", "convert_search_space"]
 
@@ -66,7 +68,8 @@ class HyperOptSearch(ObservingSearcher):
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
                  n_initial_points: Optional[int] = 20, random_state_seed: Optional[int] = None,
                  gamma: Optional[float] = 0.25) -> None:
-        super().__init__(metric, mode, points_to_evaluate, random_state_seed)
+        super().__init__(metric, mode, points_to_evaluate, random_state_seed,
+                         "random_state_seed")
         if space is not None and not isinstance(space, (dict, Apply)):
             raise TypeError(f"HyperOptSearch(space={space!r}) must be a dict of hp.* "
                             "expressions or ftnb domains, a HyperOpt expression, or None.")
@@ -76,6 +79,8 @@ class HyperOptSearch(ObservingSearcher):
         if gamma is not None:
             algo = partial(algo, gamma=gamma)
         self._algo = algo
+        self._given_space = space
+        self._n_initial_points, self._gamma = n_initial_points, gamma
         self._space: Any = None
         if isinstance(space, Apply) or space:
             self._space = convert_search_space(space)
@@ -180,11 +185,30 @@ class HyperOptSearch(ObservingSearcher):
             doc["result"] = {"loss": self.metric_op() * value, "status": hpo.STATUS_OK}
         self._trials.refresh()
 
+    def _arguments(self) -> Optional[dict]:
+        given = self._given_space  # (None, a dict of ftnb domains, or HyperOpt's hp.* space)
+        space = encoded_space(given) if isinstance(given, dict) and given else None
+        if (given is not None and not isinstance(given, dict)) or (given and space is None):
+            return None  # (HyperOpt's own expressions: given again at a restore)
+        return {"space": space, "n_initial_points": self._n_initial_points,
+                "random_state_seed": self._seed, "gamma": self._gamma}
+
     @property
     def trials(self) -> Any:
         """HyperOpt's ``Trials`` (the points suggested and their outcomes)."""
         self._ensure_started()
         return self._trials
+
+
+def from_description(data: dict) -> HyperOptSearch:
+    """The HyperOptSearch that :meth:`HyperOptSearch.describe` described."""
+    space = data.get("space")
+    return HyperOptSearch(space=decode_space(space) if space else None,
+                          metric=data.get("metric"), mode=data.get("mode"),
+                          points_to_evaluate=data.get("points_to_evaluate") or None,
+                          n_initial_points=data.get("n_initial_points"),
+                          random_state_seed=data.get("random_state_seed"),
+                          gamma=data.get("gamma"))
 
 
 def _choices(expr: Any) -> dict[str, list]:
