@@ -87,6 +87,7 @@ class HyperOptSearch(ObservingSearcher):
         self._domain: Any = None
         self._trials: Any = None
         self._tids: dict[str, int] = {}
+        self._checked: Optional[tuple] = None  # (the point _ask made, its config)
 
     def _has_space(self) -> bool:
         return self._space is not None
@@ -110,7 +111,9 @@ class HyperOptSearch(ObservingSearcher):
             doc = self._algo([tid], self._domain, trials,
                              step_seed(self._seed, self.num_suggested))[0]
         vals = plain(doc["misc"]["vals"])
-        self._config(vals)  # a point that does not fit the space fails here, before it runs
+        # A point that does not fit the space fails here, before it runs; its config is kept
+        # for the suggest that asked (evaluating HyperOpt's space is most of a suggestion).
+        self._checked = (vals, self._config(vals))
         trials.insert_trial_docs([doc])
         trials.refresh()
         self._tids[trial_id] = tid
@@ -149,6 +152,9 @@ class HyperOptSearch(ObservingSearcher):
         return vals
 
     def _config(self, point: Any) -> dict:
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] is point:
+            return checked[1]
         spec = hpo.base.spec_from_misc({"vals": point})
         memo = self._domain.memo_from_config(spec)
         try:
