@@ -785,7 +785,7 @@ from . import searcher_workloads  # noqa: E402
 workload(
     "searcher_overhead",
     full={"trials": 30},
-    quick={"trials": 10},
+    quick={"trials": 5},
     variants=(FTNB,),
     targets=tuple(Target(f"{name}_vs_ray", "ftnb<=", 1.0)
                   for name in searcher_workloads.SEARCHERS),
