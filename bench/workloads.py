@@ -775,3 +775,19 @@ workload(
     quick={"reports": 100},
     targets=(Target("stopper_reports_per_s", "ratio>=", 1.0),),
 )(stopper_workloads.stopper_throughput)
+
+
+# ---- searcher_overhead (bench/searcher_workloads.py) ----------------------------------------------
+# ftnb's HyperOpt, BayesOpt, Nevergrad, BOHB and Optuna searchers per trial (suggest, result,
+# outcome) against Ray Tune's, in one process (issue 31: at most 1.0x Ray's).
+from . import searcher_workloads  # noqa: E402
+
+workload(
+    "searcher_overhead",
+    full={"trials": 30},
+    quick={"trials": 5},
+    variants=(FTNB,),
+    targets=tuple(Target(f"{name}_vs_ray", "ftnb<=", 1.0)
+                  for name in searcher_workloads.SEARCHERS),
+    timeout_s=1200,
+)(searcher_workloads.searcher_overhead)

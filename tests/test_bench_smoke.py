@@ -97,6 +97,15 @@ def test_stopper_throughput_runs_both_sides(tmp_path: Path) -> None:
     assert figures["stopper_vs_plain"] > 0
 
 
+def test_searcher_overhead_measures_ftnb_and_ray_side_by_side(tmp_path: Path) -> None:
+    figures = _run_quick("searcher_overhead", tmp_path)
+    assert figures.get("optuna_ms", 1) > 0  # (each searcher whose library is installed)
+    for name in ("hyperopt", "bayesopt", "nevergrad", "bohb", "optuna"):
+        if f"{name}_ray_ms" in figures:
+            assert figures[f"{name}_vs_ray"] == pytest.approx(
+                figures[f"{name}_ms"] / figures[f"{name}_ray_ms"])
+
+
 def test_checkpoint_io(tmp_path: Path) -> None:
     figures = _run_quick("checkpoint_io", tmp_path)
     assert figures["checkpoint_s"] > 0 and figures["vs_raw"] > 0

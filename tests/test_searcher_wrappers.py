@@ -263,3 +263,87 @@ def test_a_missing_library_names_the_extra_to_install(monkeypatch, module, extra
         getattr(importlib.import_module("ftnb.search"), {
             "hyperopt": "HyperOptSearch", "bayesopt": "BayesOptSearch",
             "nevergrad": "NevergradSearch"}[module])
+
+
+# -- descriptions: what a restore without search_alg rebuilds ----------------------------------
+def _described():
+    import nevergrad as ng
+    from ftnb.search.bayesopt import BayesOptSearch
+    from ftnb.search.hyperopt import HyperOptSearch
+    from ftnb.search.nevergrad import NevergradSearch
+
+    space = {"a": {"x": ftnb.uniform(0, 1)}, "c": ftnb.choice(["p", "q"]), "n": 3}
+    return [
+        HyperOptSearch(),
+        HyperOptSearch(space, metric="loss", mode="min", points_to_evaluate=[{"a/x": 0.5}],
+                       n_initial_points=3, random_state_seed=7, gamma=0.3),
+        BayesOptSearch(),
+        BayesOptSearch({"x": (0, 1), "y": ftnb.uniform(-1, 1)}, metric="loss", mode="max",
+                       utility_kwargs={"kind": "ei", "kappa": 1.0, "xi": 0.1},
+                       random_state=3, random_search_steps=2, patience=None),
+        NevergradSearch(ng.optimizers.OnePlusOne, {"budget": 20}),
+        NevergradSearch(ng.optimizers.CMA, space=space, metric="loss", mode="min"),
+        ftnb.search.ConcurrencyLimiter(HyperOptSearch(random_state_seed=1), 2),
+    ]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("index", range(7))
+def test_a_json_configured_searcher_is_described_and_rebuilt_as_it_was(index):
+    from ftnb.core.searching import rebuild_searcher
+
+    searcher = _described()[index]
+    description = searcher.describe()
+    assert description is not None
+    stored = json.loads(json.dumps(description))  # (what the experiment's state holds)
+    assert stored == description
+    rebuilt = rebuild_searcher(stored)
+    assert type(rebuilt) is type(searcher) and rebuilt.describe() == description
+
+
+@pytest.mark.unit
+def test_a_library_object_makes_the_searcher_given_again_and_names_no_code():
+    import nevergrad as ng
+    from hyperopt import hp
+    from ftnb.search.bayesopt import BayesOptSearch
+    from ftnb.search.hyperopt import HyperOptSearch
+    from ftnb.search.nevergrad import NevergradSearch
+
+    # An hp.* space (mixed with a domain too), an optimizer instance, a parametrization, a
+    # configured optimizer of the user's, an object in the space: None (search_alg again).
+    for searcher in [
+            HyperOptSearch({"x": hp.uniform("x", 0, 1)}),
+            HyperOptSearch({"x": hp.uniform("x", 0, 1), "y": ftnb.uniform(0, 1)}),
+            HyperOptSearch({"x": ftnb.uniform(0, 1), "data": object()}),
+            NevergradSearch(ng.optimizers.OnePlusOne(parametrization=ng.p.Dict(
+                x=ng.p.Scalar(lower=0, upper=1)))),
+            NevergradSearch(ng.optimizers.OnePlusOne, space=ng.p.Dict(x=ng.p.Scalar())),
+            NevergradSearch(ng.optimizers.ParametrizedOnePlusOne(noise_handling="random")),
+            BayesOptSearch(points_to_evaluate=[{"x": (0.1, 0.2)}])]:
+        assert searcher.describe() is None, searcher
+    # A Nevergrad optimizer is stored by its name in Nevergrad's registry, and only found there.
+    from ftnb.search.nevergrad import from_description
+
+    description = NevergradSearch(ng.optimizers.OnePlusOne).describe()
+    assert description["optimizer"] == "OnePlusOne"
+    with pytest.raises(ValueError, match="no optimizer named 'os.system'"):
+        from_description({**description, "optimizer": "os.system"})
+
+
+@pytest.mark.unit
+def test_a_restore_whose_searchers_library_is_missing_names_its_extra(tmp_path, monkeypatch):
+    from ftnb.lifecycle.stored import RestoreError
+    from ftnb.search.hyperopt import HyperOptSearch
+
+    def objective(config):
+        ftnb.report({"loss": config["x"]})
+
+    ftnb.Tuner(objective, param_space={"x": ftnb.uniform(0, 1)},
+               tune_config=ftnb.TuneConfig(metric="loss", mode="min", num_samples=1,
+                                           search_alg=HyperOptSearch(random_state_seed=1)),
+               run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="e", verbose=0,
+                                         executor="inprocess")).fit()
+    monkeypatch.setitem(sys.modules, "hyperopt", None)
+    monkeypatch.delitem(sys.modules, "ftnb.search.hyperopt")
+    with pytest.raises(RestoreError, match=r"pip install 'ftnb\[hyperopt\]'"):
+        ftnb.Tuner.restore(str(tmp_path / "e"), objective)

@@ -1,6 +1,7 @@
 """HyperOptSearch, BayesOptSearch and NevergradSearch across a driver SIGKILL: a Ray-style script
-killed mid-run (trials running, some told) and run again to its end finishes with every trial's
-iterations exactly once, and the searcher's observations kept: the restored optimizer was shown
+killed mid-run (trials running, some told) and run again to its end (HyperOpt's and Nevergrad's
+by ``Tuner.restore(path, trainable)``, the searcher rebuilt from its description) finishes with
+every trial's iterations exactly once, and the searcher's observations kept: the restored optimizer was shown
 every earlier outcome, and its suggestions go on with the study (a study started again would
 suggest its first configs again; seeded as they are, these would be the same)."""
 
@@ -33,23 +34,31 @@ def trainable(config):
         time.sleep(0.25)
         report_step({{"score": step - 10 * (config["slope"] - 0.37) ** 2}}, step, True)
 
-ftnb.run(
-    trainable, name="wrap", storage_path=sys.argv[1],
-    param_space={{"slope": ftnb.uniform(0.1, 1), "n": {steps}}},
-    tune_config=ftnb.TuneConfig(metric="score", mode="max", num_samples={trials},
-                                search_alg=ConcurrencyLimiter({searcher}, 2)),
-    run_config=ftnb.RunConfig(verbose=0, failure_config=ftnb.FailureConfig(max_failures=0)),
-)
+path = sys.argv[1] + "/wrap"
+if {restore} and ftnb.Tuner.can_restore(path):
+    # Without search_alg: ftnb builds the searcher again from its description.
+    ftnb.Tuner.restore(path, trainable).fit()
+else:
+    ftnb.run(
+        trainable, name="wrap", storage_path=sys.argv[1],
+        param_space={{"slope": ftnb.uniform(0.1, 1), "n": {steps}}},
+        tune_config=ftnb.TuneConfig(metric="score", mode="max", num_samples={trials},
+                                    search_alg=ConcurrencyLimiter({searcher}, 2)),
+        run_config=ftnb.RunConfig(verbose=0,
+                                  failure_config=ftnb.FailureConfig(max_failures=0)),
+    )
 print("DONE")
 """
 
+#: name: (imports, searcher, whether the rerun restores it with Tuner.restore(path, trainable),
+#: without search_alg, rather than running the same ftnb.run again).
 SEARCHERS = {
     "hyperopt": ("from ftnb.search.hyperopt import HyperOptSearch",
-                 "HyperOptSearch(n_initial_points=2, random_state_seed=11)"),
+                 "HyperOptSearch(n_initial_points=2, random_state_seed=11)", True),
     "bayesopt": ("from ftnb.search.bayesopt import BayesOptSearch",
-                 "BayesOptSearch(random_search_steps=2)"),
+                 "BayesOptSearch(random_search_steps=2)", False),
     "nevergrad": ("import nevergrad as ng\nfrom ftnb.search.nevergrad import NevergradSearch",
-                  "NevergradSearch(optimizer=ng.optimizers.OnePlusOne)"),
+                  "NevergradSearch(optimizer=ng.optimizers.OnePlusOne)", True),
 }
 
 
@@ -66,8 +75,9 @@ def _observations(saved):
 
 @pytest.mark.parametrize("name", sorted(SEARCHERS))
 def test_a_killed_driver_goes_on_with_the_study(tmp_path, name):
-    imports, searcher = SEARCHERS[name]
-    script = DRIVER.format(imports=imports, searcher=searcher, steps=N_STEPS, trials=N_TRIALS)
+    imports, searcher, restore = SEARCHERS[name]
+    script = DRIVER.format(imports=imports, searcher=searcher, steps=N_STEPS, trials=N_TRIALS,
+                           restore=restore)
     exp = tmp_path / "wrap"
     before = {}
 

@@ -59,6 +59,20 @@ path = os.path.join(sys.argv[1], "exp")
 
 
 
+def _killed_then_finished(tmp_path, driver: str, condition, what: str,
+                          count: int) -> ExperimentState:
+    """Run ``driver``, SIGKILL it once ``condition()`` holds, run it again to its end: the
+    experiment's state, finished with its ``count`` trials."""
+    exp = tmp_path / "exp"
+    kill_when(tmp_path, driver, [str(tmp_path)], condition, what)
+    assert _state(exp).status != "FINISHED"  # (killed mid-run)
+    out = run_to_end(tmp_path, driver, [str(tmp_path)])
+    assert f"DONE {count}" in out, out
+    state = _state(exp)
+    assert state.status == "FINISHED" and len(state.trials) == count
+    return state
+
+
 def _driver(imports: str, tuner_arguments: str) -> str:
     """A Ray-style script: the experiment restored when it exists, else started."""
     return TRAIN + imports + f"""
@@ -85,13 +99,8 @@ from ftnb.search.bohb import TuneBOHB
 @needs_bohb
 def test_tune_bohb_with_hyperband_for_bohb_survives_a_driver_sigkill(tmp_path):
     exp = tmp_path / "exp"
-    kill_when(tmp_path, BOHB_DRIVER, [str(tmp_path)], lambda: _done_trials(exp, 1) >= 3,
-              "three trials at their first milestone")
-    assert _state(exp).status != "FINISHED"  # (killed mid-run)
-    out = run_to_end(tmp_path, BOHB_DRIVER, [str(tmp_path)])
-    assert "DONE 7" in out, out
-    state = _state(exp)
-    assert state.status == "FINISHED" and len(state.trials) == 7
+    state = _killed_then_finished(tmp_path, BOHB_DRIVER, lambda: _done_trials(exp, 1) >= 3,
+                                  "three trials at their first milestone", 7)
     assert all(t.status == "TERMINATED" and not t.failures for t in state.trials)
     last = {}
     for trial in state.trials:  # every iteration once, ending at a milestone
@@ -126,13 +135,8 @@ def test_ax_search_survives_a_driver_sigkill_and_continues_its_study(tmp_path):
     from ax.service.ax_client import AxClient
 
     exp = tmp_path / "exp"
-    kill_when(tmp_path, AX_DRIVER, [str(tmp_path)], lambda: _done_trials(exp, 3) >= 2,
-              "two trials done")
-    assert _state(exp).status != "FINISHED"  # (killed mid-run)
-    out = run_to_end(tmp_path, AX_DRIVER, [str(tmp_path)])
-    assert "DONE 5" in out, out
-    state = _state(exp)
-    assert state.status == "FINISHED" and len(state.trials) == 5
+    state = _killed_then_finished(tmp_path, AX_DRIVER, lambda: _done_trials(exp, 3) >= 2,
+                                  "two trials done", 5)
     rows = {t.trial_id: result_rows(str(exp / t.dir_name)) for t in state.trials}
     for trial in state.trials:
         assert [r["training_iteration"] for r in rows[trial.trial_id]] == [1, 2, 3]

@@ -37,6 +37,7 @@ import json
 import random
 from typing import Any, Callable, Iterable, Optional
 
+from ..search.libraries import LIBRARIES
 from ..search.searcher import Searcher
 from ..storage import ExperimentPaths
 from .records import FINISHED_STATUSES, TrialRecord, TrialStatus, encode_value
@@ -48,13 +49,12 @@ FINISHED = Searcher.FINISHED
 FORMAT = "ftnb.searcher"
 FORMAT_VERSION = 1
 
-#: The searchers a restore may build from their description (ftnb's own: no user code).
+#: The searchers a restore may build from their description (ftnb's own: no user code): the
+#: two of the search package, and those over a library (:data:`ftnb.search.libraries.LIBRARIES`).
 _REBUILDABLE = {
     "ftnb.search.BasicVariantGenerator": ("ftnb.search.searcher", "BasicVariantGenerator"),
     "ftnb.search.ConcurrencyLimiter": ("ftnb.search.concurrency", "ConcurrencyLimiter"),
-    "ftnb.search.optuna.OptunaSearch": ("ftnb.search.optuna", "OptunaSearch"),
-    "ftnb.search.ax.AxSearch": ("ftnb.search.ax", "AxSearch"),
-    "ftnb.search.bohb.TuneBOHB": ("ftnb.search.bohb", "TuneBOHB"),
+    **{lib.class_name: (lib.module, lib.searcher) for lib in LIBRARIES},
 }
 
 

@@ -179,6 +179,7 @@ def _restored_searcher(paths: ExperimentPaths, state: ExperimentState, tune_conf
     ``given`` (``Tuner.restore(search_alg=...)``), or built again from its description in the
     state; ``(None, None)`` for an experiment whose trials were all made when it started."""
     from ..core.searching import PersistedSearcher, rebuild_searcher, searcher_settings
+    from ..search.libraries import install_hint
     from ..search.searcher import Searcher
     from ..search.space_json import SpaceNotStoredError, decode_space
 
@@ -215,8 +216,14 @@ def _restored_searcher(paths: ExperimentPaths, state: ExperimentState, tune_conf
         try:
             searcher = rebuild_searcher(description)
         except ImportError as exc:
-            raise RestoreError(f"Cannot restore {paths.uri}: its search algorithm needs "
-                               f"{exc.name or exc}. Fix: pip install 'ftnb[optuna]'.") from None
+            hint = install_hint(description)
+            raise RestoreError(
+                f"Cannot restore {paths.uri}: its search algorithm {stored.get('name')} needs "
+                f"{exc.name or exc}, which is not installed. Fix: "
+                f"{hint or 'install the missing package'}.") from None
+        except (ValueError, TypeError) as exc:
+            raise RestoreError(f"Cannot restore {paths.uri}: its search algorithm "
+                               f"{stored.get('name')} cannot be built again here: {exc}") from None
     space = bound_space
     if space is None:
         try:

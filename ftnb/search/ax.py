@@ -16,21 +16,29 @@ import math
 import warnings
 from typing import Any, Optional, Union
 
+from .libraries import (
+    checked_points,
+    encoded_space,
+    json_value,
+    missing_library,
+    no_objective_error,
+    no_space_error,
+    plain,
+)
+
 try:
     from ax.exceptions.core import DataRequiredError
     from ax.exceptions.generation_strategy import MaxParallelismReachedException
     from ax.service.ax_client import AxClient, ObjectiveProperties
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "ftnb.search.ax.AxSearch needs the ax-platform package. Fix: pip install 'ftnb[ax]' "
-        "(or pip install ax-platform)."
-    ) from exc
+except ImportError:  # pragma: no cover - depends on the environment
+    raise missing_library(__name__) from None
 
 from ..config import metric_value
 from .domains import Categorical, Domain, searched_domains
-from .flatten import flatten_dict, plain_values, unflatten_dict
+from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
 from .searcher import Searcher, Suggestion
+from .space_json import decode_space
 
 __all__ = ["AxSearch", "convert_search_space"]
 
@@ -122,11 +130,6 @@ class AxSearch(Searcher):
                                           and all(isinstance(v, str) for v in value)):
                 raise TypeError(f"AxSearch({name}={value!r}) must be a list of Ax's constraint "
                                 "strings, e.g. ['x + y <= 1.0'].")
-        if points_to_evaluate is not None and (
-                not isinstance(points_to_evaluate, list)
-                or not all(isinstance(p, dict) for p in points_to_evaluate)):
-            raise TypeError("AxSearch(points_to_evaluate=...) must be a list of dicts "
-                            "(configs), e.g. [{'x': 0.5}].")
         self._given_space = space
         self._space: Optional[list] = None
         if isinstance(space, dict) and space:
@@ -138,8 +141,8 @@ class AxSearch(Searcher):
         self._ax_kwargs = {"verbose_logging": False, **ax_kwargs}
         self._given_client = ax_client is not None
         self._ax: Optional[AxClient] = ax_client
-        self._given_points = [dict(p) for p in points_to_evaluate or []]
-        self._points = [flatten_dict(p) for p in points_to_evaluate or []]
+        self._given_points = checked_points("AxSearch", points_to_evaluate)
+        self._points = [flatten_dict(p) for p in self._given_points]
         self._live: dict[str, int] = {}  # ftnb trial id -> Ax trial index
 
     # -- set-up --------------------------------------------------------------------------------
@@ -177,15 +180,10 @@ class AxSearch(Searcher):
             self._take_objective()
             return self._ax  # type: ignore[return-value]
         if not self._space:
-            raise ValueError(
-                "AxSearch has no search space: give it space=... (ftnb domains or Ax's "
-                "parameter list), an ax_client with an experiment, or use it through "
-                "ftnb.TuneConfig(search_alg=...) with a param_space of ftnb domains.")
+            raise no_space_error("AxSearch", " (ftnb domains or Ax's parameter list), an "
+                                 "ax_client with an experiment,")
         if not self._metric or not self._mode:
-            raise ValueError(
-                f"AxSearch needs a metric and a mode (got metric={self._metric!r}, "
-                f"mode={self._mode!r}). Fix: AxSearch(metric='loss', mode='min') or "
-                "TuneConfig(metric='loss', mode='min').")
+            raise no_objective_error("AxSearch", self._metric, self._mode)
         if self._ax is None:
             self._ax = AxClient(**self._ax_kwargs)
         with warnings.catch_warnings():
@@ -217,7 +215,7 @@ class AxSearch(Searcher):
             except (MaxParallelismReachedException, DataRequiredError):
                 return None  # (it waits for results: asked again when a trial ends)
         self._live[trial_id] = index
-        return unflatten_dict(plain_values(parameters))
+        return unflatten_dict(plain(parameters))
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None,
                           error: bool = False) -> None:
@@ -263,17 +261,29 @@ class AxSearch(Searcher):
         self._points = [dict(p) for p in state.get("points") or []]
 
     def describe(self) -> Optional[dict]:
-        if self._given_client or not isinstance(self._given_space, (list, type(None))):
-            return None  # (an object, or domains: given again at a restore)
-        extra = {k: v for k, v in self._ax_kwargs.items()
-                 if isinstance(v, (str, int, float, bool, type(None)))}
-        if len(extra) != len(self._ax_kwargs):
-            return None  # (a generation strategy object: given again at a restore)
-        return {"class": "ftnb.search.ax.AxSearch", "space": self._given_space,
-                "metric": self._metric, "mode": self._mode,
-                "points_to_evaluate": self._given_points,
-                "parameter_constraints": self._parameter_constraints,
-                "outcome_constraints": self._outcome_constraints, **extra}
+        space: Any = self._given_space  # (None, or Ax's parameter list)
+        if isinstance(space, dict):
+            encoded = encoded_space(space)
+            if space and encoded is None:
+                return None  # (objects in the space: given again at a restore)
+            space = {"ftnb": encoded} if space else None
+        description = {"class": "ftnb.search.ax.AxSearch", "space": space,
+                       "metric": self._metric, "mode": self._mode,
+                       "points_to_evaluate": self._given_points,
+                       "parameter_constraints": self._parameter_constraints,
+                       "outcome_constraints": self._outcome_constraints, **self._ax_kwargs}
+        if self._given_client or not json_value(description):
+            return None  # (an object: a client, a generation strategy; given again at a restore)
+        return description
 
     def __repr__(self) -> str:
         return f"AxSearch(metric={self._metric!r}, mode={self._mode!r})"
+
+
+def from_description(data: dict) -> AxSearch:
+    """The AxSearch that :meth:`AxSearch.describe` described."""
+    arguments = {k: v for k, v in data.items() if k != "class"}
+    space = arguments.pop("space", None)
+    if isinstance(space, dict):
+        space = decode_space(space["ftnb"])
+    return AxSearch(space=space, **arguments)

@@ -26,16 +26,17 @@ import json
 import warnings
 from typing import Any, Optional
 
-from .observing import ObservingSearcher, missing_library, plain, space_leaves, step_seed
+from .libraries import missing_library, plain, step_seed
 
 try:
     from bayes_opt import BayesianOptimization, UtilityFunction
 except ImportError:  # pragma: no cover - depends on the environment
-    raise missing_library("BayesOptSearch", "bayesian-optimization", "bayesopt") from None
+    raise missing_library(__name__) from None
 
 from .domains import Domain
 from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogUniform, Uniform
+from .observing import ObservingSearcher, space_leaves
 from .searcher import Searcher, Suggestion
 
 __all__ = ["BayesOptSearch", "convert_search_space"]
@@ -73,7 +74,7 @@ class BayesOptSearch(ObservingSearcher):
                  utility_kwargs: Optional[dict] = None, random_state: int = 42,
                  random_search_steps: int = 10, verbose: int = 0, patience: Optional[int] = 5,
                  skip_duplicate: bool = True, analysis: Any = None) -> None:
-        super().__init__(metric, mode, points_to_evaluate, random_state)
+        super().__init__(metric, mode, points_to_evaluate, random_state, "random_state")
         if analysis is not None:
             raise ValueError("BayesOptSearch(analysis=...) is not supported by ftnb: give the "
                              "earlier results as points_to_evaluate, or restore the experiment "
@@ -93,6 +94,7 @@ class BayesOptSearch(ObservingSearcher):
                 or random_search_steps < 0:
             raise ValueError(f"BayesOptSearch(random_search_steps={random_search_steps!r}) must "
                              "be a whole number >= 0.")
+        self._given_space = space
         self._utility_kwargs = dict(utility_kwargs)
         self._random_search_steps = random_search_steps
         self._verbose = verbose
@@ -196,6 +198,15 @@ class BayesOptSearch(ObservingSearcher):
         if len(self._buffered) == self._random_search_steps:
             self._registered.extend(self._buffered)
 
+    def _arguments(self) -> Optional[dict]:
+        # A space given is stored as the bounds it searches: ``(low, high)`` or a domain's.
+        bounds = {k: list(v) for k, v in self._bounds.items()} if (
+            self._given_space and self._bounds is not None) else None
+        return {"space": bounds, "utility_kwargs": self._utility_kwargs,
+                "random_state": self._seed, "random_search_steps": self._random_search_steps,
+                "verbose": self._verbose, "patience": self._patience,
+                "skip_duplicate": self._skip_duplicate}
+
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict:
         return {**super().get_state(), "draws": self._draws, "random_made": self._random_made}
@@ -204,6 +215,19 @@ class BayesOptSearch(ObservingSearcher):
         super().set_state(state)
         self._draws = int(state.get("draws", self._draws))
         self._random_made = int(state.get("random_made", self._random_made))
+
+
+def from_description(data: dict) -> BayesOptSearch:
+    """The BayesOptSearch that :meth:`BayesOptSearch.describe` described."""
+    bounds = data.get("space")
+    return BayesOptSearch(
+        space={k: (float(low), float(high)) for k, (low, high) in bounds.items()} if bounds
+        else None, metric=data.get("metric"), mode=data.get("mode"),
+        points_to_evaluate=data.get("points_to_evaluate") or None,
+        utility_kwargs=data.get("utility_kwargs"), random_state=data.get("random_state", 42),
+        random_search_steps=data.get("random_search_steps", 10),
+        verbose=data.get("verbose", 0), patience=data.get("patience", 5),
+        skip_duplicate=data.get("skip_duplicate", True))
 
 
 def _key(params: dict) -> str:

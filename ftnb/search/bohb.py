@@ -17,25 +17,34 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import warnings
 from typing import Any, Iterator, Optional, Union
+
+from .libraries import (
+    checked_points,
+    checked_seed,
+    encoded_space,
+    json_value,
+    missing_library,
+    no_objective_error,
+    no_space_error,
+    plain,
+    step_seed,
+)
 
 try:
     import ConfigSpace
     import numpy as np
     from hpbandster.optimizers.config_generators.bohb import BOHB as _BOHBGenerator
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "ftnb.search.bohb.TuneBOHB needs the hpbandster and ConfigSpace packages. Fix: pip "
-        "install 'ftnb[bohb]' (or pip install hpbandster ConfigSpace)."
-    ) from exc
+except ImportError:  # pragma: no cover - depends on the environment
+    raise missing_library(__name__) from None
 
 from ..config import metric_value
 from .domains import Categorical, Domain, searched_domains
-from .flatten import flatten_dict, plain_values, unflatten_dict
+from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
 from .searcher import Searcher, Suggestion
+from .space_json import decode_space
 
 __all__ = ["TuneBOHB", "convert_search_space"]
 
@@ -158,13 +167,6 @@ class TuneBOHB(Searcher):
         if bohb_config is not None and not isinstance(bohb_config, dict):
             raise TypeError(f"TuneBOHB(bohb_config={bohb_config!r}) must be a dict of BOHB's "
                             "keyword arguments, e.g. {'min_points_in_model': 4}.")
-        if points_to_evaluate is not None and (
-                not isinstance(points_to_evaluate, list)
-                or not all(isinstance(p, dict) for p in points_to_evaluate)):
-            raise TypeError("TuneBOHB(points_to_evaluate=...) must be a list of dicts (partial "
-                            "configs), e.g. [{'lr': 0.01}].")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"TuneBOHB(seed={seed!r}) must be an int or None.")
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or (
                 max_concurrent < 0):
             raise ValueError(f"TuneBOHB(max_concurrent={max_concurrent!r}) must be a whole "
@@ -177,10 +179,10 @@ class TuneBOHB(Searcher):
         elif isinstance(space, dict) and space:
             self._cs, self._quanta = convert_search_space(space), _quanta(space)
         self._bohb_config = dict(bohb_config or {})
-        self._points = [flatten_dict(p) for p in points_to_evaluate or []]
-        self._given_points = [dict(p) for p in points_to_evaluate or []]
+        self._given_points = checked_points("TuneBOHB", points_to_evaluate)
+        self._points = [flatten_dict(p) for p in self._given_points]
         self._given_seed = seed
-        self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
+        self._seed = checked_seed("TuneBOHB", "seed", seed)
         self._max_concurrent = max_concurrent
         self._made = 0  # configs drawn so far
         self._configs: dict[str, dict] = {}  # live trial id -> its config (flat names)
@@ -218,15 +220,10 @@ class TuneBOHB(Searcher):
 
     def _check_ready(self) -> None:
         if self._cs is None or not list(self._cs.keys()):
-            raise ValueError(
-                "TuneBOHB has no search space: give it space=... (ftnb domains or a "
-                "ConfigSpace.ConfigurationSpace) or use it through ftnb.TuneConfig(search_alg="
-                "...) with a param_space of ftnb domains.")
+            raise no_space_error("TuneBOHB", " (ftnb domains or a ConfigSpace."
+                                 "ConfigurationSpace)")
         if not self._metric or not self._mode:
-            raise ValueError(
-                f"TuneBOHB needs a metric and a mode (got metric={self._metric!r}, "
-                f"mode={self._mode!r}). Fix: TuneBOHB(metric='loss', mode='min') or "
-                "TuneConfig(metric='loss', mode='min').")
+            raise no_objective_error("TuneBOHB", self._metric, self._mode)
 
     def _model(self) -> Any:
         """hpbandster's config generator, built (again) from every observation so far."""
@@ -268,7 +265,7 @@ class TuneBOHB(Searcher):
 
     def _seeded(self, model: Any) -> dict:
         """A config from BOHB's model, drawn with a seed of its own (seed, draws so far)."""
-        seed = (self._seed * 1_000_003 + self._made) % 2**32
+        seed = step_seed(self._seed, self._made)
         self._cs.seed(seed)  # type: ignore[union-attr]
         saved = np.random.get_state()
         np.random.seed(seed)
@@ -277,7 +274,7 @@ class TuneBOHB(Searcher):
                 config, _ = model.get_config(None)  # (hpbandster ignores the budget)
         finally:
             np.random.set_state(saved)
-        config = plain_values(config)
+        config = plain(config)
         for name, q in self._quanta.items():
             if name in config:
                 config[name] = _quantized(config[name], q, self._cs[name])  # type: ignore
@@ -326,13 +323,14 @@ class TuneBOHB(Searcher):
         if isinstance(self._given_space, ConfigSpace.ConfigurationSpace):
             space = {"configspace": self._given_space.to_serialized_dict()}
         elif self._given_space:
-            from .domains import encode_space
-
-            space = {"ftnb": encode_space(self._given_space, repr)}
-        return {"class": "ftnb.search.bohb.TuneBOHB", "space": space,
-                "bohb_config": self._bohb_config, "metric": self._metric, "mode": self._mode,
-                "points_to_evaluate": self._given_points, "seed": self._given_seed,
-                "max_concurrent": self._max_concurrent}
+            space = {"ftnb": encoded_space(self._given_space)}
+            if space["ftnb"] is None:
+                return None  # (objects in the space: given again at a restore)
+        description = {"class": "ftnb.search.bohb.TuneBOHB", "space": space,
+                       "bohb_config": self._bohb_config, "metric": self._metric,
+                       "mode": self._mode, "points_to_evaluate": self._given_points,
+                       "seed": self._given_seed, "max_concurrent": self._max_concurrent}
+        return description if json_value(description) else None
 
     def __repr__(self) -> str:
         return f"TuneBOHB(metric={self._metric!r}, mode={self._mode!r})"
@@ -345,8 +343,6 @@ def from_description(data: dict) -> TuneBOHB:
     if "configspace" in stored:
         space = ConfigSpace.ConfigurationSpace.from_serialized_dict(stored["configspace"])
     elif "ftnb" in stored:
-        from .space_json import decode_space
-
         space = decode_space(stored["ftnb"])
     return TuneBOHB(space=space, bohb_config=data.get("bohb_config"), metric=data.get("metric"),
                     mode=data.get("mode"), points_to_evaluate=data.get("points_to_evaluate"),

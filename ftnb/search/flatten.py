@@ -7,7 +7,7 @@ from typing import Any
 
 from .messages import short_repr
 
-__all__ = ["flatten_dict", "plain_values", "unflatten_dict"]
+__all__ = ["flatten_dict", "unflatten_dict"]
 
 
 def flatten_dict(d: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
@@ -75,19 +75,4 @@ def unflatten_dict(d: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
                 f"Fix: drop one of the conflicting keys."
             )
         node[last] = value
-    return out
-
-
-def plain_values(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with its numpy scalars (what a library's sampler returns) as the Python
-    values they hold: configs are JSON.
-
-    >>> import numpy as np  # doctest: +SKIP
-    >>> plain_values({"x": np.float64(0.5), "c": np.str_("a")})  # doctest: +SKIP
-    {'x': 0.5, 'c': 'a'}
-    """
-    out = {}
-    for key, value in config.items():
-        item = getattr(value, "item", None)
-        out[key] = item() if callable(item) and type(value).__module__ == "numpy" else value
     return out

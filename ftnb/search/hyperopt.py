@@ -25,18 +25,20 @@ import math
 from functools import partial
 from typing import Any, Optional
 
-from .observing import ObservingSearcher, grid_error, missing_library, plain, step_seed
+from .libraries import encoded_space, missing_library, plain, step_seed
 
 try:
     import hyperopt as hpo
     from hyperopt.pyll import Apply
 except ImportError:  # pragma: no cover - depends on the environment
-    raise missing_library("HyperOptSearch", "hyperopt", "hyperopt") from None
+    raise missing_library(__name__) from None
 
 from .domains import Categorical, Domain, is_grid_search
 from .flatten import flatten_dict
 from .numeric import LogRandInt, LogUniform, Normal, QLogRandInt, QRandInt, RandInt, Uniform
+from .observing import ObservingSearcher, grid_error
 from .searcher import Suggestion
+from .space_json import decode_space
 
 __all__ = ["HyperOptSearch", "convert_search_space"]
 
@@ -66,7 +68,8 @@ class HyperOptSearch(ObservingSearcher):
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None,
                  n_initial_points: Optional[int] = 20, random_state_seed: Optional[int] = None,
                  gamma: Optional[float] = 0.25) -> None:
-        super().__init__(metric, mode, points_to_evaluate, random_state_seed)
+        super().__init__(metric, mode, points_to_evaluate, random_state_seed,
+                         "random_state_seed")
         if space is not None and not isinstance(space, (dict, Apply)):
             raise TypeError(f"HyperOptSearch(space={space!r}) must be a dict of hp.* "
                             "expressions or ftnb domains, a HyperOpt expression, or None.")
@@ -76,12 +79,15 @@ class HyperOptSearch(ObservingSearcher):
         if gamma is not None:
             algo = partial(algo, gamma=gamma)
         self._algo = algo
+        self._given_space = space
+        self._n_initial_points, self._gamma = n_initial_points, gamma
         self._space: Any = None
         if isinstance(space, Apply) or space:
             self._space = convert_search_space(space)
         self._domain: Any = None
         self._trials: Any = None
         self._tids: dict[str, int] = {}
+        self._checked: Optional[tuple] = None  # (the point _ask made, its config)
 
     def _has_space(self) -> bool:
         return self._space is not None
@@ -105,7 +111,9 @@ class HyperOptSearch(ObservingSearcher):
             doc = self._algo([tid], self._domain, trials,
                              step_seed(self._seed, self.num_suggested))[0]
         vals = plain(doc["misc"]["vals"])
-        self._config(vals)  # a point that does not fit the space fails here, before it runs
+        # A point that does not fit the space fails here, before it runs; its config is kept
+        # for the suggest that asked (evaluating HyperOpt's space is most of a suggestion).
+        self._checked = (vals, self._config(vals))
         trials.insert_trial_docs([doc])
         trials.refresh()
         self._tids[trial_id] = tid
@@ -144,6 +152,9 @@ class HyperOptSearch(ObservingSearcher):
         return vals
 
     def _config(self, point: Any) -> dict:
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] is point:
+            return checked[1]
         spec = hpo.base.spec_from_misc({"vals": point})
         memo = self._domain.memo_from_config(spec)
         try:
@@ -180,11 +191,30 @@ class HyperOptSearch(ObservingSearcher):
             doc["result"] = {"loss": self.metric_op() * value, "status": hpo.STATUS_OK}
         self._trials.refresh()
 
+    def _arguments(self) -> Optional[dict]:
+        given = self._given_space  # (None, a dict of ftnb domains, or HyperOpt's hp.* space)
+        space = encoded_space(given) if isinstance(given, dict) and given else None
+        if (given is not None and not isinstance(given, dict)) or (given and space is None):
+            return None  # (HyperOpt's own expressions: given again at a restore)
+        return {"space": space, "n_initial_points": self._n_initial_points,
+                "random_state_seed": self._seed, "gamma": self._gamma}
+
     @property
     def trials(self) -> Any:
         """HyperOpt's ``Trials`` (the points suggested and their outcomes)."""
         self._ensure_started()
         return self._trials
+
+
+def from_description(data: dict) -> HyperOptSearch:
+    """The HyperOptSearch that :meth:`HyperOptSearch.describe` described."""
+    space = data.get("space")
+    return HyperOptSearch(space=decode_space(space) if space else None,
+                          metric=data.get("metric"), mode=data.get("mode"),
+                          points_to_evaluate=data.get("points_to_evaluate") or None,
+                          n_initial_points=data.get("n_initial_points"),
+                          random_state_seed=data.get("random_state_seed"),
+                          gamma=data.get("gamma"))
 
 
 def _choices(expr: Any) -> dict[str, list]:

@@ -27,20 +27,22 @@ import inspect
 import logging
 from typing import Any, Optional, Union
 
-from .observing import ObservingSearcher, missing_library, plain, space_leaves, step_seed
+from .libraries import encoded_space, missing_library, plain, step_seed
 
 try:
     import nevergrad as ng
     from nevergrad.optimization.base import ConfiguredOptimizer, Optimizer
 except ImportError:  # pragma: no cover - depends on the environment
-    raise missing_library("NevergradSearch", "nevergrad", "nevergrad") from None
+    raise missing_library(__name__) from None
 
 from .domains import Categorical, Domain
 from .flatten import flatten_dict, unflatten_dict
 from .numeric import LogRandInt, LogUniform, QLogRandInt, QRandInt, RandInt, Uniform
+from .observing import ObservingSearcher, space_leaves
 from .searcher import Suggestion
+from .space_json import decode_space
 
-__all__ = ["NevergradSearch", "convert_search_space"]
+__all__ = ["NevergradSearch", "convert_search_space", "optimizer_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ class NevergradSearch(ObservingSearcher):
                  mode: Optional[str] = None, points_to_evaluate: Optional[list] = None) -> None:
         super().__init__(metric, mode, points_to_evaluate, None)
         self._optimizer_kwargs = dict(optimizer_kwargs or {})
+        self._given_space = space
         self._factory: Any = None
         self._template: Optional[Optimizer] = None  # an instance, as given (never told)
         self._given: Optional[Optimizer] = None
@@ -126,6 +129,15 @@ class NevergradSearch(ObservingSearcher):
         if self._names is None and not isinstance(param, (ng.p.Dict, ng.p.Instrumentation)):
             raise ValueError("NevergradSearch: an optimizer over an array needs its parameters' "
                              "names: space=['x', 'y', ...].")
+
+    def _arguments(self) -> Optional[dict]:
+        name = optimizer_name(self._factory)
+        given = self._given_space  # (None, a dict of ftnb domains, or a parametrization)
+        space = encoded_space(given) if isinstance(given, dict) and given else None
+        if name is None or (given is not None and not isinstance(given, dict)) or (
+                given and space is None):
+            return None  # (an instance, a class or configuration of the user's, a parametrization)
+        return {"optimizer": name, "optimizer_kwargs": self._optimizer_kwargs, "space": space}
 
     def _has_space(self) -> bool:
         return self._template is not None or self._parametrization is not None
@@ -229,6 +241,31 @@ class NevergradSearch(ObservingSearcher):
             logger.warning("NevergradSearch: %s cannot be told points it did not ask for: "
                            "the restored optimizer leaves trial %s's outcome out",
                            type(self.optimizer).__name__, trial_id)
+
+
+def optimizer_name(optimizer: Any) -> Optional[str]:
+    """The name of ``optimizer`` (a class or configured optimizer) in Nevergrad's registry of
+    optimizers (``"OnePlusOne"``), None when it is not one of them."""
+    if optimizer is None:
+        return None
+    return next((name for name, item in ng.optimizers.registry.items() if item is optimizer),
+                None)
+
+
+def from_description(data: dict) -> NevergradSearch:
+    """The NevergradSearch that :meth:`NevergradSearch.describe` described: its optimizer
+    found by name in Nevergrad's registry."""
+    name = data.get("optimizer")
+    optimizer = ng.optimizers.registry.get(name) if isinstance(name, str) else None
+    if optimizer is None:
+        raise ValueError(f"NevergradSearch: Nevergrad has no optimizer named {name!r} (another "
+                         "version of Nevergrad?). Fix: pass the searcher again: "
+                         "Tuner.restore(..., search_alg=NevergradSearch(...)).")
+    space = data.get("space")
+    return NevergradSearch(optimizer=optimizer, optimizer_kwargs=data.get("optimizer_kwargs"),
+                           space=decode_space(space) if space else None,
+                           metric=data.get("metric"), mode=data.get("mode"),
+                           points_to_evaluate=data.get("points_to_evaluate") or None)
 
 
 def convert_search_space(space: dict) -> Any:

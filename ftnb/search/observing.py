@@ -11,8 +11,9 @@ BayesOpt's parameters, Nevergrad's value), by trial id in the order suggested, a
 (the metric's value, or an error) in the order told. A restore (:meth:`ObservingSearcher.
 set_state`, called after the searcher was set up) builds a fresh optimizer and replays them:
 the points asked, then the outcomes told, as the first run did. What the optimizer draws next
-is seeded by the searcher's seed and the number of suggestions so far (:func:`step_seed`), so
-a restored study goes on with new points, never the first ones again.
+is seeded by the searcher's seed and the number of suggestions so far
+(:func:`~ftnb.search.libraries.step_seed`), so a restored study goes on with new points,
+never the first ones again.
 
 The rules of :mod:`ftnb.core.searching` hold with it: ``suggest`` is idempotent by trial id (a
 trial id asked again gets its point again), and an outcome told twice is told once.
@@ -21,37 +22,21 @@ trial id asked again gets its point again), and an outcome told twice is told on
 from __future__ import annotations
 
 import math
-import random
 from typing import Any, Optional
 
 from ..config import metric_value
 from .domains import is_grid_search
-from .messages import short_repr
+from .libraries import (
+    checked_points,
+    checked_seed,
+    json_value,
+    library_of,
+    no_objective_error,
+    no_space_error,
+)
 from .searcher import Searcher, Suggestion
 
-__all__ = ["ObservationLog", "ObservingSearcher", "grid_error", "missing_library", "plain", "space_leaves",
-           "step_seed"]
-
-
-def missing_library(searcher: str, package: str, extra: str) -> ImportError:
-    """The error for a searcher whose optimizer is not installed, naming the extra."""
-    return ImportError(
-        f"ftnb.search.{extra}.{searcher} needs the {package} package. Fix: pip install "
-        f"'ftnb[{extra}]' (or pip install {package}).")
-
-
-def plain(value: Any) -> Any:
-    """``value`` with numpy scalars and arrays as Python numbers and lists (JSON-able, and what
-    a trainable expects in its config); tuples stay tuples."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(plain(v) for v in value)
-    if type(value).__module__ == "numpy":
-        return plain(value.tolist()) if hasattr(value, "tolist") else value
-    return value
+__all__ = ["ObservationLog", "ObservingSearcher", "grid_error", "space_leaves"]
 
 
 def grid_error(searcher: str, path: str) -> ValueError:
@@ -78,12 +63,6 @@ def space_leaves(space: Optional[dict], searcher: str) -> dict[str, Any]:
 
     walk(space or {}, "")
     return out
-
-
-def step_seed(seed: int, step: int) -> int:
-    """The seed of the optimizer's draw number ``step`` (reproducible, and a restored study
-    draws anew rather than repeating its first draws)."""
-    return random.Random(f"{seed}/{step}").getrandbits(31)
 
 
 class ObservationLog:
@@ -126,22 +105,16 @@ class ObservingSearcher(Searcher):
     It needs a single metric; ``mode`` says whether lower or higher is better."""
 
     def __init__(self, metric: Optional[str], mode: Optional[str],
-                 points_to_evaluate: Optional[list], seed: Optional[int]) -> None:
+                 points_to_evaluate: Optional[list], seed: Optional[int],
+                 seed_argument: str = "seed") -> None:
         name = type(self).__name__
         if isinstance(metric, list) or isinstance(mode, list):
             raise ValueError(f"{name}(metric={metric!r}, mode={mode!r}) optimizes one metric: "
                              "give a metric name and 'min' or 'max'.")
         super().__init__(metric=metric, mode=mode)
-        if points_to_evaluate is not None and (
-                not isinstance(points_to_evaluate, (list, tuple))
-                or not all(isinstance(p, dict) for p in points_to_evaluate)):
-            raise TypeError(f"{name}(points_to_evaluate={short_repr(points_to_evaluate)}) must "
-                            "be a list of dicts (configs), e.g. [{'lr': 0.01}].")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"{name}: the seed {short_repr(seed)} must be an int or None.")
-        self._points = [dict(p) for p in points_to_evaluate or []]
+        self._points = checked_points(name, points_to_evaluate)
         #: Drawn when not given, and kept in the state: a restore draws on from it.
-        self._seed = seed if seed is not None else random.SystemRandom().getrandbits(31)
+        self._seed = checked_seed(name, seed_argument, seed)
         self._log = ObservationLog()
         self._set_up = False
 
@@ -194,14 +167,9 @@ class ObservingSearcher(Searcher):
     def _check_ready(self) -> None:
         name = type(self).__name__
         if not self._has_space():
-            raise ValueError(
-                f"{name} has no search space: give it space=... or use it through "
-                "ftnb.TuneConfig(search_alg=...) with a param_space of ftnb domains.")
+            raise no_space_error(name)
         if not self._metric or self._mode not in ("min", "max"):
-            raise ValueError(
-                f"{name} needs a metric and a mode (got metric={self._metric!r}, "
-                f"mode={self._mode!r}). Fix: {name}(metric='loss', mode='min') or "
-                "TuneConfig(metric='loss', mode='min').")
+            raise no_objective_error(name, self._metric, self._mode)
 
     def _ensure_started(self) -> None:
         if not self._set_up:
@@ -226,7 +194,8 @@ class ObservingSearcher(Searcher):
 
     @property
     def num_suggested(self) -> int:
-        """How many points it suggested (the draws so far, for :func:`step_seed`)."""
+        """How many points it suggested (the draws so far, for
+        :func:`~ftnb.search.libraries.step_seed`)."""
         return len(self._log.asked)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None,
@@ -271,6 +240,23 @@ class ObservingSearcher(Searcher):
                 self._log.tell(trial_id, value, error)
                 self._tell(trial_id, value, error)
         return self._log
+
+    # -- description -----------------------------------------------------------------------
+    def describe(self) -> Optional[dict]:
+        """Its constructor's arguments, when they are all JSON (a space of ftnb domains or
+        none, an optimizer named in its library's table): a restore builds it again from
+        them (its module's ``from_description``); None otherwise."""
+        arguments = self._arguments()
+        lib = library_of(f"{type(self).__module__}.{type(self).__name__}")
+        if arguments is None or lib is None:
+            return None  # (a library's own objects, or a subclass of the user's)
+        description = {"class": lib.class_name, "metric": self._metric, "mode": self._mode,
+                       "points_to_evaluate": self._points, **arguments}
+        return description if json_value(description) else None
+
+    def _arguments(self) -> Optional[dict]:
+        """Its own constructor arguments as JSON, None when one is not (see :meth:`describe`)."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(metric={self._metric!r}, mode={self._mode!r})"

@@ -26,13 +26,12 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from .libraries import missing_library, no_objective_error, no_space_error, step_seed
+
 try:
     import optuna
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "ftnb.search.optuna.OptunaSearch needs the optuna package. Fix: pip install "
-        "'ftnb[optuna]' (or pip install optuna)."
-    ) from exc
+except ImportError:  # pragma: no cover - depends on the environment
+    raise missing_library(__name__) from None
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -379,14 +378,9 @@ class OptunaSearch(Searcher):
 
     def _check_ready(self) -> None:
         if self._space is None and self._define_by_run is None:
-            raise ValueError(
-                "OptunaSearch has no search space: give it space=... or use it through "
-                "ftnb.TuneConfig(search_alg=...) with a param_space of ftnb domains.")
+            raise no_space_error("OptunaSearch")
         if not self._metric or not self._mode:
-            raise ValueError(
-                f"OptunaSearch needs a metric and a mode (got metric={self._metric!r}, "
-                f"mode={self._mode!r}). Fix: OptunaSearch(metric='loss', mode='min') or "
-                "TuneConfig(metric='loss', mode='min').")
+            raise no_objective_error("OptunaSearch", self._metric, self._mode)
 
     def _open_study(self) -> None:
         self._check_ready()
@@ -405,7 +399,7 @@ class OptunaSearch(Searcher):
             # A restored study: a sampler seeded as at the start would draw its first values
             # again (TPE's random start-up), suggesting configs twice. Seeded by the seed and
             # the trials so far: reproducible, and new.
-            seed = None if self._seed is None else (self._seed * 1_000_003 + len(trials)) % 2**32
+            seed = None if self._seed is None else step_seed(self._seed, len(trials))
             study.sampler = optuna.samplers.TPESampler(seed=seed)
         else:
             study.sampler.reseed_rng()
