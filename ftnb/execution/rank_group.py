@@ -17,13 +17,14 @@ client's lock to its end, a ``wait`` until its keys come. The training thread wa
 other ranks (``decision``, ``exchange``) while the upload thread of asynchronous checkpoints says
 or waits for the ranks' files (``shard_written``, ``shards_written``); on one client each would
 hold up the ``set`` the other's peer waits for, and the group would deadlock. So the thread that
-joined uses ``store`` (torch's process group uses it too), and any other thread gets a client of
-its own on first use, connected to the same server (:meth:`RankGroup._client`); the report path
-pays nothing for it.
+joined uses ``store``, any other thread gets a client of its own on first use, connected to the
+same server (:meth:`RankGroup._client`), and so does torch's process group, whose own threads
+(NCCL's monitor) use its client (:meth:`RankGroup.new_client`); the report path pays nothing
+for it.
 
-The process group of ``torch.distributed`` (gloo or NCCL) is built on the same store, under a
-prefix of its own (see :mod:`ftnb.train.torch_trainer`). Only torch's store is used here: no
-collective, so it works the same under any backend.
+The process group of ``torch.distributed`` (gloo or NCCL) is built on the same store, with a
+client and under a prefix of its own (see :mod:`ftnb.train.torch_trainer`). Only torch's store
+is used here: no collective, so it works the same under any backend.
 """
 
 from __future__ import annotations
@@ -80,9 +81,14 @@ class RankGroup:
         #: The client of the thread that joined (see the module docstring, "Threads").
         self.store = store
         self.timeout_s = timeout_s
-        self._connect = connect  # a new client of the same store, for another thread
+        self._connect = connect
         self._owner = threading.get_ident()
         self._clients = threading.local()
+
+    def new_client(self) -> Any:
+        """A new client of the group's store, for a user of its own (another thread, torch's
+        process group): see the module docstring, "Threads"."""
+        return self._connect()
 
     def _client(self) -> Any:
         """The calling thread's client of the group's store: ``store`` in the thread that
@@ -91,7 +97,7 @@ class RankGroup:
             return self.store
         client = getattr(self._clients, "store", None)
         if client is None:
-            client = self._clients.store = self._connect()
+            client = self._clients.store = self.new_client()
         return client
 
     @property
