@@ -12,9 +12,19 @@ group before it. The same store carries ftnb's own agreement between ranks:
   at the same iteration;
 * at the end, rank 0 waits for the others to finish before it takes the store down with it.
 
-The process group of ``torch.distributed`` (gloo or NCCL) is built on the same store, under a
-prefix of its own (see :mod:`ftnb.train.torch_trainer`). Only torch's store is used here: no
-collective, so it works the same under any backend.
+Threads: a ``TCPStore`` client is not safe for two threads at once: each call holds the
+client's lock to its end, a ``wait`` until its keys come. The training thread waits for the
+other ranks (``decision``, ``exchange``) while the upload thread of asynchronous checkpoints says
+or waits for the ranks' files (``shard_written``, ``shards_written``); on one client each would
+hold up the ``set`` the other's peer waits for, and the group would deadlock. So the thread that
+joined uses ``store``, any other thread gets a client of its own on first use, connected to the
+same server (:meth:`RankGroup._client`), and so does torch's process group, whose own threads
+(NCCL's monitor) use its client (:meth:`RankGroup.new_client`); the report path pays nothing
+for it.
+
+The process group of ``torch.distributed`` (gloo or NCCL) is built on the same store, with a
+client and under a prefix of its own (see :mod:`ftnb.train.torch_trainer`). Only torch's store
+is used here: no collective, so it works the same under any backend.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -64,10 +75,30 @@ def rank_environment(place: RankPlace, master_addr: str) -> dict[str, str]:
 class RankGroup:
     """One rank's membership of a group attempt (see the module docstring)."""
 
-    def __init__(self, place: RankPlace, store: Any, timeout_s: float) -> None:
+    def __init__(self, place: RankPlace, store: Any, timeout_s: float,
+                 connect: Callable[[], Any]) -> None:
         self.place = place
+        #: The client of the thread that joined (see the module docstring, "Threads").
         self.store = store
         self.timeout_s = timeout_s
+        self._connect = connect
+        self._owner = threading.get_ident()
+        self._clients = threading.local()
+
+    def new_client(self) -> Any:
+        """A new client of the group's store, for a user of its own (another thread, torch's
+        process group): see the module docstring, "Threads"."""
+        return self._connect()
+
+    def _client(self) -> Any:
+        """The calling thread's client of the group's store: ``store`` in the thread that
+        joined, a client of its own (made on first use) in any other."""
+        if threading.get_ident() == self._owner:
+            return self.store
+        client = getattr(self._clients, "store", None)
+        if client is None:
+            client = self._clients.store = self.new_client()
+        return client
 
     @property
     def rank(self) -> int:
@@ -97,40 +128,49 @@ class RankGroup:
             store = dist.TCPStore(addr, port, place.world_size, False, timeout=timeout)
         os.environ["MASTER_ADDR"] = addr
         os.environ["MASTER_PORT"] = str(port)
-        return cls(place, store, timeout_s)
+
+        def connect() -> Any:  # not counted among the workers the server waits for
+            return dist.TCPStore(addr, port, place.world_size, False, timeout=timeout,
+                                 wait_for_workers=False)
+
+        return cls(place, store, timeout_s, connect)
 
     # -- reports in step -------------------------------------------------------------------------
     def publish(self, iteration: int, end: Optional[str]) -> None:
         """Rank 0: the report of ``iteration`` is persisted; ``end`` names how the attempt ends
         there (None: it goes on)."""
-        self.store.set(f"{_PREFIX}report/{iteration}", json.dumps({"end": end}))
+        self._client().set(f"{_PREFIX}report/{iteration}", json.dumps({"end": end}))
 
     def decision(self, iteration: int) -> Optional[str]:
         """Any other rank: wait for rank 0 to persist the report of ``iteration``; how the
         attempt ends there (None: it goes on)."""
         key = f"{_PREFIX}report/{iteration}"
-        self.store.wait([key], _DECISION_WAIT)
-        return json.loads(self.store.get(key)).get("end")
+        store = self._client()
+        store.wait([key], _DECISION_WAIT)
+        return json.loads(store.get(key)).get("end")
 
     # -- checkpoints of several ranks (merged into one folder) -----------------------------------
     def exchange(self, iteration: int, info: Optional[dict]) -> list[Optional[dict]]:
         """Every rank: publish what this rank reports with the report of ``iteration`` (its
         checkpoint's files and name, None without one) and return every rank's, by rank."""
-        self.store.set(f"{_PREFIX}ckpt/{iteration}/{self.rank}", json.dumps(info))
+        store = self._client()
+        store.set(f"{_PREFIX}ckpt/{iteration}/{self.rank}", json.dumps(info))
         keys = [f"{_PREFIX}ckpt/{iteration}/{r}" for r in range(self.world_size)]
-        self.store.wait(keys, _DECISION_WAIT)
-        return [json.loads(self.store.get(key)) for key in keys]
+        store.wait(keys, _DECISION_WAIT)
+        return [json.loads(store.get(key)) for key in keys]
 
     def shard_written(self, iteration: int, error: Optional[str]) -> None:
         """This rank's files of the checkpoint of ``iteration`` are in storage (or ``error``)."""
-        self.store.set(f"{_PREFIX}shard/{iteration}/{self.rank}", json.dumps({"error": error}))
+        self._client().set(f"{_PREFIX}shard/{iteration}/{self.rank}",
+                           json.dumps({"error": error}))
 
     def shards_written(self, iteration: int, ranks: list[int]) -> list[str]:
         """Rank 0: wait until ``ranks`` wrote their files of that checkpoint; their errors."""
         keys = [f"{_PREFIX}shard/{iteration}/{r}" for r in ranks]
+        store = self._client()
         if keys:
-            self.store.wait(keys, _DECISION_WAIT)
-        errors = [json.loads(self.store.get(key)).get("error") for key in keys]
+            store.wait(keys, _DECISION_WAIT)
+        errors = [json.loads(store.get(key)).get("error") for key in keys]
         return [f"rank {r}: {e}" for r, e in zip(ranks, errors) if e]
 
     # -- the end -------------------------------------------------------------------------------
@@ -138,12 +178,13 @@ class RankGroup:
         """This rank's trainable returned. Rank 0 serves the store, so it waits (up to the
         collective timeout) for the others to be done with it before it leaves."""
         try:
-            done = self.store.add(f"{_PREFIX}done", 1)
+            store = self._client()
+            done = store.add(f"{_PREFIX}done", 1)
             if self.place.rank != 0:
                 return
             deadline = time.monotonic() + self.timeout_s
             while done < self.place.world_size and time.monotonic() < deadline:
                 time.sleep(0.01)
-                done = self.store.add(f"{_PREFIX}done", 0)
+                done = store.add(f"{_PREFIX}done", 0)
         except Exception:  # a peer failed: the executor ends the group, nothing to wait for
             pass

@@ -123,7 +123,8 @@ class WorkerLoop:
         if gpu:
             torch.cuda.set_device(0)  # each rank sees only its own GPU
         if session.group is not None:
-            store = dist.PrefixStore("torch/", session.group.store)
+            # a client of its own: ftnb's waits on the group's client would hold up torch's
+            store = dist.PrefixStore("torch/", session.group.new_client())
         else:
             store = dist.HashStore()
         dist.init_process_group(
