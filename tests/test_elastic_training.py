@@ -23,10 +23,15 @@ pytestmark = [pytest.mark.timeout(300),
 
 def shrink_then_grow(config):
     """Checkpoints every step. Rank 1 of the first 3-rank group SIGKILLs itself at step 2;
-    the loop ends after two steps at full size following a shrink. Each rank writes its dataset
-    shard and world size per step to config["out"]."""
+    the loop ends after two steps at full size following a shrink (or, as a safety net, when
+    two minutes have passed: the test then fails on the missing growth). Each rank writes its
+    dataset shard and world size per step to config["out"].
+
+    The safety net is a deadline, not a step count: on a fast machine 200 steps at size 2 ended
+    before the resize monitor's first look (1 s), and the group never grew back."""
     import signal
     import tempfile
+    import time
 
     import torch
     import torch.distributed as dist
@@ -39,6 +44,7 @@ def shrink_then_grow(config):
         with checkpoint.as_directory() as folder:
             state = json.load(open(os.path.join(folder, "state.json")))
     shard = list(ftnb.get_dataset_shard("train"))
+    deadline = time.monotonic() + config.get("deadline_s", 120)
     while True:
         total = torch.ones(1)
         dist.all_reduce(total)
@@ -56,8 +62,10 @@ def shrink_then_grow(config):
             json.dump(state, f)
         ftnb.report({"step": state["step"] - 1, "size": size},
                     checkpoint=ftnb.Checkpoint.from_directory(folder))
-        if state["full_after"] >= 2 or state["step"] > 200:
+        if state["full_after"] >= 2 or time.monotonic() > deadline:
             return
+        if state["shrunk"] and size < 3:
+            time.sleep(0.02)  # a step of real work; keeps the checkpoints few while it waits
 
 
 def _trial_dir(experiment):
