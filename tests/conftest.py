@@ -754,6 +754,7 @@ _UNIT_TIER: dict[str, _TierSelection] = {
         "test_files_of_a_killed_owner_are_swept_by_the_next_put",
         "test_the_objects_of_a_killed_trial_are_freed_before_its_retry",
         "test_a_large_plain_value_in_the_space_is_shared_not_copied_and_resumes",
+        "test_refs_in_a_grid_reach_the_trials_and_are_bound_again_on_resume",
         "test_import_stays_light"),
     "test_oom_kills.py": ONLY("test_the_kernel_log_names_the_process_it_killed",
                               "test_no_record_no_oom", "test_a_cgroup_counts_its_own_oom_kills",

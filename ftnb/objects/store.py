@@ -290,8 +290,16 @@ def get(ref: ObjectRef) -> Any:
     Memoized per process: calling ``get`` twice with the same ref returns the same object.
     Arrays and tensors are writable; writes stay private to the process (copy-on-write).
     Raises :class:`ObjectUnavailableError` when the file is gone (its owner exited).
+
+    A trial's config holds objects, not refs (its refs are resolved before the trainable
+    runs), so ``get`` of an object this process got from a ref returns that object: a Ray
+    script's ``ray.get(config["model_ref"])`` works as ``ftnb.get(config["model_ref"])``.
+    Anything else that is not a ref is refused (by identity: an equal copy is refused too).
     """
     if not isinstance(ref, ObjectRef):
+        with _loaded_lock:
+            if any(obj is ref for obj in _loaded.values()):
+                return ref
         hint = " (a placeholder from a state file)" if is_placeholder(ref) else ""
         raise TypeError(
             f"ftnb.get() needs the ObjectRef returned by ftnb.put(); got "
