@@ -20,26 +20,14 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import tempfile
 import time
 
 import ftnb
+from ftnb.wording import ftnb_command
 
-
-def _ftnb_command() -> str:
-    """How to run the ``ftnb`` command of this Python: ``ftnb`` when the one on PATH is this
-    environment's (an activated venv), else this interpreter's ``-m ftnb`` (the README runs
-    ``.venv/bin/python examples/demo.py`` without activating the venv)."""
-    found = shutil.which("ftnb")
-    here = os.path.dirname(os.path.abspath(sys.executable))
-    if found and os.path.dirname(os.path.abspath(found)) == here:
-        return "ftnb"
-    python = os.path.relpath(sys.executable) if not os.path.relpath(
-        sys.executable).startswith("..") else sys.executable
-    return f"{shlex.quote(python)} -m ftnb"
 
 SABOTAGE = {
     0: None,
@@ -124,7 +112,7 @@ def main() -> int:
     for error in results.errors:
         print(f"  {error}")
     print(f"\nEverything is in {results.experiment_path}; try: "
-          f"{_ftnb_command()} status {shlex.quote(results.experiment_path)}")
+          f"{ftnb_command()} status {shlex.quote(results.experiment_path)}")
     # The demo succeeds when every survivable failure was survived and exactly the two
     # hopeless trials (the deterministic bug and the one past its budget) are ERRORED.
     expected_errors = 2

@@ -30,6 +30,7 @@ from .core.records import FINISHED_STATUSES, ExperimentState, ExperimentStatus, 
 from .input_checks import keywords_after
 from .storage import ExperimentPaths, Storage, default_storage_path
 from .ui import read_model
+from .wording import ftnb_command
 
 __all__ = ["DriverSilentError", "ExperimentHandle", "ExperimentNotFoundError", "attach", "launch"]
 
@@ -215,7 +216,7 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
         where = "in that folder" if paths.name != text else f"named {text!r} under {root}"
         raise ExperimentNotFoundError(
             f"No ftnb experiment {where} ({paths.uri}). Fix: check the name or path; `%ftls` "
-            f"(or `ftnb ls {root}`) lists the experiments under a storage path."
+            f"(or `{ftnb_command()} ls {root}`) lists the experiments under a storage path."
         )
     return ExperimentHandle(paths)
 

@@ -1,6 +1,6 @@
 """The documentation site builds with no warning (warnings are errors, every cross-reference and
-internal link must resolve), and every Python block in the README and the docs is either run by
-a named test or marked as not runnable, with why.
+internal link must resolve), and every Python and shell block in the README and the docs is
+either run by a named test (or by .ci/run) or marked as not runnable, with why.
 
 Build it by hand: ``.venv/bin/sphinx-build -W --keep-going -n -b html docs docs/_build/html``.
 """
@@ -19,10 +19,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
-# The line right above a ```python block says what happens to it: run by a test
-# (<!-- run: tests/test_readme.py -->) or not run, and why (<!-- not run: needs a Ray cluster -->).
-# A block that starts processes is run in a subprocess: <!-- run: tests/test_docs.py, alone -->.
-_MARK = re.compile(r"<!-- (run: (?P<test>tests/\S+\.py)(, alone)?|not run: (?P<why>.{10,})) -->")
+# The line right above a ```python or ```bash block says what happens to it: run by a test
+# (<!-- run: tests/test_readme.py -->, or <!-- run: .ci/run --> for the README's two commands) or
+# not run, and why (<!-- not run: needs a Ray cluster -->). A Python block that starts processes
+# is run in a subprocess: <!-- run: tests/test_docs.py, alone -->.
+_MARK = re.compile(
+    r"<!-- (run: (?P<test>tests/\S+\.py|\.ci/run)(, alone)?|not run: (?P<why>.{10,})) -->")
+_BLOCKS = ("```python", "```bash")
 
 
 def _pages() -> list[pathlib.Path]:
@@ -32,12 +35,12 @@ def _pages() -> list[pathlib.Path]:
     return pages
 
 
-def test_every_python_block_is_run_or_says_why_not():
+def test_every_python_and_shell_block_is_run_or_says_why_not():
     unmarked, missing = [], []
     for page in _pages():
         lines = page.read_text().splitlines()
         for number, line in enumerate(lines):
-            if line.strip() != "```python":
+            if line.strip() not in _BLOCKS:
                 continue
             mark = _MARK.search(lines[number - 1]) if number else None
             where = f"{page.relative_to(ROOT)}:{number + 1}"
@@ -46,7 +49,7 @@ def test_every_python_block_is_run_or_says_why_not():
             elif mark["test"] and not (ROOT / mark["test"]).is_file():
                 missing.append(f"{where} names {mark['test']}, which does not exist")
     assert not unmarked, (
-        "Python blocks with no mark on the line above: add <!-- run: tests/test_x.py --> (and "
+        "Python and shell blocks with no mark on the line above: add <!-- run: tests/test_x.py --> (and "
         "run it there) or <!-- not run: why -->:\n" + "\n".join(unmarked))
     assert not missing, "\n".join(missing)
 
@@ -80,6 +83,15 @@ def test_the_docs_build_with_no_warning(tmp_path):
     assert "%ftrun" in (out / "reference" / "magics.html").read_text()
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert (out / "tutorials" / f"{notebook.stem}.html").is_file(), notebook.name
+
+
+def test_the_readmes_docs_build_command_is_the_one_this_module_runs():
+    """The README's shell block marked for this module builds the docs as
+    test_the_docs_build_with_no_warning does: warnings are errors, nitpicky, every page."""
+    blocks = re.findall(r"<!-- run: tests/test_docs\.py -->\n```bash\n(.*?)```",
+                        (ROOT / "README.md").read_text(), flags=re.S)
+    assert len(blocks) == 1, blocks
+    assert "sphinx-build -W --keep-going -n -b html docs docs/_build/html" in blocks[0]
 
 
 def test_the_blocks_marked_for_this_module_run(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..core.records import ExperimentStatus, TrialStatus
 from ..run_options import CommandSpec, amount, opt, storage_option, target_option
-from ..wording import plural
+from ..wording import ftnb_command, plural
 from .exits import EXIT_ERRORED, EXIT_OK, CliError, one_line
 from .output import print_json
 from .running import CLI
@@ -107,7 +107,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     elif args.wait:
         print(f"ftnb: stopped {handle.name} ({status}); resume it with: {resume}", file=out)
     else:
-        print(f"ftnb: asked {handle.name} to stop (`ftnb watch {handle.name}` shows when it "
+        print(f"ftnb: asked {handle.name} to stop (`{ftnb_command()} watch {handle.name}` shows when it "
               "has)", file=out)
     return EXIT_OK
 
@@ -207,7 +207,7 @@ def _refuse_live(handle: Any, owner: Any) -> None:
     if owner is not None:
         raise CliError(
             f"ftnb rm: experiment {handle.name!r} is running (pid {owner.pid} on {owner.host}); "
-            f"not removed. Fix: stop it first: ftnb stop {handle.name}"
+            f"not removed. Fix: stop it first: {ftnb_command()} stop {handle.name}"
         )
 
 

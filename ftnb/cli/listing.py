@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..core.records import ExperimentState, ExperimentStatus, StateFormatError, TrialStatus
 from ..storage import STATE_BACKUP_FILE, STATE_FILE, ExperimentPaths, Storage, default_storage_path
+from ..wording import ftnb_command
 from .exits import EXIT_OK, CliError, describe, one_line
 from .output import columns, local_time, print_json
 
@@ -88,7 +89,7 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False,
     if found == "experiment":
         # The path is itself an experiment: show it rather than "nothing here".
         print(
-            f"note: {where} is itself an experiment folder; `ftnb status {where}` shows its "
+            f"note: {where} is itself an experiment folder; `{ftnb_command()} status {where}` shows its "
             "trials",
             file=sys.stderr,
         )
@@ -121,7 +122,7 @@ def list_experiments(given: Optional[str] = None, *, as_json: bool = False,
         for e in supervised:  # where each running one runs
             print(f"{e.name}: {e.supervisor}")
         for e in silent:
-            print(f"{e.name}: {_silence(e.driver_silent_s, e.driver_dead_in_s)}; `ftnb status "
+            print(f"{e.name}: {_silence(e.driver_silent_s, e.driver_dead_in_s)}; `{ftnb_command()} status "
                   f"{e.name}` says how to take it over now")
     if broken:
         print()
@@ -303,7 +304,7 @@ def find_experiment(target: str, storage_path: Optional[str] = None) -> Experime
     close = difflib.get_close_matches(target, location.names if location.found is Found.STORAGE
                                       else [], n=1)
     guess = f" Did you mean {close[0]!r}?" if close else ""
-    raise CliError(f"no experiment named {target!r} under {shown}.{guess} Fix: `ftnb ls "
+    raise CliError(f"no experiment named {target!r} under {shown}.{guess} Fix: `{ftnb_command()} ls "
                    f"{where}` lists them; give another storage with --storage PATH, or the "
                    "experiment's folder")
 
@@ -331,13 +332,13 @@ def _find_at(where: str) -> ExperimentPaths:
         first = ExperimentPaths.of(location.storage, experiments[0], where)  # as written
         raise CliError(
             f"{where} has no {STATE_FILE}: it is a storage folder holding "
-            f"{len(experiments)} {plural} ({some}). Fix: `ftnb ls {where}` lists them; "
-            f"`ftnb status {first.dir}` shows one"
+            f"{len(experiments)} {plural} ({some}). Fix: `{ftnb_command()} ls {where}` lists them; "
+            f"`{ftnb_command()} status {first.dir}` shows one"
         )
     if found is Found.TRIAL:
         shown = where.rstrip("/").rsplit("/", 1)[0] if "/" in where.rstrip("/") else "."
         raise CliError(
-            f"{where} is a trial folder, not an experiment folder. Fix: `ftnb status {shown}` "
+            f"{where} is a trial folder, not an experiment folder. Fix: `{ftnb_command()} status {shown}` "
             "shows the experiment it belongs to"
         )
     names = location.names

@@ -39,6 +39,7 @@ from ..storage.control import STOP_EXPERIMENT, STOP_TRIAL, send_request
 from ..storage.lease import live_lease
 from ..ui import read_model
 from ..ui.read_model import DriverStatus, ResumeContext
+from ..wording import ftnb_command
 
 __all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "code_refusal", "resume",
            "resume_plan", "stop_experiment", "stop_trial"]
@@ -135,7 +136,7 @@ def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
             f"its own folders ({', '.join(code_folders) or 'none'}) and belonging to its user: "
             "anyone who can write an experiment's state could name other code. Fix: check "
             f"that file, then resume it from a terminal, which says which file it imports "
-            f"and warns when it changed: ftnb resume {paths.uri}"
+            f"and warns when it changed: {ftnb_command()} resume {paths.uri}"
             + (" --takeover" if takeover else "")), line)
     trainable = origin.get("trainable") or state.trainable.rsplit(".", 1)[-1]
     if origin:
@@ -145,7 +146,7 @@ def resume_plan(paths: ExperimentPaths, state: ExperimentState, status: str,
     else:
         reason = (f"it was run by a script (Tuner.fit() or ftnb.run), which records no place "
                   f"to import its trainable ({trainable!r}) from. Fix: resume it where that "
-                  f"code is: {line}, or from a terminal: ftnb resume {paths.uri} --trainable "
+                  f"code is: {line}, or from a terminal: {ftnb_command()} resume {paths.uri} --trainable "
                   f"FILE.py:{trainable}" + (" --takeover" if takeover else ""))
     return ResumePlan(False, reason, line)
 

@@ -65,6 +65,7 @@ from typing import Any, Optional
 
 from ..system.processes import command_line, host_id, is_stopped, pid_start_time, process_state
 from . import LEASE_FILE, ExperimentPaths, is_transient
+from ..wording import ftnb_command
 
 __all__ = [
     "ExperimentLockedError",
@@ -315,7 +316,7 @@ def refuse_takeover_of_live_driver(paths: ExperimentPaths, current: Optional[Lea
             f"Cannot {what} the experiment at {paths.uri}: its driver ({current.describe()}) "
             f"is alive on this machine: {verdict.why}. A takeover is for a driver whose death "
             "cannot be proven (its machine or container is gone, or it is stopped). Fix: stop "
-            f"it (`ftnb stop {paths.uri}`), or kill {current.pid} if it hangs, then resume."
+            f"it (`{ftnb_command()} stop {paths.uri}`), or kill {current.pid} if it hangs, then resume."
         )
 
 
@@ -542,7 +543,7 @@ def _locked_message(paths: ExperimentPaths, current: LeaseInfo, why: str, what: 
     return (
         f"Cannot {what} the experiment at {paths.uri}: it is being run by another driver "
         f"({current.describe()}); {why}. Two drivers must never run one experiment at once. "
-        "Fix: wait for it to finish (or stop it), watch it with `ftnb status "
+        f"Fix: wait for it to finish (or stop it), watch it with `{ftnb_command()} status "
         f"{paths.uri}`, or, if you know that driver is gone (its machine died), take it over "
         "with Tuner.restore(path, trainable, takeover=True) or ftnb.run(..., takeover=True)."
     )

@@ -13,6 +13,7 @@ from typing import Optional
 
 from ..core.records import ExperimentState
 from ..storage import ExperimentPaths, default_storage_path
+from ..wording import ftnb_command
 from .location import same_storage_path
 
 __all__ = ["ResumeContext", "ftnb_magics_loaded", "resume_line", "resuming_line",
@@ -49,7 +50,7 @@ def resume_line(paths: ExperimentPaths, state: ExperimentState,
     keyword = ", takeover=True" if takeover else ""
     origin = state.settings.get("origin")
     if isinstance(origin, dict) and origin.get("via") == "cli":
-        return f"ftnb resume {shlex.quote(_reference(paths, state))}{flag}"
+        return f"{ftnb_command()} resume {shlex.quote(_reference(paths, state))}{flag}"
     if context is None:
         context = ResumeContext.MAGICS if ftnb_magics_loaded() else ResumeContext.PYTHON
     if origin and context is ResumeContext.MAGICS:
