@@ -572,3 +572,16 @@ def test_stop_function_with_wrong_signature_is_refused(tmp_path):
     ftnb.RunConfig(stop=lambda trial_id, result, *rest: False)
     results = _run(tmp_path, _reports_loss, run={"stop": lambda *args: True})
     assert [r["training_iteration"] for r in results[0].rows] == [1]
+
+
+def test_attach_of_an_unknown_name_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
+    from ftnb.handle import ExperimentNotFoundError
+
+    with pytest.raises(ExperimentNotFoundError) as info:
+        ftnb.attach("nope", storage_path=str(tmp_path))
+    message = str(info.value)
+    assert message.startswith(f"No ftnb experiment named 'nope' under {tmp_path} (")
+    assert f"`ftnb ls {tmp_path}` lists them" in message
+    assert "give the storage path it is under (storage_path=..., --storage)" in message
+    # Not `%ftls`: in a notebook the magics may list another storage path than this one.
+    assert "%ftls" not in message
