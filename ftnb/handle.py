@@ -213,11 +213,16 @@ def attach(name_or_path: Any, *, storage_path: Optional[str] = None,
     root = storage_path or default_storage_path()
     paths = read_model.experiment_paths(text, root, storage_filesystem)
     if not paths.has_state():
-        where = "in that folder" if paths.name != text else f"named {text!r} under {root}"
+        if paths.name != text:
+            raise ExperimentNotFoundError(
+                f"No ftnb experiment in that folder ({paths.uri}). Fix: check the path; "
+                f"`{ftnb_command()} ls FOLDER` (or `%ftls FOLDER`) lists the experiments under a "
+                "storage path.")
+        # (Not `%ftls`: a notebook's magics may list another storage path.)
         raise ExperimentNotFoundError(
-            f"No ftnb experiment {where} ({paths.uri}). Fix: check the name or path; `%ftls` "
-            f"(or `{ftnb_command()} ls {root}`) lists the experiments under a storage path."
-        )
+            f"No ftnb experiment named {text!r} under {root} ({paths.uri}). Fix: check the "
+            f"name (`{ftnb_command()} ls {root}` lists them), or give the storage path it is "
+            "under (storage_path=..., --storage).")
     return ExperimentHandle(paths)
 
 

@@ -92,6 +92,7 @@ class TrialSession:
         stop: Union[Mapping[str, float], Callable[[str, dict], bool], None],
         checkpoint_score_attribute: Optional[str],
         metric: Optional[str] = None,
+        ranked_metrics: tuple = (),
         fence: Any = None,
         group: Any = None,
         decision_points: Any = None,
@@ -115,6 +116,8 @@ class TrialSession:
         self.checkpoint_score_attribute = checkpoint_score_attribute
         # TuneConfig.metric, checked against the first report; None once checked (or unset).
         self.metric_to_check = metric
+        #: ``(metric, who ranks by it)`` pairs: text values of these fail at any report.
+        self.ranked_metrics = tuple(ranked_metrics)
         self.fence = fence
         #: The attempt's :class:`~ftnb.execution.rank_group.RankGroup` when it is a group.
         self.group = group
@@ -362,6 +365,8 @@ class TrialSession:
     def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[AttemptEnd]:
         """Whether the attempt ends at this report, and how (None: it goes on). Raises
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
+        for metric, ranker in self.ranked_metrics:
+            _check_metric_is_no_text(metric, ranker, row)
         if self.metric_to_check is not None:
             metric, self.metric_to_check = self.metric_to_check, None
             _check_metric_reported(metric, row)
@@ -420,15 +425,21 @@ class TrialSession:
 LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
 
+def _check_metric_is_no_text(metric: str, ranker: str, row: dict) -> None:
+    """Raise a UsageError when ``row`` gives ``metric``, which ``ranker`` ranks the trials by,
+    as text (only numbers can rank; other metrics may hold any value)."""
+    value = row[metric] if metric in row else metric_value(row, metric)
+    if isinstance(value, str):
+        raise UsageError(
+            f"{ranker} ranks the trials, but this trainable reports it as text "
+            f"({value[:60]!r}), not a number. Fix: report a number (e.g. float(...)), or "
+            "rank by another metric (other metrics may hold any value).")
+
+
 def _check_metric_reported(metric: str, row: dict) -> None:
     """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report, or
     is text there (it ranks the trials: only numbers can)."""
-    value = metric_value(row, metric)
-    if isinstance(value, str):
-        raise UsageError(
-            f"TuneConfig(metric={metric!r}) ranks the trials, but this trainable reports it as "
-            f"text ({value[:60]!r}), not a number. Fix: report a number (e.g. float(...)), or "
-            "rank by another metric (other metrics may hold any value).")
+    _check_metric_is_no_text(metric, f"TuneConfig(metric={metric!r})", row)
     flat = flatten_row(row)
     if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":
         return

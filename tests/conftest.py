@@ -663,7 +663,11 @@ _UNIT_TIER: dict[str, _TierSelection] = {
     "test_any_fsspec_filesystem.py": ALL_BUT("test_fit_and_restore_through_the_filesystem"),
     "test_attempt_guard.py": ALL,
     "test_bad_input.py": ALL_BUT(
-        "test_bad_report_is_a_usage_error_not_retried", "test_existing_experiment_is_not_mixed",
+        "test_bad_report_is_a_usage_error_not_retried",
+        "test_a_yielded_value_that_is_not_a_dict_is_a_usage_error",
+        "test_a_generator_trainable_reports_each_yielded_dict",
+        "test_a_value_returned_after_reports_is_a_warning_in_the_trial_output",
+        "test_existing_experiment_is_not_mixed",
         "test_state_file_fallback_and_newer_version",
         "test_metric_not_reported_is_named_at_the_first_report",
         "test_reported_metric_passes_and_ray_switch_allows_a_late_one",

@@ -167,6 +167,47 @@ def test_bad_report_is_a_usage_error_not_retried(tmp_path, trainable, pattern):
     assert len(state.trials[0].attempts) == 1
 
 
+def _yield_a_value(config):
+    yield 0.25  # Ray reports it as '_metric'; ftnb asks for a named metric
+
+
+def test_a_yielded_value_that_is_not_a_dict_is_a_usage_error(tmp_path):
+    results = _run(tmp_path, _yield_a_value)
+    (error,) = results.errors
+    assert error.kind == "usage"
+    assert "_yield_a_value yielded float 0.25, not a dict of metrics" in error.message
+    assert "Fix: yield a dict (yield {'score': value})" in error.message
+
+
+def _yield_reports(config):
+    for step in range(3):
+        yield {"loss": 1.0 / (step + 1)}  # Ray's generator trainables: each yield is a report
+
+
+def test_a_generator_trainable_reports_each_yielded_dict(tmp_path):
+    results = _run(tmp_path, _yield_reports, tune_config=ftnb.TuneConfig(metric="loss", mode="min"))
+    assert not results.errors
+    (result,) = results
+    assert result.metrics["training_iteration"] == 3
+    assert result.metrics["loss"] == pytest.approx(1 / 3)
+
+
+def _reports_then_returns(config):
+    ftnb.report({"loss": 2.0})
+    return 0.5
+
+
+def test_a_value_returned_after_reports_is_a_warning_in_the_trial_output(tmp_path):
+    results = _run(tmp_path, _reports_then_returns)
+    assert not results.errors
+    (result,) = results
+    assert result.metrics["loss"] == 2.0 and result.metrics["training_iteration"] == 1
+    with open(os.path.join(result.path, "stderr")) as f:
+        said = f.read()
+    assert ("ftnb: warning: _reports_then_returns returned float 0.5, not a dict of metrics, so "
+            "it is not kept. Fix: return a dict (return {'score': value})") in said
+
+
 def test_storage_path_not_writable(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
@@ -531,3 +572,16 @@ def test_stop_function_with_wrong_signature_is_refused(tmp_path):
     ftnb.RunConfig(stop=lambda trial_id, result, *rest: False)
     results = _run(tmp_path, _reports_loss, run={"stop": lambda *args: True})
     assert [r["training_iteration"] for r in results[0].rows] == [1]
+
+
+def test_attach_of_an_unknown_name_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
+    from ftnb.handle import ExperimentNotFoundError
+
+    with pytest.raises(ExperimentNotFoundError) as info:
+        ftnb.attach("nope", storage_path=str(tmp_path))
+    message = str(info.value)
+    assert message.startswith(f"No ftnb experiment named 'nope' under {tmp_path} (")
+    assert f"`ftnb ls {tmp_path}` lists them" in message
+    assert "give the storage path it is under (storage_path=..., --storage)" in message
+    # Not `%ftls`: in a notebook the magics may list another storage path than this one.
+    assert "%ftls" not in message

@@ -234,8 +234,9 @@ def test_a_deleted_trial_folder_starts_over_and_says_why(tmp_path):
             "(deleted?), and its results and checkpoints with it.") in out, out
     assert f"trial {trial.name} (attempt 2) from scratch (its folder was missing)" in out, out
     assert "none of its checkpoints is intact" not in out
-    # The resumed run reads as the same experiment going on, not a new one.
-    assert "ftnb: resuming experiment dmg (4 trials: " in out and "experiment dmg with" not in out
+    # The resumed run reads as the same experiment going on, not a new one, and says so once.
+    assert out.count("ftnb: resuming experiment") == 1, out
+    assert f"ftnb: resuming experiment 'dmg' at {exp} (" in out and "experiment dmg with" not in out
     state = _assert_every_iteration_once(exp)
     assert [e["trial_id"] for e in _recoveries(state, "started_over")] == [trial.name]
 

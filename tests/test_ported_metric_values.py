@@ -87,12 +87,41 @@ def _text_metric(config):
     ftnb.report({"acc": "high"})
 
 
-def test_a_ranked_metric_reported_as_text_is_a_clear_error(tmp_path):
+def _usage_error(tmp_path, trainable, name, **tune):
+    """Run ``trainable`` in one trial; its one error, a usage error; and the results."""
     results = ftnb.Tuner(
-        _text_metric, tune_config=ftnb.TuneConfig(metric="acc", mode="max"),
-        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="text", verbose=0),
+        trainable, tune_config=ftnb.TuneConfig(**tune),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name=name, verbose=0),
     ).fit()
     (error,) = results.errors
     assert error.kind == "usage"
-    assert "TuneConfig(metric='acc') ranks the trials" in error.message
-    assert "'high'" in error.message and "Fix" in error.message
+    return error.message, results
+
+
+def test_a_ranked_metric_reported_as_text_is_a_clear_error(tmp_path):
+    message, _ = _usage_error(tmp_path, _text_metric, "text", metric="acc", mode="max")
+    assert "TuneConfig(metric='acc') ranks the trials" in message
+    assert "'high'" in message and "Fix" in message
+
+
+def _text_later(config):
+    ftnb.report({"acc": 0.5, "note": "fine"})
+    ftnb.report({"acc": "high", "note": "any value"})
+    ftnb.report({"acc": 0.9})
+
+
+def test_a_ranked_metric_reported_as_text_later_is_the_same_clear_error(tmp_path):
+    message, results = _usage_error(tmp_path, _text_later, "later", metric="acc", mode="max")
+    assert "TuneConfig(metric='acc') ranks the trials" in message
+    assert "'high'" in message and "Fix: report a number" in message
+    (result,) = results
+    assert result.metrics["training_iteration"] == 2  # it ended at the text report, persisted
+
+
+def test_a_metric_only_a_scheduler_ranks_by_is_checked_too(tmp_path):
+    from ftnb.schedulers import ASHAScheduler
+
+    message, _ = _usage_error(tmp_path, _text_metric, "sched",
+                              scheduler=ASHAScheduler(metric="acc", mode="max"))
+    assert "ASHAScheduler(metric='acc') ranks the trials" in message
+    assert "'high'" in message

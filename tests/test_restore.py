@@ -429,3 +429,24 @@ def test_an_experiment_saved_in_format_1_restores(killed_matrix, tmp_path):
     assert saved["format_version"] == FORMAT_VERSION == 2
     assert [r["training_iteration"] for r in result_rows(case_dirs(str(exp))["running"])] == [
         1, 2, 3, 4, 5, 6]
+
+
+def test_a_restore_says_it_resumes_once():
+    """A restore's terminal table says "resuming experiment" unless the run's caller did
+    (ftnb.run, ftnb run/resume, %ftrun print their own line first): one line, not two."""
+    import io
+
+    from ftnb.core.records import TrialRecord
+    from ftnb.ui.terminal import TerminalReporter
+
+    state = ExperimentState(name="again", trainable="t", trials=[
+        TrialRecord("a_00000", "d0", {}, status="TERMINATED"),
+        TrialRecord("a_00001", "d1", {}, status="PAUSED")])
+    state.driver_sessions = [{"pid": 1}, {"pid": 2}]  # the second driver: a restore
+    out = io.StringIO()
+    TerminalReporter(stream=out, path="/s/again").on_experiment_start(state)
+    assert out.getvalue() == (
+        "ftnb: resuming experiment again (2 trials: 1 done, 1 to run) -> /s/again\n")
+    out = io.StringIO()
+    TerminalReporter(stream=out, path="/s/again", resume_announced=True).on_experiment_start(state)
+    assert out.getvalue() == ""

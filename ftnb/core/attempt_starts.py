@@ -228,4 +228,21 @@ class AttemptStarts:
             collective_timeout_s=c.collective_timeout_s,
             decision_points=c.scheduling.decision_points(trial),
             storage_wait_s=c.failure_config.storage_wait_s,
+            ranked_metrics=self.ranked_metrics(),
         )
+
+    def ranked_metrics(self) -> tuple[tuple[str, str], ...]:
+        """The metrics that rank the trials, each with who ranks by it: TuneConfig's, the
+        scheduler's, the searcher's (a multi-objective one's each); each metric once."""
+        c = self.controller
+        named: dict[str, str] = {}
+        metric = c.state.settings.get("metric")
+        if isinstance(metric, str):
+            named[metric] = f"TuneConfig(metric={metric!r})"
+        searcher = getattr(c.search, "searcher", None)
+        for ranker in (c.scheduler, searcher):
+            metrics = getattr(ranker, "metric", None)
+            for one in [metrics] if isinstance(metrics, str) else (metrics or []):
+                if isinstance(one, str):
+                    named.setdefault(one, f"{type(ranker).__name__}(metric={one!r})")
+        return tuple(named.items())

@@ -80,6 +80,47 @@ def _returned_not_reported(trainable: Any, returned: Any) -> str:
             "(return {'score': value}).")
 
 
+def _report_returned(trainable: Any, returned: Any, session: "TrialSession") -> None:
+    """What Ray's function API does with what a trainable returned or yielded: a dict is
+    reported (a returned one is the final result); a generator's yields are reports, one by one.
+    A value that is no dict is an error when nothing was reported (the trial would have no
+    metrics) and a warning after reports (the value is not kept)."""
+    import inspect
+
+    from .. import session as session_mod
+
+    if inspect.isgenerator(returned):
+        for value in returned:  # Ray's `yield {...}` trainables
+            if isinstance(value, dict):
+                if value:
+                    session.report(value)
+            elif value is not None:
+                raise session_mod.UsageError(_not_a_dict(trainable, value, "yielded"))
+        return
+    if isinstance(returned, dict):
+        if returned:
+            session.report(returned)  # Ray's function API: a returned dict is the final result
+        return
+    if returned is None or session.group is not None:
+        return
+    if session.iteration == 0:
+        raise session_mod.UsageError(_returned_not_reported(trainable, returned))
+    print(f"ftnb: warning: {_not_a_dict(trainable, returned, 'returned')}", file=sys.stderr,
+          flush=True)
+
+
+def _not_a_dict(trainable: Any, value: Any, verb: str) -> str:
+    """The message of a trainable that ``verb`` ("returned" or "yielded") a value that is not
+    a dict of metrics (Ray reports a number as ``_metric``; ftnb asks for a name)."""
+    name = getattr(trainable, "__name__", "the trainable")
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    word = {"returned": "return", "yielded": "yield"}[verb]
+    return (f"{name} {verb} {type(value).__name__} {shown}, not a dict of metrics, so it is not "
+            f"kept. Fix: {word} a dict ({word} {{'score': value}}), or ftnb.report({{'score': "
+            "value}).")
+
+
 def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
                 this_thread_only: bool = False, guard: Optional[WriteGuard] = None,
                 on_session: Optional[Callable[["TrialSession"], None]] = None,
@@ -192,6 +233,7 @@ def _attempt_session(spec: AttemptSpec, channel: AttemptChannel, rank: int,
         stop=spec.stop,
         checkpoint_score_attribute=spec.checkpoint_score_attribute,
         metric=spec.metric,
+        ranked_metrics=spec.ranked_metrics,
         fence=fences[0] if len(fences) == 1 else (_AllFences(fences) if fences else None),
         group=group,
         decision_points=spec.decision_points,
@@ -215,11 +257,7 @@ def _run_trainable(spec: AttemptSpec, channel: AttemptChannel, session: "TrialSe
     ids = (spec.trial_id, spec.attempt)
     group = session.group
     try:
-        returned = spec.trainable(config)
-        if isinstance(returned, dict) and returned:
-            session.report(returned)  # Ray's function API: a returned dict is the final result
-        elif returned is not None and session.iteration == 0 and session.group is None:
-            raise session_mod.UsageError(_returned_not_reported(spec.trainable, returned))
+        _report_returned(spec.trainable, spec.trainable(config), session)
         session.finish_uploads()  # the attempt ends once its asynchronous checkpoints are whole
         return "finished", EXIT_OK
     except session_mod.AttemptEnd as end:

@@ -195,6 +195,10 @@ class AttemptSpec:
     #: How long a report waits for storage that refused its write (full, read-only, denied)
     #: to take it (FailureConfig(storage_wait_s)); None: it raises at once.
     storage_wait_s: Optional[float] = None
+    #: The metrics that rank the trials, each with who ranks by it (``("loss",
+    #: "ASHAScheduler(metric='loss')")``): TuneConfig's, the scheduler's, the searcher's. A
+    #: report that gives one of them as text is a usage error (only numbers can rank).
+    ranked_metrics: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,9 @@ def _listeners(experiment: RunnableExperiment, paths: ExperimentPaths) -> tuple[
     rc, tc = experiment.run_config, experiment.tune_config
     listeners = list(experiment.listeners)
     if rc.verbose:
-        listeners.append(TerminalReporter(rc.verbose, path=paths.uri))
+        listeners.append(TerminalReporter(
+            rc.verbose, path=paths.uri,
+            resume_announced=getattr(experiment, "resume_announced", False)))
     if rc.callbacks:
         from ..callback import CallbackListener
 

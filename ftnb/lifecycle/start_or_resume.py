@@ -106,6 +106,8 @@ def start_or_resume(
             if rc.callbacks:  # never stored: given again with the same RunConfig
                 run.run_config = dataclasses.replace(run.run_config, callbacks=rc.callbacks)
             run.resumes_by_name = caller  # type: ignore[attr-defined]
+            # Its caller prints ``line``: the terminal table's own resume line would repeat it.
+            run.resume_announced = True  # type: ignore[attr-defined]
             return run, line
     run = front_door(
         trainable,

@@ -37,8 +37,13 @@ class TerminalReporter(NullListener):
         interval_s: float = 2.0,
         stream: Optional[TextIO] = None,
         path: str = "",
+        resume_announced: bool = False,
     ) -> None:
         self.verbose = verbose
+        #: Whether the run's caller already said it resumes the experiment (``ftnb.run``,
+        #: ``ftnb run``/``resume``, ``%ftrun``: :func:`ftnb.ui.resume_lines.resuming_line`),
+        #: so a restore's start says nothing more.
+        self.resume_announced = resume_announced
         self.interval_s = interval_s
         self.stream = stream
         self.path = path
@@ -61,6 +66,8 @@ class TerminalReporter(NullListener):
         if not self.verbose:
             return
         if len(state.driver_sessions) > 1:  # a restore: the same experiment goes on
+            if self.resume_announced:
+                return
             done = sum(t.status in FINISHED_STATUSES for t in state.trials)
             self._print(
                 f"ftnb: resuming experiment {state.name} ({plural(len(state.trials), 'trial')}: "
