@@ -6,6 +6,7 @@ attempt 1 at that step, its progress written, until ``release`` exists in ``conf
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import tempfile
@@ -147,3 +148,41 @@ def loud_family_hangs_once(config: dict) -> None:
                     checkpoint=ftnb.Checkpoint.from_directory(saved))
         if ctx.attempt == 1 and step + 1 == 2:
             time.sleep(600)  # hung: the hang watch ends it
+
+
+def elastic_stepper(config: dict) -> None:
+    """``group_stepper`` for an elastic group: a checkpoint every step; attempt 1 holds at
+    ``hold_at`` (its node is removed there); the loop ends after two steps at full size
+    (``full``) following a smaller group, or at a 240 s deadline (the test then fails on the
+    sizes)."""
+    import torch
+    import torch.distributed as dist
+
+    folder = pathlib.Path(config["dir"])
+    ctx = ftnb.get_context()
+    size = ctx.get_world_size()
+    state = {"step": 0, "shrunk": False, "full_after": 0}
+    if ftnb.get_checkpoint() is not None:
+        with ftnb.get_checkpoint().as_directory() as path:
+            state = json.load(open(os.path.join(path, "state.json")))
+    deadline = time.monotonic() + 240
+    while True:
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        assert int(value.item()) == size == dist.get_world_size()
+        time.sleep(config.get("sleep", 0.2))
+        state["shrunk"] = state["shrunk"] or size < config["full"]
+        if state["shrunk"] and size == config["full"]:
+            state["full_after"] += 1
+        state["step"] += 1
+        saved = None
+        if ctx.get_world_rank() == 0:
+            saved = tempfile.mkdtemp()
+            json.dump(state, open(os.path.join(saved, "state.json"), "w"))
+        ftnb.report({"step": state["step"], "size": size},
+                    checkpoint=ftnb.Checkpoint.from_directory(saved) if saved else None)
+        (folder / f"progress-{ctx.get_world_rank()}").write_text(
+            f"{ctx.attempt} {state['step']} {_node()} {os.getpid()}")
+        _hold(config, state["step"], ctx.attempt)
+        if state["full_after"] >= 2 or time.monotonic() > deadline:
+            return

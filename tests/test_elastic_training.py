@@ -214,7 +214,7 @@ def test_an_elastic_group_on_an_executor_that_cannot_resize_is_refused(tmp_path)
         run_config=ftnb.RunConfig(name="nowhere", storage_path=str(tmp_path),
                                   executor="inprocess"))
     with pytest.raises(ValueError, match=r"num_workers=\(1, 2\)\) on the 'inprocess' executor: "
-                                         r"elastic groups run on the local executor only.*Fix"):
+                                         r"elastic groups run on the local and Ray executors.*Fix"):
         trainer.fit()
     assert not (tmp_path / "nowhere").exists()
 

@@ -29,7 +29,15 @@ config = {"dir": args["dir"], "steps": args["steps"], "sleep": args.get("sleep",
 run_config = ftnb.RunConfig(
     name="run", storage_path=args["storage"], verbose=0, executor=executor,
     failure_config=ftnb.FailureConfig(max_failures=args.get("max_failures", 2)))
-if args.get("workers"):
+if args.get("elastic"):  # (min, max): an elastic group that grows back within a second
+    config["full"] = args["elastic"][1]
+    result = ftnb.TorchTrainer(
+        ray_trainables.elastic_stepper, train_loop_config=config,
+        scaling_config=ftnb.ScalingConfig(num_workers=tuple(args["elastic"]),
+                                          elastic_resize_monitor_interval_s=1.0),
+        run_config=run_config).fit()
+    print("DONE", result.metrics["training_iteration"], flush=True)
+elif args.get("workers"):
     result = ftnb.TorchTrainer(
         ray_trainables.group_stepper, train_loop_config=config,
         scaling_config=ftnb.ScalingConfig(num_workers=args["workers"]),
@@ -149,6 +157,37 @@ def test_a_group_over_two_nodes_restarts_on_the_nodes_left(tmp_path, ray_cluster
     assert failure["kind"] == "node_lost"
     assert len(trial["attempts"]) == 2 and trial["attempts"][1]["num_workers"] == 2
     assert run.iterations() == list(range(1, steps + 1))
+
+
+def test_an_elastic_group_shrinks_when_a_node_is_lost_and_grows_when_one_is_added(tmp_path,
+                                                                                 ray_cluster):
+    """ScalingConfig(num_workers=(2, 3)) on three one-CPU nodes: 3 ranks, one per node. A node
+    removed: the group re-forms with the 2 ranks that fit (a node lost, counted). A node added
+    back: within the resize monitor's second the group checkpoints and re-forms with 3 (not a
+    failure). Every iteration once, at the size the loop saw."""
+    pytest.importorskip("torch")
+    run = Run(tmp_path, ray_cluster, elastic=[2, 3], steps=0, untold=True, hold_at=3).start()
+    ranks = [run.wait_step(1, 3, rank=r) for r in range(3)]
+    assert len({p[2] for p in ranks}) == 3  # one CPU a node: a rank on each
+    cluster = ray_cluster
+    cluster.remove_node(_node_of(cluster, ranks[2][2]), allow_graceful=False)
+    try:
+        run.release()
+        wait_for(lambda: len(run.trial()["attempts"]) >= 2
+                 and run.trial()["attempts"][1]["num_workers"] == 2
+                 and (run.progress(0) or (0,))[0] >= 2, 180, "the group re-formed with 2 ranks")
+    finally:
+        cluster.add_node(num_cpus=1)
+    out = run.finish(timeout=300)
+    assert "DONE" in out
+    trial = run.trial()
+    sizes = [a["num_workers"] for a in trial["attempts"]]
+    outcomes = [a["outcome"] for a in trial["attempts"]]
+    assert sizes == [3, 2, 3] and outcomes == ["node_lost", "resized", "finished"], sizes
+    assert [(f["kind"], f["counted"]) for f in trial["failures"]] == [("node_lost", True)]
+    reforms = [(r["reason"], r["old_size"], r["new_size"]) for r in trial["resizes"]]
+    assert reforms == [("rank lost", 3, 2), ("capacity returned", 2, 3)], reforms
+    assert run.iterations() == list(range(1, len(run.iterations()) + 1))
 
 
 def test_a_killed_driver_is_resumed_on_the_cluster_by_running_it_again(tmp_path, ray_cluster):

@@ -534,6 +534,16 @@ class RayExecutor:
             if not rank.exited:
                 rank.actor.request_stop.remote()
 
+    def request_resize(self, trial_id: str) -> None:
+        """An elastic group re-forms: every rank checkpoints at its next report with a
+        checkpoint and ends there, as when its node is drained (not told to leave: a node
+        lost meanwhile is still a lost node)."""
+        attempt = self._running.get(trial_id)
+        if attempt is not None:
+            for rank in attempt.ranks:
+                if not rank.exited:
+                    rank.actor.preempt.remote()
+
     def decide(self, trial_id: str, iteration: int, decision: str) -> None:
         attempt = self._running.get(trial_id)
         if attempt is None or not attempt.ranks or attempt.ranks[0].exited:

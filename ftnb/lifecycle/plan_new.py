@@ -83,7 +83,7 @@ def check_group_fits(executor: "Executor", tuner: Any) -> None:
         raise ValueError(
             f"ScalingConfig(num_workers=({tuner.num_workers}, {elastic['max_workers']})) on the "
             f"{getattr(executor, 'name', type(executor).__name__)!r} executor: elastic groups "
-            "run on the local executor only in this version. Fix: a fixed "
+            "run on the local and Ray executors. Fix: a fixed "
             f"num_workers={elastic['max_workers']}, or RunConfig(executor='local').")
     try:
         executor.check_fits(tuner.resources, tuner.num_workers)
