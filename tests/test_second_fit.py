@@ -10,8 +10,13 @@ import json
 import os
 import re
 import tempfile
+import uuid
+
+import fsspec
+import pytest
 
 import ftnb
+from ftnb.lifecycle.plan_new import ExperimentExistsError
 from ftnb.storage import Storage
 from ftnb.storage.experiment_index import read_index
 
@@ -88,3 +93,23 @@ def test_ftnb_run_of_a_finished_experiment_still_resumes_it(tmp_path):
     assert [r.metrics["y"] for r in again] == [11]
     assert os.listdir(tmp_path).count("sweep") == 1
     assert not [p for p in os.listdir(tmp_path) if p.startswith("sweep-")]
+
+
+def _reports(config):
+    ftnb.report({"y": config["x"]})
+
+
+def test_on_storage_without_a_rename_a_finished_experiment_is_refused_as_before():
+    base = f"memory://ftnb-{uuid.uuid4().hex}"
+
+    def fit():
+        return ftnb.Tuner(_reports, param_space={"x": 1}, run_config=ftnb.RunConfig(
+            name="mem", storage_path=base, verbose=0, executor="inprocess")).fit()
+
+    fit()
+    before = sorted(fsspec.filesystem("memory").find(base))
+    with pytest.raises(ExperimentExistsError,
+                       match=r"\(finished; a finished one is set aside for a new run only on "
+                             r"a local disk\)"):
+        fit()
+    assert sorted(fsspec.filesystem("memory").find(base)) == before
