@@ -23,7 +23,9 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
         monkeypatch.delenv(key, raising=False)
-    return f"file://{tmp_path / 'mlruns'}"
+    yield f"file://{tmp_path / 'mlruns'}"
+    # setup_mlflow called here (outside a trial) set this process's tracking URI, as Ray's does.
+    mlflow.set_tracking_uri(None)
 
 
 def _runs(store, experiment):
@@ -163,3 +165,11 @@ def test_outside_a_trial_it_sets_up_a_run_as_ray_does(store):
         mlflow.end_run()
     (run,) = _runs(store, "here")
     assert run.data.params == {"a": "1"} and run.data.metrics == {"m": 2.0}
+
+
+def test_an_argument_given_wins_over_the_configs_mlflow_settings(store):
+    config = {"a": 1, "mlflow": {"tracking_uri": store, "experiment_name": "from_config",
+                                 "create_experiment_if_not_exists": True}}
+    setup_mlflow(config, experiment_name="given")
+    mlflow.end_run()
+    assert len(_runs(store, "given")) == 1 and _runs(store, "from_config") == []
