@@ -5,7 +5,9 @@ keeps the earlier run whole beside it.
 The earlier run's folder is renamed to ``<name>-<when it started>`` (``sweep-2026-12-06_02-46-21``,
 then ``..._2`` if that is taken) in the same storage folder: every result, checkpoint and log
 of it stays as it was, ``ftnb ls`` lists it under that name, and ``Tuner.restore`` or
-``ftnb.attach`` read it there. The line printed says where it went.
+``ftnb.attach`` read it there. The line printed says where it went. Nothing in it is
+rewritten, its state included (which keeps the name it ran under: rewriting it would also
+stretch its recorded run time to now).
 
 Only a *finished* experiment (its stored status FINISHED or ERRORED: its driver ran it to the
 end) is set aside, and only by a plain ``Tuner(...).fit()``: ``ftnb.run``, ``ftnb run`` and
