@@ -35,7 +35,8 @@ __all__ = ["ExperimentExistsError", "NewExperiment", "NewExperimentPlan", "check
 
 class ExperimentExistsError(ValueError):
     """A new experiment was to start where one is stored, readable and run by no live driver
-    (:func:`refuse_existing`). A run made by starting *or resuming* by name
+    (:func:`refuse_existing`), and not set aside (an unfinished one; a finished one on storage
+    without an atomic rename: :mod:`ftnb.lifecycle.earlier_runs`). A run made by starting *or resuming* by name
     (:func:`~ftnb.lifecycle.start_or_resume.start_or_resume`) that meets it, because the
     experiment was stored after it looked (another ``ftnb.run`` of the same name finished
     meanwhile), resumes it instead, as the same call made a moment later would."""
