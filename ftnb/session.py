@@ -8,6 +8,7 @@ on storage whatever dies afterwards, and the controller is only told about it.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
@@ -141,9 +142,23 @@ class TrialSession:
         self._decision_value: Optional[float] = None
         if decision_points is not None and log.rows:
             self._decision_value = decision_points.value(log.rows[-1])
+        #: Called once as the attempt ends, with its outcome (``"finished"``, ``"stopped"``,
+        #: ``"preempted"``..., None: it failed): what :func:`ftnb.air.integrations.mlflow.
+        #: setup_mlflow` ends its run with. A hook that raises is said, never the attempt's end.
+        self.end_hooks: list[Callable[[Optional[str]], None]] = []
         replay = getattr(stop, "_ftnb_replay", None)
         if replay is not None:  # a stopper (ftnb.stopper) learns the trial's earlier results
             replay(context.trial_id, list(log.rows))
+
+    def run_end_hooks(self, outcome: Optional[str]) -> None:
+        """Call each of :attr:`end_hooks` once with the attempt's ``outcome``."""
+        hooks, self.end_hooks = self.end_hooks, []
+        for hook in hooks:
+            try:
+                hook(outcome)
+            except Exception as exc:
+                print(f"ftnb: an end-of-attempt hook ({getattr(hook, '__qualname__', hook)}) "
+                      f"failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     # -- report --------------------------------------------------------------------------------
     def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None,

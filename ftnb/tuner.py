@@ -132,7 +132,8 @@ class Tuner:
         self.when_stored: Optional[Callable[[], "Tuner"]] = None
         #: The call that starts or resumes this run by its name (``"ftnb.run"``), set by
         #: start_or_resume: run again, it resumes (what an interrupted script is told). None
-        #: for a plain Tuner, whose fit() refuses an existing experiment.
+        #: for a plain Tuner, whose fit() refuses an unfinished experiment and sets a finished
+        #: one aside (:mod:`ftnb.lifecycle.earlier_runs`).
         self.resumes_by_name: Optional[str] = None
         self._results: Optional[ResultGrid] = None
 
@@ -145,7 +146,11 @@ class Tuner:
         experiment, then raises KeyboardInterrupt; in a script that lets it through, that line
         is the last thing printed (no traceback) and the exit status is Ctrl+C's (130 in a
         shell). A driver that dies any other way is resumed the same way
-        (:meth:`Tuner.restore` or :func:`ftnb.run`)."""
+        (:meth:`Tuner.restore` or :func:`ftnb.run`).
+
+        Under the ``RunConfig(name, storage_path)`` of a finished experiment it starts a new
+        run, as Ray's does, and keeps the earlier one whole at ``<name>-<when it started>``
+        beside it (a printed line says where); an unfinished one is refused (resume it)."""
         from .trainable_class import show_results_to
 
         show_results_to(self.trainable, self.run_config.callbacks)

@@ -179,12 +179,15 @@ def test_restore_twice_is_idempotent(killed_matrix, tmp_path):
 
 def test_fit_again_on_existing_experiment_points_to_restore(killed_matrix, tmp_path):
     exp = _copy(killed_matrix, tmp_path / "matrix")
-    with pytest.raises(ValueError, match=r"already exists.*Tuner\.restore.*ftnb\.run"):
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError,
+                       match=r"already exists.*\(not finished\).*Tuner\.restore.*ftnb\.run"):
         ftnb.Tuner(
             scripted_case, param_space={"case": CASES["done"]},
             run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="matrix", verbose=0),
         ).fit()
     assert ftnb.Tuner.can_restore(str(exp))  # and the experiment was not touched
+    assert sorted(os.listdir(tmp_path)) == before  # nor set aside: it is not finished
 
 
 # -- can_restore and bad input ---------------------------------------------------------------

@@ -167,6 +167,7 @@ def run_attempt(spec: AttemptSpec, channel: AttemptChannel, *, rank: int = 0,
     try:
         outcome, code = _run_trainable(spec, channel, session, config, rank=rank,
                                        passthrough=passthrough)
+        session.run_end_hooks(outcome)
     finally:
         log.close()
         if this_thread_only:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from ..config import CheckpointConfig, RunConfig, TuneConfig, callable_name
 from ..execution.contract import GroupNotSupportedError
-from ..core.records import ExperimentState, TrialRecord, encode_value
+from ..core.records import ExperimentState, ExperimentStatus, TrialRecord, encode_value
 from ..input_checks import check_picklable
 from ..schedulers.stop_criterion import describe_stop
 from ..storage import ExperimentPaths, Storage, default_storage_path
@@ -30,12 +30,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ExperimentExistsError", "NewExperiment", "NewExperimentPlan", "check_group_fits",
            "initial_state",
-           "plan_new_experiment", "refuse_existing"]
+           "plan_new_experiment", "refuse_existing", "sets_aside_finished"]
 
 
 class ExperimentExistsError(ValueError):
     """A new experiment was to start where one is stored, readable and run by no live driver
-    (:func:`refuse_existing`). A run made by starting *or resuming* by name
+    (:func:`refuse_existing`), and not set aside (an unfinished one; a finished one on storage
+    without an atomic rename: :mod:`ftnb.lifecycle.earlier_runs`). A run made by starting *or resuming* by name
     (:func:`~ftnb.lifecycle.start_or_resume.start_or_resume`) that meets it, because the
     experiment was stored after it looked (another ``ftnb.run`` of the same name finished
     meanwhile), resumes it instead, as the same call made a moment later would."""
@@ -175,7 +176,7 @@ def plan_new_experiment(tuner: NewExperiment, executor: "Executor") -> NewExperi
     storage.check_writable()
     name = rc.name or _default_name(tuner.trainable, storage)
     paths = ExperimentPaths.of(storage, name)
-    refuse_existing(paths)
+    refuse_existing(paths, finished_set_aside=sets_aside_finished(tuner))
     return NewExperimentPlan(executor, space, variants, storage, name, paths, searcher,
                              max_concurrent, _concurrency_note(tuner, executor, variants))
 
@@ -269,7 +270,8 @@ def _max_concurrent(*limits: Optional[int]) -> Optional[int]:
     return min(given) if given else None
 
 
-def refuse_existing(paths: ExperimentPaths, check_owner: bool = True) -> None:
+def refuse_existing(paths: ExperimentPaths, check_owner: bool = True,
+                    finished_set_aside: bool = False) -> None:
     """Raise when an experiment is, or was, stored at ``paths``:
 
     * :class:`~ftnb.storage.lease.ExperimentLockedError`, naming the driver (host, pid, since),
@@ -279,22 +281,37 @@ def refuse_existing(paths: ExperimentPaths, check_owner: bool = True) -> None:
       this ftnb, or gone while its trial folders remain (the restore's own errors);
     * an :class:`ExperimentExistsError` (a ValueError) that says how to resume it otherwise.
 
-    ``check_owner=False``: the caller owns the lease itself."""
+    ``check_owner=False``: the caller owns the lease itself. ``finished_set_aside``: an
+    experiment that ran to its end passes (a plain ``Tuner(...).fit()`` sets it aside and starts
+    a new run: :mod:`ftnb.lifecycle.earlier_runs`)."""
     from ..storage.lease import refuse_if_owned
+    from .earlier_runs import finished_state
 
     if check_owner:
         refuse_if_owned(paths, "start")
     if not paths.has_state():
         refuse_remains(paths, "start a new experiment at")
         return
-    load_state(paths, what="start a new experiment at")
+    if finished_set_aside and finished_state(paths) is not None:
+        return
+    state = load_state(paths, what="start a new experiment at")
+    how = ("finished; a finished one is set aside for a new run only on a local disk"
+           if ExperimentStatus(state.status).is_finished() else "not finished")
     raise ExperimentExistsError(
-        f"An experiment named {paths.name!r} already exists at {paths.uri}. Running "
-        "Tuner(...).fit() again would mix two experiments in one folder. Fix: resume it with "
+        f"An experiment named {paths.name!r} already exists at {paths.uri} ({how}). "
+        "Running Tuner(...).fit() again would mix two experiments in one folder. "
+        "Fix: resume it with "
         f"ftnb.Tuner.restore({paths.uri!r}, trainable).fit() (or use ftnb.run(...), which "
         "starts or resumes), choose another RunConfig(name=...), or delete that folder to "
         "start over."
     )
+
+
+def sets_aside_finished(experiment: Any) -> bool:
+    """Whether ``experiment``, started where a finished experiment is stored, sets it aside
+    and starts a new run: a plain ``Tuner(...).fit()`` does, as Ray's does; a run started by
+    name (``ftnb.run``, ``TorchTrainer.fit``: ``resumes_by_name``) resumes it instead."""
+    return getattr(experiment, "resumes_by_name", None) is None
 
 
 def _default_name(trainable: Any, storage: Storage) -> str:

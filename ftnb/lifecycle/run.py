@@ -41,7 +41,8 @@ def run_new(experiment: RunnableExperiment, plan: "NewExperimentPlan") -> Result
     from ..core.trial_files import lay_out_trial_folders
     from ..objects import walk_placeholders
     from ..storage.lease import Lease
-    from .plan_new import initial_state, refuse_existing
+    from .earlier_runs import set_aside_finished
+    from .plan_new import initial_state, refuse_existing, sets_aside_finished
     from .rebinding import with_originals
     from .trial_names import name_trials
 
@@ -50,6 +51,8 @@ def run_new(experiment: RunnableExperiment, plan: "NewExperimentPlan") -> Result
         print(plan.concurrency_note, flush=True)
     lease = Lease.acquire(paths, what="start")
     try:
+        if sets_aside_finished(experiment):  # a finished one is kept beside, as Ray does
+            lease = set_aside_finished(paths, lease, experiment.run_config.verbose)
         # Another driver may have created it while we checked (the lease is ours now).
         refuse_existing(paths, check_owner=False)
         state = initial_state(experiment, plan)

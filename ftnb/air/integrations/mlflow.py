@@ -12,6 +12,9 @@ Each trial's run has the trial's config as params, every numeric metric of each 
 :mod:`ftnb.logger`): the run's id is kept in the trial's folder (``mlflow_run.json``), so a
 restored experiment goes on logging to the same run, with each iteration in it once, the
 iterations the dead driver did not deliver included.
+
+Ray's ``setup_mlflow`` (MLflow set up inside the trainable, which logs with the module it
+returns) is here too: :mod:`ftnb.air.integrations.mlflow_setup`.
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ from ...logger import (
     IterationLogger,
     numeric_metrics,
     require,
-    shown_config,
     step_of,
     trial_name,
 )
+from .mlflow_setup import MLflowNoop, log_params, setup_mlflow
 
-__all__ = ["MLflowLoggerCallback"]
+__all__ = ["MLflowLoggerCallback", "MLflowNoop", "log_params", "setup_mlflow"]
 
 _log = logging.getLogger("ftnb")
 
@@ -38,8 +41,8 @@ _log = logging.getLogger("ftnb")
 _RECORD = "mlflow_run.json"
 #: Row keys that are not logged as metrics (the time of a point is its timestamp).
 _NOT_METRICS = ("timestamp", "attempt")
-#: MLflow's limits: metrics and params per ``log_batch`` call, characters of a param value.
-_MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_CHARS = 1000, 100, 6000
+#: MLflow's limit: metrics per ``log_batch`` call.
+_MAX_METRICS = 1000
 #: Tags that find a trial's run again when its record was not written (the driver died between
 #: creating the run and writing the record).
 _TRIAL_TAG, _EXPERIMENT_TAG = "ftnb_trial_id", "ftnb_experiment"
@@ -187,18 +190,7 @@ class MLflowLoggerCallback(IterationLogger):
             "tracking_uri": self._client.tracking_uri, "ended": ended})
 
     def _log_params(self, run_id: str, config: Any, logged: dict) -> None:
-        """Log ``config`` (flattened) as params, less those ``logged`` already (MLflow refuses
-        to change a param: a config that changed, with PBT, keeps its first values)."""
-        from mlflow.entities import Param
-
-        from ...storage.result_log import flatten_row
-
-        config = shown_config(config)
-        flat = flatten_row(config) if isinstance(config, dict) else {"config": config}
-        params = [Param(key, str(value)[:_MAX_PARAM_CHARS]) for key, value in flat.items()
-                  if key not in logged]
-        for i in range(0, len(params), _MAX_PARAMS):
-            self._client.log_batch(run_id, params=params[i:i + _MAX_PARAMS])
+        log_params(self._client, run_id, config, logged)
 
     def _log_rows(self, run_id: str, rows: list[dict], held: Optional[dict] = None) -> None:
         """Log the rows' metrics at their iterations, less the (metric, iteration) points in
@@ -270,3 +262,4 @@ class MLflowLoggerCallback(IterationLogger):
             if self._status.get(trial.trial_id) == "RUNNING":
                 self._client.set_terminated(self._runs[trial.trial_id], status="KILLED")
                 self._status[trial.trial_id] = "KILLED"
+
