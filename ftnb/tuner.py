@@ -411,6 +411,9 @@ class _GroupSettings:
                              "backend": trainer.torch_config.backend}
             if scaling.local_mode:  # one "rank": the caller (ftnb.execution.caller)
                 self.settings["local_mode"] = True
+            given = getattr(trainer, "resume_from_checkpoint", None)
+            if given is not None:  # its location, so a restore does not need it again
+                self.settings["resume_from_checkpoint"] = given.uri
             self.resources = scaling.worker_resources()
             self.num_workers = max(scaling.min_workers, 1)  # an elastic group's min must fit
             if scaling.elastic:
