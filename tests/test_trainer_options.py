@@ -22,7 +22,7 @@ import pytest
 
 import ftnb
 from killed_driver import kill_when, run_to_end
-from scripted import result_rows
+from scripted import restored_step, result_rows
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")]
@@ -38,12 +38,7 @@ def counting_loop(config: dict) -> None:
 
     ctx = ftnb.get_context()
     rank, size = ctx.get_world_rank(), ctx.get_world_size()
-    step = 0
-    checkpoint = ftnb.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            with open(os.path.join(folder, "state.json")) as f:
-                step = json.load(f)["step"]
+    step = restored_step()
     total = torch.ones(1)
     dist.all_reduce(total)
     assert int(total.item()) == size == dist.get_world_size()
@@ -92,6 +87,8 @@ def test_every_rank_starts_at_the_given_checkpoint(tmp_path):
     state = json.loads((tmp_path / "results" / "given" / "experiment_state.json").read_text())
     assert state["settings"]["trainer"]["resume_from_checkpoint"] == given.uri
     assert result.checkpoint.path != given.path  # the run's own, from its last report
+    restored = ftnb.TorchTrainer.restore(tmp_path / "results" / "given")
+    assert restored.resume_from_checkpoint == given
 
 
 @pytest.mark.parametrize("value, error, words", [
@@ -156,3 +153,66 @@ def test_a_killed_driver_resumes_from_the_runs_own_checkpoint(tmp_path):
     assert later[0]["step"] >= 15
     trial = next((tmp_path / "results" / "resumed").glob("*/result.json")).parent
     assert [row["step"] for row in result_rows(str(trial))] == list(range(11, 41))
+
+
+def searching(tmp_path, scaling, name):
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    trainer = ftnb.TorchTrainer(
+        counting_loop, train_loop_config={"out": str(out), "steps": 2},
+        scaling_config=ftnb.ScalingConfig(num_workers=3))
+    return ftnb.Tuner(
+        trainer, param_space={"scaling_config": scaling},
+        run_config=ftnb.RunConfig(name=name, storage_path=str(tmp_path / "results"),
+                                  verbose=0))
+
+
+def test_a_tuner_searches_the_trainers_num_workers(tmp_path):
+    grid = searching(tmp_path, ftnb.ScalingConfig(num_workers=ftnb.grid_search([1, 2]),
+                                                  resources_per_worker={"CPU": 0.5}),
+                     "sizes").fit()
+    assert not grid.errors
+    by_size = {r.config["scaling_config"]["num_workers"]: r for r in grid}
+    assert sorted(by_size) == [1, 2]
+    for size, result in by_size.items():
+        assert result.config["scaling_config"]["resources_per_worker"] == {"CPU": 0.5}
+        # every row was reported by a group of that size (get_world_size() in each rank)
+        assert {row["size"] for row in result_rows(result.path)} == {size}
+    # each rank of each group saw its own world size after an all-reduce over it
+    assert sorted((s["size"], s["rank"]) for s in starts(tmp_path / "out")) == [
+        (1, 0), (2, 0), (2, 1)]
+    state = json.loads((tmp_path / "results" / "sizes" / "experiment_state.json").read_text())
+    assert sorted(a["num_workers"] for t in state["trials"] for a in t["attempts"]) == [1, 2]
+
+
+@pytest.mark.parametrize("values, words", [
+    ([0, -1], "gives a trial num_workers=0: a trial's num_workers must be a whole number >= 1"),
+    ([1, -1], "gives a trial num_workers=-1: ScalingConfig(num_workers=-1) must be a whole"),
+    ([2, (1, 2)], "gives a trial num_workers=(1, 2)"),
+])
+def test_bad_listed_values_are_refused_before_anything_runs(tmp_path, values, words):
+    with pytest.raises(ValueError) as raised:
+        searching(tmp_path, ftnb.ScalingConfig(num_workers=ftnb.grid_search(values)), "bad")
+    assert words in str(raised.value) and "Fix:" in str(raised.value), raised.value
+    assert not (tmp_path / "results").exists()
+
+
+def test_domains_only_in_the_searchable_fields_and_only_in_a_tuner(tmp_path):
+    with pytest.raises(ValueError, match=r"ScalingConfig\(use_gpu=.*only num_workers and "
+                                         r"resources_per_worker may be search domains"):
+        ftnb.ScalingConfig(use_gpu=ftnb.choice([True, False]))
+    with pytest.raises(ValueError, match=r"holds search domains, which only a Tuner samples"):
+        ftnb.TorchTrainer(counting_loop,
+                          scaling_config=ftnb.ScalingConfig(num_workers=ftnb.grid_search([1])))
+    with pytest.raises(TypeError, match=r"param_space\['scaling_config'\] must be an "
+                                        r"ftnb.ScalingConfig; got int"):
+        searching(tmp_path, 2, "bad")
+
+
+def test_a_bad_sampled_value_errors_its_trial_saying_why(tmp_path):
+    grid = searching(tmp_path, ftnb.ScalingConfig(num_workers=ftnb.randint(-3, -1)),
+                     "sampled").fit()
+    assert len(grid.errors) == 1
+    message = str(grid.errors[0])
+    assert "gives a trial num_workers=-" in message and "must be a whole number" in message
+    assert starts(tmp_path / "out") == []  # no rank ran the loop

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..config import RunConfig, ScalingConfig, callable_name, signature_mismatch
 from ..input_checks import keywords_after
+from .searched_scaling import SCALING_KEY, experiment_scaling, space_entry, trial_scaling
 
 if TYPE_CHECKING:
     from ..result import Result
@@ -77,8 +78,10 @@ class WorkerLoop:
 
     def __init__(self, loop: Callable[..., Any], takes_config: bool, use_gpu: bool,
                  backend: Optional[str], timeout_s: float, local_mode: bool = False,
-                 resume_from: Any = None) -> None:
+                 resume_from: Any = None, scaling: Optional[ScalingConfig] = None) -> None:
         self.loop = loop
+        #: The experiment's ScalingConfig; a trial's config may change its searchable fields.
+        self.scaling = scaling or ScalingConfig()
         #: ``TorchTrainer(resume_from_checkpoint=...)``: get_checkpoint()'s answer while the
         #: trial has no checkpoint of its own.
         self.resume_from = resume_from
@@ -99,6 +102,11 @@ class WorkerLoop:
         session = session_mod.current_session("report")
         session.datasets = dict(config.get(_DATASETS) or {})
         session.given_checkpoint = self.resume_from
+        if config.get(SCALING_KEY) is not None:
+            try:
+                trial_scaling(self.scaling, config[SCALING_KEY])
+            except (TypeError, ValueError) as exc:  # a sampled value: this trial cannot run
+                raise session_mod.UsageError(str(exc)) from None
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
         group = False if self.local_mode else self._init_process_group(session)
@@ -115,6 +123,27 @@ class WorkerLoop:
                     dist.destroy_process_group()
                 except Exception:  # a peer is gone: the process ends anyway
                     pass
+
+    # -- a Tuner searching the ScalingConfig: what the controller asks of each trial's config --
+    def _trial_scaling(self, config: Any) -> Optional[ScalingConfig]:
+        values = config.get(SCALING_KEY) if isinstance(config, Mapping) else None
+        if not isinstance(values, Mapping):
+            return None
+        try:
+            return trial_scaling(self.scaling, values)
+        except (TypeError, ValueError):
+            return None  # the trial's ranks refuse it, so that it ends ERRORED saying why
+
+    def _ftnb_ranks_of(self, config: Any) -> Optional[int]:
+        """The ranks of the trial with ``config``; None: the experiment's."""
+        scaling = self._trial_scaling(config)
+        return scaling.max_workers if scaling is not None else None
+
+    def _ftnb_resources(self, config: Any) -> dict:
+        """What each rank of the trial with ``config`` asks for (``ftnb.with_resources``'s
+        function of the config)."""
+        scaling = self._trial_scaling(config) or self.scaling
+        return scaling.worker_resources().as_dict()
 
     def _init_process_group(self, session: Any) -> bool:
         import torch
@@ -225,6 +254,12 @@ class TorchTrainer:
 
         check_instance(scaling_config, ScalingConfig, "TorchTrainer(scaling_config=...)",
                        "scaling_config=ftnb.ScalingConfig(num_workers=2)")
+        if scaling_config is not None and scaling_config.searched_fields():
+            raise ValueError(
+                f"TorchTrainer(scaling_config={scaling_config!r}) holds search domains, which "
+                "only a Tuner samples. Fix: give the trainer plain values and search them in the"
+                f" Tuner: Tuner(trainer, param_space={{'{SCALING_KEY}': ScalingConfig("
+                "num_workers=ftnb.grid_search([1, 2]))}).")
         check_instance(run_config, RunConfig, "TorchTrainer(run_config=...)",
                        "run_config=ftnb.RunConfig(name='my_run')")
         check_instance(torch_config, TorchConfig, "TorchTrainer(torch_config=...)",
@@ -256,17 +291,17 @@ class TorchTrainer:
         return WorkerLoop(self.train_loop_per_worker, self._takes_config,
                           self.scaling_config.use_gpu, self.torch_config.backend, timeout,
                           local_mode=self.scaling_config.local_mode,
-                          resume_from=self.resume_from_checkpoint)
+                          resume_from=self.resume_from_checkpoint, scaling=self.scaling_config)
 
     def param_space(self, given: Optional[Mapping[str, Any]] = None) -> dict:
         """The search space of a Tuner over this trainer: ``given`` (its ``train_loop_config``
         keys win over the trainer's own, as in Ray), with the datasets under ``datasets``."""
         given = dict(given or {})
-        unknown = [k for k in given if k not in (_LOOP_CONFIG, _DATASETS)]
+        unknown = [k for k in given if k not in (_LOOP_CONFIG, _DATASETS, SCALING_KEY)]
         if unknown:
             raise ValueError(
                 f"Tuner(TorchTrainer, param_space=...) has the key {unknown[0]!r}: a trainer's "
-                f"space holds only {_LOOP_CONFIG!r} (and {_DATASETS!r}). Fix: "
+                f"space holds only {_LOOP_CONFIG!r}, {SCALING_KEY!r} and {_DATASETS!r}. Fix: "
                 f"param_space={{'{_LOOP_CONFIG}': {{'{unknown[0]}': ...}}}}."
             )
         loop_config = dict(self.train_loop_config)
@@ -281,7 +316,21 @@ class TorchTrainer:
         datasets.update(given.get(_DATASETS) or {})
         if datasets:
             space[_DATASETS] = datasets
+        if given.get(SCALING_KEY) is not None:
+            space[SCALING_KEY] = space_entry(given[SCALING_KEY])
         return space
+
+    def for_space(self, given: Optional[Mapping[str, Any]]) -> "TorchTrainer":
+        """This trainer as a Tuner with the space ``given`` runs it: a
+        ``given["scaling_config"]`` takes the place of its own ScalingConfig (its searched
+        fields at what must fit: :func:`~ftnb.train.searched_scaling.experiment_scaling`)."""
+        if not isinstance(given, Mapping) or given.get(SCALING_KEY) is None:
+            return self
+        import copy
+
+        trainer = copy.copy(self)
+        trainer.scaling_config = experiment_scaling(given[SCALING_KEY])
+        return trainer
 
     # -- running ---------------------------------------------------------------------------------
     def fit(self) -> "Result":
