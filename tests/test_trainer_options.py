@@ -207,6 +207,12 @@ def test_domains_only_in_the_searchable_fields_and_only_in_a_tuner(tmp_path):
     with pytest.raises(TypeError, match=r"param_space\['scaling_config'\] must be an "
                                         r"ftnb.ScalingConfig; got int"):
         searching(tmp_path, 2, "bad")
+    # Ray's dict of the ScalingConfig's arguments: checked the same way
+    with pytest.raises(ValueError, match="gives a trial num_workers=0"):
+        searching(tmp_path, {"num_workers": ftnb.grid_search([2, 0])}, "bad")
+    with pytest.raises(TypeError, match=r"param_space\['scaling_config'\] = .*num_wokers"):
+        searching(tmp_path, {"num_wokers": 2}, "bad")
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_bad_sampled_value_errors_its_trial_saying_why(tmp_path):
@@ -216,3 +222,46 @@ def test_a_bad_sampled_value_errors_its_trial_saying_why(tmp_path):
     message = str(grid.errors[0])
     assert "gives a trial num_workers=-" in message and "must be a whole number" in message
     assert starts(tmp_path / "out") == []  # no rank ran the loop
+
+
+SWEEP = """
+import json, sys
+import ftnb
+from test_trainer_options import counting_loop
+
+args = json.loads(sys.argv[1])
+trainer = ftnb.TorchTrainer(
+    counting_loop, train_loop_config={"out": args["out"], "steps": 30, "sleep": 0.1},
+    scaling_config=ftnb.ScalingConfig(resources_per_worker={"CPU": 0.5}))
+path = args["storage"] + "/sweep"
+if ftnb.Tuner.can_restore(path):  # without the space: the stored scaling_config is used
+    grid = ftnb.Tuner.restore(path, trainer, verbose=0).fit()
+else:
+    grid = ftnb.Tuner(trainer, param_space={"scaling_config": ftnb.ScalingConfig(
+        num_workers=ftnb.grid_search([1, 2]), resources_per_worker={"CPU": 0.5})},
+        run_config=ftnb.RunConfig(name="sweep", storage_path=args["storage"], verbose=0)).fit()
+print("DONE", len(grid.errors), flush=True)
+"""
+
+
+def test_a_killed_sweep_resumes_each_trial_with_its_own_group_size(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    exp = tmp_path / "results" / "sweep"
+    args = [json.dumps({"out": str(out), "storage": str(tmp_path / "results")})]
+
+    def both_past_step_3() -> bool:
+        counts = [len(result_rows(str(p.parent))) for p in exp.glob("*/result.json")]
+        return len(counts) == 2 and min(counts) >= 3
+
+    kill_when(tmp_path, SWEEP, args, both_past_step_3, "both trials past step 3")
+    first = starts(out)
+    assert "DONE 0" in run_to_end(tmp_path, SWEEP, args)
+    later = [s for s in starts(out) if s not in first]
+    # every rank of each re-formed group is back at its trial's size, past where it was
+    assert sorted((s["size"], s["rank"]) for s in later) == [(1, 0), (2, 0), (2, 1)]
+    assert all(s["step"] >= 3 for s in later), later
+    for trial in exp.glob("*/result.json"):
+        rows = result_rows(str(trial.parent))
+        assert [row["step"] for row in rows] == list(range(1, 31))
+        assert len({row["size"] for row in rows}) == 1
