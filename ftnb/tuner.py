@@ -275,10 +275,8 @@ class Tuner:
         from .execution.resources import TrialResources
         from .lifecycle.plan_restore import plan_restore, restored_scheduler
 
-        param_space = _with_stored_scaling(path, storage_filesystem, trainable, param_space)
+        param_space = _restored_space(path, storage_filesystem, trainable, param_space)
         group = _GroupSettings.of(trainable, None, "Tuner.restore", param_space)
-        if group.trainer is None and param_space is not None:
-            param_space = _as_stored_trainer_space(path, storage_filesystem, param_space)
         if group.trainer is not None:
             # Its space (with its datasets) must match the stored one; its scaling is the one
             # the run goes on with (fewer workers after a GPU was lost, say).
@@ -451,12 +449,21 @@ def _stored_state(path: Any, filesystem: Any) -> Optional[ExperimentState]:
         return None
 
 
+def _restored_space(path: Any, filesystem: Any, trainable: Any, space: Any) -> Any:
+    """The space ``Tuner.restore`` resumes with, given ``space``: a trainer's with its stored
+    ``scaling_config``; a plain function's as its stored trainer's space."""
+    if getattr(trainable, "_ftnb_trainer", False):
+        return _with_stored_scaling(path, filesystem, trainable, space)
+    if space is not None:
+        return _as_stored_trainer_space(path, filesystem, space)
+    return space
+
+
 def _with_stored_scaling(path: Any, filesystem: Any, trainable: Any, space: Any) -> Any:
     """``space`` of a trainer resumed without the ``scaling_config`` its Tuner searched
     (``Tuner.restore(path, trainer)``): the stored one, over the trainer's own ScalingConfig,
     so that the space is the one the experiment was started with."""
-    if not getattr(trainable, "_ftnb_trainer", False) or (
-            isinstance(space, Mapping) and "scaling_config" in space):
+    if isinstance(space, Mapping) and "scaling_config" in space:
         return space
     state = _stored_state(path, filesystem)
     stored = state.param_space.get("scaling_config") if state is not None and isinstance(
