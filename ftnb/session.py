@@ -125,6 +125,9 @@ class TrialSession:
         #: ``TorchTrainer(datasets=...)``, resolved: :func:`get_dataset_shard` shards them.
         self.datasets: dict = {}
         self._shards: dict = {}
+        #: ``TorchTrainer(resume_from_checkpoint=...)``: what :func:`get_checkpoint` returns
+        #: while the trial has no checkpoint of its own (Ray Train's rule).
+        self.given_checkpoint: Optional[Checkpoint] = None
         self.started = time.time()
         self.last_report = self.started
         self.preempted = False
@@ -430,7 +433,7 @@ class TrialSession:
 
     def get_checkpoint(self) -> Optional[Checkpoint]:
         if self.restore_checkpoint is None:
-            return None
+            return self.given_checkpoint
         path = self.paths.checkpoint(self.restore_checkpoint)
         return Checkpoint(path, self.storage.fs)
 
@@ -525,7 +528,8 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
 
 def get_checkpoint() -> Optional[Checkpoint]:
     """The checkpoint this attempt should resume from (the trial's latest persisted one), or
-    None on a fresh start."""
+    None on a fresh start (a TorchTrainer's ``resume_from_checkpoint`` when it was given one).
+    """
     return current_session("get_checkpoint").get_checkpoint()
 
 

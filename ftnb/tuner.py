@@ -94,7 +94,7 @@ class Tuner:
         from .search import validate_param_space
 
         check_trainable(trainable, "Tuner")
-        group = _GroupSettings.of(trainable, resources_per_trial, "Tuner")
+        group = _GroupSettings.of(trainable, resources_per_trial, "Tuner", param_space)
         if group.trainer is not None:
             param_space = group.trainer.param_space(param_space)
             run_config = run_config or group.trainer.run_config
@@ -280,9 +280,8 @@ class Tuner:
         from .execution.resources import TrialResources
         from .lifecycle.plan_restore import plan_restore, restored_scheduler
 
-        group = _GroupSettings.of(trainable, None, "Tuner.restore")
-        if group.trainer is None and param_space is not None:
-            param_space = _as_stored_trainer_space(path, storage_filesystem, param_space)
+        param_space = _restored_space(path, storage_filesystem, trainable, param_space)
+        group = _GroupSettings.of(trainable, None, "Tuner.restore", param_space)
         if group.trainer is not None:
             # Its space (with its datasets) must match the stored one; its scaling is the one
             # the run goes on with (fewer workers after a GPU was lost, say).
@@ -416,6 +415,9 @@ class _GroupSettings:
                              "backend": trainer.torch_config.backend}
             if scaling.local_mode:  # one "rank": the caller (ftnb.execution.caller)
                 self.settings["local_mode"] = True
+            given = getattr(trainer, "resume_from_checkpoint", None)
+            if given is not None:  # its location, so a restore does not need it again
+                self.settings["resume_from_checkpoint"] = given.uri
             self.resources = scaling.worker_resources()
             self.num_workers = max(scaling.min_workers, 1)  # an elastic group's min must fit
             if scaling.elastic:
@@ -426,7 +428,10 @@ class _GroupSettings:
             self.pickle = _trainer_kind(type(trainer).__name__).trainer_pickle(trainer)
 
     @classmethod
-    def of(cls, trainable: Any, resources_per_trial: Any, where: str) -> "_GroupSettings":
+    def of(cls, trainable: Any, resources_per_trial: Any, where: str,
+           param_space: Any = None) -> "_GroupSettings":
+        """The group of ``trainable``; a trainer's as ``param_space`` makes it (its
+        ``scaling_config`` searched: :meth:`TorchTrainer.for_space`)."""
         if not getattr(trainable, "_ftnb_trainer", False):
             return cls()
         if resources_per_trial is not None:
@@ -435,20 +440,56 @@ class _GroupSettings:
                 "ScalingConfig says what each of its ranks gets. Fix: leave resources_per_trial "
                 "out and use ScalingConfig(num_workers=..., resources_per_worker=...)."
             )
-        return cls(trainable)
+        return cls(trainable.for_space(param_space))
+
+
+def _stored_state(path: Any, filesystem: Any) -> Optional[ExperimentState]:
+    """The state of the experiment at ``path``; None when it cannot be read (plan_restore
+    then says what is wrong with the path)."""
+    from .lifecycle.stored import path_str
+
+    try:
+        return ExperimentState.load(ExperimentPaths.at(path_str(path), filesystem))
+    except Exception:
+        return None
+
+
+def _restored_space(path: Any, filesystem: Any, trainable: Any, space: Any) -> Any:
+    """The space ``Tuner.restore`` resumes with, given ``space``: a trainer's with its stored
+    ``scaling_config``; a plain function's as its stored trainer's space."""
+    if getattr(trainable, "_ftnb_trainer", False):
+        return _with_stored_scaling(path, filesystem, trainable, space)
+    if space is not None:
+        return _as_stored_trainer_space(path, filesystem, space)
+    return space
+
+
+def _with_stored_scaling(path: Any, filesystem: Any, trainable: Any, space: Any) -> Any:
+    """``space`` of a trainer resumed without the ``scaling_config`` its Tuner searched
+    (``Tuner.restore(path, trainer)``): the stored one, over the trainer's own ScalingConfig,
+    so that the space is the one the experiment was started with."""
+    if isinstance(space, Mapping) and "scaling_config" in space:
+        return space
+    state = _stored_state(path, filesystem)
+    stored = state.param_space.get("scaling_config") if state is not None and isinstance(
+        state.param_space, dict) else None
+    if not isinstance(stored, dict):
+        return space
+    import dataclasses
+
+    from .search.space_json import decode_space
+
+    scaling = dataclasses.replace(trainable.scaling_config, **decode_space(stored))
+    return {**(space or {}), "scaling_config": scaling}
 
 
 def _as_stored_trainer_space(path: Any, filesystem: Any, space: Mapping[str, Any]) -> Any:
     """``space`` given with a plain function to resume a TorchTrainer's experiment (its state's
     ``settings["trainer"]``): the trainer's space around it, as the run was started."""
-    from .lifecycle.stored import path_str
-
-    try:
-        paths = ExperimentPaths.at(path_str(path), filesystem)
-        settings = ExperimentState.load(paths).settings
-    except Exception:  # plan_restore says what is wrong with the path
+    state = _stored_state(path, filesystem)
+    if state is None:
         return space
-    stored = settings.get("trainer")
+    stored = state.settings.get("trainer")
     if not stored:
         return space
     return _trainer_kind(stored.get("kind")).group_space(space)

@@ -28,7 +28,8 @@ def _resizing(cpus, held, min_workers=2, max_workers=4):
     machine = _Machine(ResourcePool(cpus, []))
     if held:
         assert machine._pool.try_acquire_group(ONE_CPU, held) is not None
-    controller = SimpleNamespace(executor=machine, dirty=False, stopping=None)
+    controller = SimpleNamespace(executor=machine, dirty=False, stopping=None, trainable=None,
+                                 configs={})
     return GroupResizing(controller, min_workers, max_workers, 60.0)
 
 

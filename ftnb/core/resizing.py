@@ -75,7 +75,8 @@ class GroupResizing:
         fit."""
         executor = self.controller.executor
         if not self.elastic:
-            return self.min_workers if executor.has_room(resources, self.min_workers) else None
+            size = self.fixed_size(trial)
+            return size if executor.has_room(resources, size) else None
         target = self._targets.get(trial.trial_id, (self.max_workers, REASON_GROW))[0]
         for size in range(target, self.min_workers - 1, -1):
             if _has_room(executor, resources, size):
@@ -88,6 +89,15 @@ class GroupResizing:
             trial.note = note
             self.controller.dirty = True
         return None
+
+    def fixed_size(self, trial: TrialRecord) -> int:
+        """The ranks of a trial of a fixed-size group: its own when the trainable says so for
+        its config (a Tuner searching a trainer's ScalingConfig(num_workers=...): the
+        trainable's ``_ftnb_ranks_of(config)``), else the experiment's."""
+        c = self.controller
+        ranks_of = getattr(c.trainable, "_ftnb_ranks_of", None)
+        size = ranks_of(c.configs.get(trial.trial_id)) if ranks_of is not None else None
+        return size or self.min_workers
 
     def started(self, trial: TrialRecord, size: int) -> None:
         """``trial``'s attempt started with ``size`` ranks: record a change of size."""

@@ -7,12 +7,18 @@ configuration objects (``ftnb.ScalingConfig``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-__all__ = ["DEFAULT_COLLECTIVE_TIMEOUT_S", "ScalingConfig", "is_real_number"]
+__all__ = ["DEFAULT_COLLECTIVE_TIMEOUT_S", "SEARCHABLE_FIELDS", "ScalingConfig", "is_real_number"]
+
+#: The fields of a ScalingConfig that a Tuner's ``param_space`` may search (Ray Tune's
+#: ``{"scaling_config": ScalingConfig(num_workers=tune.grid_search([1, 2]))}``): what each
+#: trial's group is made of. The others hold for the whole experiment.
+SEARCHABLE_FIELDS = ("num_workers", "resources_per_worker")
 
 
 def is_real_number(value: Any) -> bool:
@@ -53,6 +59,10 @@ class ScalingConfig:
             often (seconds) a group running with fewer than ``max`` ranks looks for room to
             grow (Ray Train's name and default, 60 s).
 
+    In a Tuner's ``param_space`` (``{"scaling_config": ScalingConfig(num_workers=
+    ftnb.grid_search([1, 2]))}``), ``num_workers`` and ``resources_per_worker`` may be search
+    domains: each trial's sampled values are checked as here, and refused before it starts.
+
     Example:
         >>> ScalingConfig(num_workers=2).worker_resources()
         TrialResources(cpu=1.0, gpu=0.0)
@@ -66,6 +76,10 @@ class ScalingConfig:
     elastic_resize_monitor_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
+        searched = self.searched_fields()
+        if searched:
+            self._check_searched(searched)
+            return
         self.num_workers = _checked_num_workers(self.num_workers)
         interval = self.elastic_resize_monitor_interval_s
         if not is_real_number(interval) or not interval > 0 or not math.isfinite(interval):
@@ -121,6 +135,26 @@ class ScalingConfig:
                 "refuses two ranks on one device). Fix: give each rank a whole GPU ('GPU': 1), or "
                 "use num_workers=1 to share GPUs between trials."
             )
+
+    def searched_fields(self) -> list:
+        """The fields that hold search domains (``ftnb.grid_search``, ``ftnb.choice``...): a
+        ScalingConfig for a Tuner's ``param_space`` only."""
+        from ..search.domains import holds_domain
+
+        return [f.name for f in dataclasses.fields(self) if holds_domain(getattr(self, f.name))]
+
+    def _check_searched(self, searched: list) -> None:
+        """Refuse domains in fields that hold for the whole experiment; check the others as
+        usual (the searched ones are checked per trial, :func:`ftnb.train.searched_scaling`)."""
+        fixed = [name for name in searched if name not in SEARCHABLE_FIELDS]
+        if fixed:
+            raise ValueError(
+                f"ScalingConfig({fixed[0]}={getattr(self, fixed[0])!r}): only "
+                f"{' and '.join(SEARCHABLE_FIELDS)} may be search domains (a Tuner's trials "
+                f"differ in their groups' size and resources, not in {fixed[0]}). Fix: give "
+                f"{fixed[0]} one value.")
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in searched}
+        dataclasses.replace(self, **defaults)  # raises as ScalingConfig(...) does
 
     def worker_resources(self) -> Any:
         """What each rank asks for, as a :class:`~ftnb.execution.resources.TrialResources`."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..config import RunConfig, ScalingConfig, callable_name, signature_mismatch
 from ..input_checks import keywords_after
+from .searched_scaling import SCALING_KEY, experiment_scaling, space_entry, trial_scaling
 
 if TYPE_CHECKING:
     from ..result import Result
@@ -76,8 +77,14 @@ class WorkerLoop:
     after the loop, so an experiment records the user's function as its trainable."""
 
     def __init__(self, loop: Callable[..., Any], takes_config: bool, use_gpu: bool,
-                 backend: Optional[str], timeout_s: float, local_mode: bool = False) -> None:
+                 backend: Optional[str], timeout_s: float, local_mode: bool = False,
+                 resume_from: Any = None, scaling: Optional[ScalingConfig] = None) -> None:
         self.loop = loop
+        #: The experiment's ScalingConfig; a trial's config may change its searchable fields.
+        self.scaling = scaling or ScalingConfig()
+        #: ``TorchTrainer(resume_from_checkpoint=...)``: get_checkpoint()'s answer while the
+        #: trial has no checkpoint of its own.
+        self.resume_from = resume_from
         #: ``ScalingConfig(num_workers=0)``: the loop runs in the caller, with no process group.
         self.local_mode = local_mode
         self.takes_config = takes_config
@@ -94,6 +101,12 @@ class WorkerLoop:
 
         session = session_mod.current_session("report")
         session.datasets = dict(config.get(_DATASETS) or {})
+        session.given_checkpoint = self.resume_from
+        if config.get(SCALING_KEY) is not None:
+            try:
+                trial_scaling(self.scaling, config[SCALING_KEY])
+            except (TypeError, ValueError) as exc:  # a sampled value: this trial cannot run
+                raise session_mod.UsageError(str(exc)) from None
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
         group = False if self.local_mode else self._init_process_group(session)
@@ -110,6 +123,27 @@ class WorkerLoop:
                     dist.destroy_process_group()
                 except Exception:  # a peer is gone: the process ends anyway
                     pass
+
+    # -- a Tuner searching the ScalingConfig: what the controller asks of each trial's config --
+    def _trial_scaling(self, config: Any) -> Optional[ScalingConfig]:
+        values = config.get(SCALING_KEY) if isinstance(config, Mapping) else None
+        if not isinstance(values, Mapping):
+            return None
+        try:
+            return trial_scaling(self.scaling, values)
+        except (TypeError, ValueError):
+            return None  # the trial's ranks refuse it, so that it ends ERRORED saying why
+
+    def _ftnb_ranks_of(self, config: Any) -> Optional[int]:
+        """The ranks of the trial with ``config``; None: the experiment's."""
+        scaling = self._trial_scaling(config)
+        return scaling.max_workers if scaling is not None else None
+
+    def _ftnb_resources(self, config: Any) -> dict:
+        """What each rank of the trial with ``config`` asks for (``ftnb.with_resources``'s
+        function of the config)."""
+        scaling = self._trial_scaling(config) or self.scaling
+        return scaling.worker_resources().as_dict()
 
     def _init_process_group(self, session: Any) -> bool:
         import torch
@@ -174,6 +208,12 @@ class TorchTrainer:
             DataFrames, lists, ``ftnb.put`` refs. They are shared with the ranks in memory
             (``ftnb.put``), never stored: a restore needs them again.
         torch_config: :class:`TorchConfig` (backend, collective timeout).
+        resume_from_checkpoint: an :class:`ftnb.Checkpoint` (an earlier run's
+            ``result.checkpoint``, or ``Checkpoint.from_directory(path)``) that
+            :func:`ftnb.get_checkpoint` returns on every rank until the run has a checkpoint of
+            its own (as in Ray Train): after a failure or a driver restart, the run's latest
+            checkpoint wins. Its folder must exist; its location (never its files) is stored
+            with the run, so a restore does not need it again.
 
     Example:
         >>> def train_loop(config):  # doctest: +SKIP
@@ -201,6 +241,7 @@ class TorchTrainer:
         run_config: Optional[RunConfig] = None,
         datasets: Optional[Mapping[str, Any]] = None,
         torch_config: Optional[TorchConfig] = None,
+        resume_from_checkpoint: Any = None,
     ) -> None:
         self._takes_config = _check_loop(train_loop_per_worker)
         if train_loop_config is not None and not isinstance(train_loop_config, Mapping):
@@ -213,6 +254,12 @@ class TorchTrainer:
 
         check_instance(scaling_config, ScalingConfig, "TorchTrainer(scaling_config=...)",
                        "scaling_config=ftnb.ScalingConfig(num_workers=2)")
+        if scaling_config is not None and scaling_config.searched_fields():
+            raise ValueError(
+                f"TorchTrainer(scaling_config={scaling_config!r}) holds search domains, which "
+                "only a Tuner samples. Fix: give the trainer plain values and search them in the"
+                f" Tuner: Tuner(trainer, param_space={{'{SCALING_KEY}': ScalingConfig("
+                "num_workers=ftnb.grid_search([1, 2]))}).")
         check_instance(run_config, RunConfig, "TorchTrainer(run_config=...)",
                        "run_config=ftnb.RunConfig(name='my_run')")
         check_instance(torch_config, TorchConfig, "TorchTrainer(torch_config=...)",
@@ -230,6 +277,8 @@ class TorchTrainer:
         self.run_config = run_config or RunConfig()
         self.datasets = dict(datasets) if datasets else {}
         self.torch_config = torch_config or TorchConfig()
+        check_resume_checkpoint(resume_from_checkpoint)
+        self.resume_from_checkpoint = resume_from_checkpoint
 
     @property
     def __name__(self) -> str:  # the experiment records the loop's name as its trainable
@@ -241,17 +290,18 @@ class TorchTrainer:
         timeout = self.torch_config.timeout_s or self.scaling_config.collective_timeout_s
         return WorkerLoop(self.train_loop_per_worker, self._takes_config,
                           self.scaling_config.use_gpu, self.torch_config.backend, timeout,
-                          local_mode=self.scaling_config.local_mode)
+                          local_mode=self.scaling_config.local_mode,
+                          resume_from=self.resume_from_checkpoint, scaling=self.scaling_config)
 
     def param_space(self, given: Optional[Mapping[str, Any]] = None) -> dict:
         """The search space of a Tuner over this trainer: ``given`` (its ``train_loop_config``
         keys win over the trainer's own, as in Ray), with the datasets under ``datasets``."""
         given = dict(given or {})
-        unknown = [k for k in given if k not in (_LOOP_CONFIG, _DATASETS)]
+        unknown = [k for k in given if k not in (_LOOP_CONFIG, _DATASETS, SCALING_KEY)]
         if unknown:
             raise ValueError(
                 f"Tuner(TorchTrainer, param_space=...) has the key {unknown[0]!r}: a trainer's "
-                f"space holds only {_LOOP_CONFIG!r} (and {_DATASETS!r}). Fix: "
+                f"space holds only {_LOOP_CONFIG!r}, {SCALING_KEY!r} and {_DATASETS!r}. Fix: "
                 f"param_space={{'{_LOOP_CONFIG}': {{'{unknown[0]}': ...}}}}."
             )
         loop_config = dict(self.train_loop_config)
@@ -266,7 +316,21 @@ class TorchTrainer:
         datasets.update(given.get(_DATASETS) or {})
         if datasets:
             space[_DATASETS] = datasets
+        if given.get(SCALING_KEY) is not None:
+            space[SCALING_KEY] = space_entry(given[SCALING_KEY])
         return space
+
+    def for_space(self, given: Optional[Mapping[str, Any]]) -> "TorchTrainer":
+        """This trainer as a Tuner with the space ``given`` runs it: a
+        ``given["scaling_config"]`` takes the place of its own ScalingConfig (its searched
+        fields at what must fit: :func:`~ftnb.train.searched_scaling.experiment_scaling`)."""
+        if not isinstance(given, Mapping) or given.get(SCALING_KEY) is None:
+            return self
+        import copy
+
+        trainer = copy.copy(self)
+        trainer.scaling_config = experiment_scaling(given[SCALING_KEY])
+        return trainer
 
     # -- running ---------------------------------------------------------------------------------
     def fit(self) -> "Result":
@@ -340,9 +404,12 @@ class TorchTrainer:
         scaling = scaling_config or saved.get("scaling_config") or stored.scaling_config
         run_config = RunConfig(name=paths.name, storage_path=paths.parent_uri,
                                storage_filesystem=storage_filesystem)
-        return cls(loop, train_loop_config=train_loop_config, scaling_config=scaling,
-                   run_config=run_config, datasets=given or None,
-                   torch_config=saved.get("torch_config") or stored.torch_config)
+        trainer = cls(loop, train_loop_config=train_loop_config, scaling_config=scaling,
+                      run_config=run_config, datasets=given or None,
+                      torch_config=saved.get("torch_config") or stored.torch_config)
+        # (as stored, not checked again: the run's own checkpoint wins once it has one)
+        trainer.resume_from_checkpoint = stored.resume_from_checkpoint
+        return trainer
 
 
 def group_space(space: Optional[Mapping[str, Any]],
@@ -376,8 +443,45 @@ def trainer_from_settings(loop: Callable[..., Any], settings: Mapping[str, Any])
         collective_timeout_s=float(settings.get("collective_timeout_s")
                                    or ScalingConfig.collective_timeout_s),
     )
-    return TorchTrainer(loop, scaling_config=scaling,
-                        torch_config=TorchConfig(backend=stored.get("backend")))
+    trainer = TorchTrainer(loop, scaling_config=scaling,
+                           torch_config=TorchConfig(backend=stored.get("backend")))
+    given = stored.get(RESUME_KEY)
+    if isinstance(given, str):  # a location, never code
+        from ..checkpoint import Checkpoint
+
+        trainer.resume_from_checkpoint = Checkpoint(given)
+    return trainer
+
+
+#: The key of ``settings["trainer"]`` that keeps ``resume_from_checkpoint``'s location.
+RESUME_KEY = "resume_from_checkpoint"
+
+
+def check_resume_checkpoint(checkpoint: Any) -> None:
+    """Raise a clear error, before any work starts, unless ``checkpoint`` (the argument
+    ``resume_from_checkpoint``) is None or an :class:`ftnb.Checkpoint` whose folder exists."""
+    from ..checkpoint import Checkpoint
+    from ..input_checks import short_repr
+
+    if checkpoint is None:
+        return
+    fix = ("Fix: resume_from_checkpoint=ftnb.Checkpoint.from_directory('/path/to/folder'), "
+           "or an earlier run's result.checkpoint.")
+    if not isinstance(checkpoint, Checkpoint):
+        raise TypeError(
+            f"TorchTrainer(resume_from_checkpoint=...) must be an ftnb.Checkpoint; got "
+            f"{type(checkpoint).__name__}: {short_repr(checkpoint)}. {fix}")
+    from ..storage import Storage
+
+    try:
+        there = Storage(checkpoint.path, checkpoint.filesystem).isdir(checkpoint.path)
+    except Exception as exc:  # unreachable remote storage: say so now, not in every rank
+        raise ValueError(
+            f"TorchTrainer(resume_from_checkpoint={checkpoint!r}): its folder could not be "
+            f"read ({type(exc).__name__}: {exc}). {fix}") from None
+    if not there:
+        raise ValueError(
+            f"TorchTrainer(resume_from_checkpoint={checkpoint!r}): no such folder. {fix}")
 
 
 def trainer_pickle(trainer: TorchTrainer) -> Optional[bytes]:
