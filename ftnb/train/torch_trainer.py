@@ -76,8 +76,12 @@ class WorkerLoop:
     after the loop, so an experiment records the user's function as its trainable."""
 
     def __init__(self, loop: Callable[..., Any], takes_config: bool, use_gpu: bool,
-                 backend: Optional[str], timeout_s: float, local_mode: bool = False) -> None:
+                 backend: Optional[str], timeout_s: float, local_mode: bool = False,
+                 validation_config: Any = None) -> None:
         self.loop = loop
+        #: ``TorchTrainer(validation_config=...)``: rank 0 validates the checkpoints reported
+        #: with ``validation=True`` (:mod:`ftnb.train.validation`).
+        self.validation_config = validation_config
         #: ``ScalingConfig(num_workers=0)``: the loop runs in the caller, with no process group.
         self.local_mode = local_mode
         self.takes_config = takes_config
@@ -94,6 +98,10 @@ class WorkerLoop:
 
         session = session_mod.current_session("report")
         session.datasets = dict(config.get(_DATASETS) or {})
+        session.validation_config = self.validation_config
+        if self.validation_config is not None and (session.group is None
+                                                   or session.group.rank == 0):
+            session.start_validations()  # those an earlier attempt left pending run again
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
         group = False if self.local_mode else self._init_process_group(session)
@@ -174,6 +182,9 @@ class TorchTrainer:
             DataFrames, lists, ``ftnb.put`` refs. They are shared with the ranks in memory
             (``ftnb.put``), never stored: a restore needs them again.
         torch_config: :class:`TorchConfig` (backend, collective timeout).
+        validation_config: :class:`~ftnb.ValidationConfig`: validates, in a process of its
+            own, each checkpoint reported with ``report(..., validation=True)`` while training
+            goes on (docs/checkpoint-uploads.md).
 
     Example:
         >>> def train_loop(config):  # doctest: +SKIP
@@ -201,6 +212,7 @@ class TorchTrainer:
         run_config: Optional[RunConfig] = None,
         datasets: Optional[Mapping[str, Any]] = None,
         torch_config: Optional[TorchConfig] = None,
+        validation_config: Any = None,
     ) -> None:
         self._takes_config = _check_loop(train_loop_per_worker)
         if train_loop_config is not None and not isinstance(train_loop_config, Mapping):
@@ -217,6 +229,12 @@ class TorchTrainer:
                        "run_config=ftnb.RunConfig(name='my_run')")
         check_instance(torch_config, TorchConfig, "TorchTrainer(torch_config=...)",
                        "torch_config=ftnb.TorchConfig(backend='gloo')")
+        if validation_config is not None:
+            from .validation import ValidationConfig
+
+            check_instance(validation_config, ValidationConfig,
+                           "TorchTrainer(validation_config=...)",
+                           "validation_config=ftnb.ValidationConfig(fn=validate)")
         if datasets is not None:
             if not isinstance(datasets, Mapping) or not all(isinstance(k, str) and k
                                                             for k in datasets):
@@ -230,6 +248,7 @@ class TorchTrainer:
         self.run_config = run_config or RunConfig()
         self.datasets = dict(datasets) if datasets else {}
         self.torch_config = torch_config or TorchConfig()
+        self.validation_config = validation_config
 
     @property
     def __name__(self) -> str:  # the experiment records the loop's name as its trainable
@@ -241,7 +260,8 @@ class TorchTrainer:
         timeout = self.torch_config.timeout_s or self.scaling_config.collective_timeout_s
         return WorkerLoop(self.train_loop_per_worker, self._takes_config,
                           self.scaling_config.use_gpu, self.torch_config.backend, timeout,
-                          local_mode=self.scaling_config.local_mode)
+                          local_mode=self.scaling_config.local_mode,
+                          validation_config=self.validation_config)
 
     def param_space(self, given: Optional[Mapping[str, Any]] = None) -> dict:
         """The search space of a Tuner over this trainer: ``given`` (its ``train_loop_config``
