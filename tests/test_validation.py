@@ -26,7 +26,7 @@ from validation_loops import train_loop, validate
 
 args = json.loads(sys.argv[1])
 result = ftnb.TorchTrainer(
-    train_loop, train_loop_config={"side": args["side"], "n": args["n"]},
+    train_loop, train_loop_config={"side": args["side"], "n": args["n"], "mode": args["mode"]},
     scaling_config=ftnb.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
     torch_config=ftnb.TorchConfig(backend="gloo"),
     validation_config=ftnb.ValidationConfig(validate, task_config=ftnb.ValidationTaskConfig(
@@ -44,12 +44,12 @@ print("RESULT", json.dumps({
 """
 
 
-def _run(tmp_path, n: int, crash_step: int = 0, gate: str = "train_done"):
+def _run(tmp_path, n: int, crash_step: int = 0, gate: str = "train_done", mode: str = "SYNC"):
     side = tmp_path / "side"
     side.mkdir(exist_ok=True)
     return side, run_script(tmp_path, DRIVER, json.dumps(
         {"storage": str(tmp_path / "exp"), "side": str(side), "n": n,
-         "crash_step": crash_step, "gate": gate}))
+         "crash_step": crash_step, "gate": gate, "mode": mode}))
 
 
 def _trial_dir(tmp_path) -> str:
@@ -70,8 +70,9 @@ def test_validation_runs_beside_training_is_merged_ranks_checkpoints_and_records
     rank 0 writes after its last report returned, so training that waited for a validation
     would never get there. Each row gets its validation's metrics (the validated ``loss``
     wins), once; step 3's validation raises: its row records the error and the run succeeds;
-    the checkpoints are ranked by val_loss (step 2 best), retention keeping the best."""
-    side, proc = _run(tmp_path, n=4, crash_step=3)
+    the checkpoints are ranked by val_loss (step 2 best), retention keeping the best. ASYNC
+    uploads: a validation starts once its checkpoint is whole."""
+    side, proc = _run(tmp_path, n=4, crash_step=3, mode="ASYNC")
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out
     result = _result(out)

@@ -40,7 +40,7 @@ def train_loop(config: dict) -> None:
                 with open(os.path.join(d, "state.json"), "w") as f:
                     json.dump({"step": step + 1}, f)
                 ftnb.report(metrics, checkpoint=ftnb.Checkpoint.from_directory(d),
-                            validation=True)
+                            validation=True, checkpoint_upload_mode=config["mode"])
             _note(side, f"reported.{step + 1}")
             if step == 0:
                 _wait_for(os.path.join(side, "val_started.1"))
