@@ -419,7 +419,8 @@ class TrialSession:
     def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[AttemptEnd]:
         """Whether the attempt ends at this report, and how (None: it goes on). Raises
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
-        if self.metric_to_check is not None:
+        if self.metric_to_check is not None and "validation" not in row:
+            # (a row that asks for a validation may get the metric from it: not checked)
             metric, self.metric_to_check = self.metric_to_check, None
             _check_metric_reported(metric, row)
         stopped = False

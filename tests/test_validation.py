@@ -148,6 +148,26 @@ def test_validation_pending_when_the_driver_is_sigkilled_runs_again_once(tmp_pat
     assert os.path.basename(_result(out)["best"]) == rows2[1]["checkpoint_dir_name"]
 
 
+def test_a_tuner_over_a_trainer_ranks_trials_by_a_validated_metric(tmp_path):
+    """Tuner(TorchTrainer(validation_config=...), TuneConfig(metric="val_loss")): the first
+    report has no val_loss yet (its validation brings it), which is not a usage error; the
+    trials are ranked by the validated values."""
+    from validation_loops import score, small_loop
+
+    trainer = ftnb.TorchTrainer(
+        small_loop, scaling_config=ftnb.ScalingConfig(num_workers=0),
+        validation_config=ftnb.ValidationConfig(score))
+    grid = ftnb.Tuner(
+        trainer, param_space={"train_loop_config": {"x": ftnb.grid_search([1, 2])}},
+        tune_config=ftnb.TuneConfig(metric="val_loss", mode="min"),
+        run_config=ftnb.RunConfig(name="tuned", storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert grid.num_errors == 0, [str(r.error) for r in grid]
+    for result in grid:
+        assert [r["val_loss"] for r in result.rows] == [-1.0, -2.0]
+    assert grid.get_best_result().metrics["val_loss"] == -2.0
+
+
 # ---- bad input, and the pure parts --------------------------------------------------------------
 
 

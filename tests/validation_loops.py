@@ -79,3 +79,17 @@ def validate(checkpoint: ftnb.Checkpoint, side: str, crash_step: int = 0,
         raise ValueError(f"validation of step {step} crashed on purpose")
     _note(side, f"val_done.{step}", json.dumps(_reported(side)))
     return {"val_loss": abs(step - 2) + 0.5, "loss": -1.0, "val_step": step}
+
+
+def small_loop(config: dict) -> None:
+    """Two reports with a checkpoint and ``validation=True``, no process group."""
+    for step in (1, 2):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ftnb.report({"loss": float(step)}, checkpoint=ftnb.Checkpoint.from_directory(d),
+                        validation=True)
+
+
+def score(checkpoint: ftnb.Checkpoint, offset: float = 0.0) -> dict:
+    return {"val_loss": offset - _step_of(checkpoint)}
