@@ -136,6 +136,10 @@ class TrialSession:
         #: The asynchronous reports' queue (:class:`~ftnb.storage.checkpoint_uploads.
         #: UploadQueue`), made by the first one.
         self._uploads: Any = None
+        #: ``TorchTrainer(validation_config=...)`` (set by the rank's loop), and rank 0's
+        #: :class:`~ftnb.train.validation.AttemptValidations`, made by :meth:`start_validations`.
+        self.validation_config: Any = None
+        self._validations: Any = None
         #: The checkpoint names the trial's rows use (set by the first report).
         self._checkpoint_names: Optional[set[str]] = None
         #: The scheduler's decision points (:class:`~ftnb.execution.contract.DecisionPoints`):
@@ -167,10 +171,11 @@ class TrialSession:
     def report(self, metrics: Any, checkpoint: Optional[Checkpoint] = None,
                **options: Any) -> None:
         """See :func:`report`; ``options``: its checkpoint keywords (Ray Train's names)."""
-        values = self._checked_metrics(metrics, checkpoint)
+        validation = options.get("validation")
+        values = self._checked_metrics(metrics, checkpoint, validation)
         plan = self._checkpoint_plan(checkpoint, options)
-        if self._uploads is not None:
-            self._uploads.raise_error()  # an earlier asynchronous report's upload failed
+        kwargs = self._validation_request(validation, values, checkpoint, self.group is None)
+        self._catch_up()
 
         self.iteration += 1
         merged = self._group_checkpoint(plan) if self.group is not None else None
@@ -194,6 +199,8 @@ class TrialSession:
         )
         self.last_report = now
         job = ReportJob(self, row, plan, UsageError)
+        if kwargs is not None:
+            self._ask_validation(job, validation, values, merged or checkpoint, kwargs)
         if plan is not None or merged is not None:
             self._check_fence(force=True)
             name = merged.name if merged is not None else self._checkpoint_name(plan)
@@ -242,7 +249,53 @@ class TrialSession:
         if end is not None:
             raise end
 
-    def _checked_metrics(self, metrics: Any, checkpoint: Optional[Checkpoint]) -> dict:
+    def _validation_request(self, validation: Any, values: dict, checkpoint: Any,
+                            known: bool) -> Optional[dict]:
+        """``report(validation=...)`` checked (a UsageError before any work): the validation's
+        keywords, or None. ``known``: whether the report's checkpoint is known (in a group,
+        once merged from the ranks')."""
+        if validation is None or validation is False:
+            return None
+        from .train.validation import validation_request
+
+        try:
+            return validation_request(validation, self.validation_config,
+                                       checkpoint is not None if known else None, values)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _catch_up(self) -> None:
+        """Before a report: raise the error of an earlier asynchronous report's upload that
+        failed; record the validations that ended meanwhile."""
+        if self._uploads is not None:
+            self._uploads.raise_error()
+        if self._validations is not None:
+            self._validations.record_finished()
+
+    def _ask_validation(self, job: Any, validation: Any, values: dict, checkpoint: Any,
+                        kwargs: dict) -> None:
+        """Rank 0: the report's row records its validation as pending; the validation starts
+        once the row is persisted (its checkpoint whole)."""
+        self._validation_request(validation, values, checkpoint, True)
+        job.row["validation"] = {"status": "pending", "fn_kwargs": kwargs}
+
+        def submit(name: str) -> None:
+            self.start_validations().runner.submit(name, kwargs)
+        job.on_recorded = submit
+
+    def start_validations(self) -> Any:
+        """Rank 0's validations (made at the first use; ``TorchTrainer`` makes them when its
+        loop starts, running again those an earlier attempt left pending)."""
+        if self._validations is None:
+            from .storage import AUTO_KEYS
+            from .train.validation import AttemptValidations
+
+            self._validations = AttemptValidations(self, self.validation_config, AUTO_KEYS)
+            self._validations.resume()
+        return self._validations
+
+    def _checked_metrics(self, metrics: Any, checkpoint: Optional[Checkpoint],
+                         validation: Any = None) -> dict:
         if not isinstance(metrics, Mapping):
             raise UsageError(
                 f"report(metrics=...) needs a dict of metric names to values; got "
@@ -264,7 +317,8 @@ class TrialSession:
                 " Fix: checkpoint=ftnb.Checkpoint.from_directory(folder)."
             )
         attr = self.checkpoint_score_attribute
-        if checkpoint is not None and attr and metric_value(values, attr, _MISSING) is _MISSING:
+        if checkpoint is not None and attr and metric_value(values, attr, _MISSING) is _MISSING \
+                and not validation:  # a validated checkpoint may get it from its validation
             reported = ", ".join(sorted(flatten_row(values))) or "none"
             raise UsageError(
                 f"CheckpointConfig(checkpoint_score_attribute={attr!r}) but this report with a "
@@ -345,10 +399,13 @@ class TrialSession:
     def finish_uploads(self, quiet: bool = False) -> None:
         """Wait for the attempt's asynchronous checkpoints and their rows (the attempt's end);
         ``quiet``: an upload's error is not raised (the attempt fails for another reason)."""
-        if self._uploads is None:
-            return
         try:
-            self._uploads.drain()
+            if self._uploads is not None:
+                self._uploads.drain()
+            if self._validations is not None:  # their rows are persisted: record them too
+                self._validations.finish()
+                if self._uploads is not None:
+                    self._uploads.drain()
         except BaseException:
             if not quiet:
                 raise
@@ -385,7 +442,8 @@ class TrialSession:
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
         for metric, ranker in self.ranked_metrics:
             _check_metric_is_no_text(metric, ranker, row)
-        if self.metric_to_check is not None:
+        if self.metric_to_check is not None and "validation" not in row:
+            # (a row that asks for a validation may get the metric from it: not checked)
             metric, self.metric_to_check = self.metric_to_check, None
             _check_metric_reported(metric, row)
         stopped = False
@@ -498,7 +556,8 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
            checkpoint_dir_name: Optional[str] = None,
            checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
            delete_local_checkpoint_after_upload: Optional[bool] = None,
-           checkpoint_upload_fn: Optional[Callable[[Checkpoint, str], Checkpoint]] = None) -> None:
+           checkpoint_upload_fn: Optional[Callable[[Checkpoint, str], Checkpoint]] = None,
+           validation: Any = False) -> None:
     """Record one result of the running trial, and optionally a checkpoint.
 
     Returns only once the result line (and the checkpoint, copied into the trial's
@@ -513,6 +572,9 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
     whole; ``NO_UPLOAD``: the folder already is in the trial's folder),
     ``delete_local_checkpoint_after_upload`` (default: True for ``ASYNC``) and
     ``checkpoint_upload_fn(checkpoint, dir_name) -> Checkpoint`` (writes the files itself).
+    ``validation=True`` (or a ``ValidationTaskConfig``) validates the checkpoint with the
+    trainer's ``ValidationConfig`` in a process of its own while training goes on; its
+    metrics are merged into this report's row once known (docs/checkpoint-uploads.md).
 
     Example:
         >>> def train(config):  # doctest: +SKIP
@@ -523,7 +585,7 @@ def report(metrics: dict, *, checkpoint: Optional[Checkpoint] = None,
         metrics, checkpoint, checkpoint_dir_name=checkpoint_dir_name,
         checkpoint_upload_mode=checkpoint_upload_mode,
         delete_local_checkpoint_after_upload=delete_local_checkpoint_after_upload,
-        checkpoint_upload_fn=checkpoint_upload_fn)
+        checkpoint_upload_fn=checkpoint_upload_fn, validation=validation)
 
 
 def get_checkpoint() -> Optional[Checkpoint]:

@@ -29,6 +29,8 @@ LAYERS = [
     ("ftnb.session", "trainable API"),
     # What a running trial knows of itself (get_context()): the trainable API's.
     ("ftnb.train.context", "trainable API"),
+    # Asynchronous validation: what report(validation=...) starts and records, for the session.
+    ("ftnb.train.validation", "trainable API"),
     ("ftnb.checkpoint", "base"),
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),

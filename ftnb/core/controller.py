@@ -43,7 +43,14 @@ from .checkpoint_queries import CHECKPOINT_QUERY, answer_checkpoint_query
 from .index_upkeep import index_entry_writer
 from .interruption import RESUME_LINE_PRINTED, interrupt_loop, say_interrupted
 from .listeners import ExperimentListener, NullListener
-from .live_attempt import LiveAttempt, hung_attempts, record_recovery, take_result
+from .live_attempt import (
+    VALIDATION_RECORD,
+    LiveAttempt,
+    hung_attempts,
+    record_recovery,
+    take_result,
+    take_validation,
+)
 from .resizing import GroupResizing, elastic_sizes
 from .records import (
     FINISHED_STATUSES,
@@ -288,6 +295,12 @@ class Controller:
             if not live.reported:
                 live.reported = True
                 record_recovery(trial, time.time())
+            if VALIDATION_RECORD in event.row:  # a validation's outcome, merged into its row
+                if take_validation(trial, event.row,
+                                   self.checkpoint_config.checkpoint_score_attribute):
+                    self.trial_files.apply_retention(trial)
+                self.dirty = True
+                return
             if CHECKPOINT_QUERY in event.row:  # a class trainable's row, not persisted yet
                 return answer_checkpoint_query(self, trial, event)
             self._on_result(trial, event.row, event.awaits_decision)

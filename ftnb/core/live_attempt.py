@@ -74,6 +74,36 @@ def hung_attempts(live: Mapping[str, LiveAttempt], *, now: float,
             in silent_attempts(watched, now=now, timeout_s=timeout_s).items()}
 
 
+#: The key of a trial's message that records a validation's outcome (not a new result):
+#: ``{VALIDATION_RECORD: checkpoint name, "row": the report's row with it merged}``.
+VALIDATION_RECORD = "__ftnb_validation__"
+
+
+def validation_pending(row: Mapping) -> bool:
+    """Whether ``row`` asked for a validation that has not ended (ftnb.train.validation)."""
+    state = row.get("validation")
+    return isinstance(state, dict) and state.get("status") == "pending"
+
+
+def take_validation(trial: TrialRecord, message: Mapping, score_attribute: Optional[str]) -> bool:
+    """Record in ``trial`` the validated row of one of its checkpoints: its score (by
+    ``score_attribute``) and, when it is the last result, ``last_result``. Returns whether the
+    checkpoint is still kept (the retention policy then applies again)."""
+    row = dict(message["row"])
+    name = message[VALIDATION_RECORD]
+    if trial.last_result and trial.last_result.get("checkpoint_dir_name") == name:
+        trial.last_result = row
+    for entry in trial.checkpoints:
+        if entry["dir_name"] == name:
+            entry.pop("validation_pending", None)
+            if score_attribute:
+                entry["score"] = metric_value(row, score_attribute)
+            if trial.latest_checkpoint and trial.latest_checkpoint.get("dir_name") == name:
+                trial.latest_checkpoint = dict(entry)
+            return True
+    return False
+
+
 def take_result(trial: TrialRecord, row: dict, score_attribute: Optional[str]) -> bool:
     """Record in ``trial`` its stored report ``row``: its iteration, its last result and, when
     the row names one, its new latest checkpoint (scored by ``score_attribute``, if given).
@@ -90,6 +120,8 @@ def take_result(trial: TrialRecord, row: dict, score_attribute: Optional[str]) -
     }
     if score_attribute:
         entry["score"] = metric_value(row, score_attribute)
+    if validation_pending(row):
+        entry["validation_pending"] = True  # kept by retention until its score is known
     trial.checkpoints.append(entry)
     trial.latest_checkpoint = entry
     index = checkpoint_index(name)

@@ -248,11 +248,14 @@ def checkpoints_to_delete(checkpoints: Sequence[dict], config: CheckpointConfig)
     """The entries of ``checkpoints`` (oldest first: dir_name, iteration, score) that
     ``config`` says to delete. The latest is always kept (a retry starts from it); of the
     others, the worst by ``checkpoint_score_attribute`` go first (a missing or NaN score is the
-    worst, ties go to the older), or the oldest when no attribute is set."""
+    worst, ties go to the older), or the oldest when no attribute is set. One whose
+    validation is pending (``validation_pending``) is kept, and not counted, until its score
+    is known: ``num_to_keep`` applies to the others."""
     keep = config.num_to_keep
-    if keep is None or len(checkpoints) <= keep:
+    known = [c for c in checkpoints if not c.get("validation_pending")]
+    if keep is None or len(known) <= keep:
         return []
-    candidates = list(checkpoints[:-1])
+    candidates = [c for c in known if c is not checkpoints[-1]]
     if config.checkpoint_score_attribute:
         sign = 1 if config.checkpoint_score_order == "max" else -1
 
@@ -262,7 +265,7 @@ def checkpoints_to_delete(checkpoints: Sequence[dict], config: CheckpointConfig)
             return (1 if valid else 0, sign * score if valid else 0, c["iteration"])
 
         candidates.sort(key=badness)
-    return candidates[: len(checkpoints) - keep]
+    return candidates[: len(known) - keep]
 
 
 def experiment_status(stopping: Optional[str], statuses: Iterable[str]) -> ExperimentStatus:

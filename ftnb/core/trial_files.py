@@ -28,6 +28,7 @@ from ..storage.json_lines import damaged_tail, read_json_lines
 from ..storage.lease import Lease
 from ..storage.result_log import ResultLog
 from . import policy
+from .live_attempt import validation_pending
 from .recoveries import CHECKPOINT_PASSED_OVER, RESULTS_TAIL_CUT, STARTED_OVER, recovery
 from .records import AttemptOutcome, AttemptRecord, ExperimentState, TrialRecord
 
@@ -129,6 +130,12 @@ class TrialFiles:
             if not name:
                 continue
             highest = max(highest, checkpoint_index(name) or 0)
+            if name in by_name and "validation" in row:
+                # a validation recorded in the row after the driver last saved its record
+                if attr:
+                    by_name[name]["score"] = metric_value(row, attr)
+                if not validation_pending(row):
+                    by_name[name].pop("validation_pending", None)
             if name not in by_name:
                 entry = {
                     "dir_name": name,
@@ -137,6 +144,8 @@ class TrialFiles:
                 }
                 if attr:
                     entry["score"] = metric_value(row, attr)
+                if validation_pending(row):
+                    entry["validation_pending"] = True
                 by_name[name] = entry
         present = set(trial_paths.checkpoint_dirs())
         trial.checkpoints = sorted(

@@ -220,6 +220,9 @@ class ReportJob:
         #: write files into ``shards`` (see :mod:`~ftnb.storage.rank_checkpoints`).
         self.other_ranks: Optional[list[int]] = None
         self.shards: Optional[str] = None
+        #: Called with the checkpoint's name once the row is persisted and sent (what starts
+        #: its asynchronous validation, see :mod:`ftnb.train.validation`).
+        self.on_recorded: Optional[Callable[[str], None]] = None
 
     def __call__(self) -> None:
         s, row, plan = self.session, self.row, self.plan
@@ -237,6 +240,8 @@ class ReportJob:
                 self._remove_checkpoint()  # a checkpoint no row names is debris: free its space
                 raise
             s.send(self.kind, row)
+            if self.on_recorded is not None and self.name is not None:
+                self.on_recorded(self.name)
             if plan is not None:
                 delete_local_folder(plan)
         finally:

@@ -3,4 +3,13 @@ ranks (one ``torch.distributed`` process group) that starts, fails and restarts 
 
 from ..checkpoint import Checkpoint, CheckpointUploadMode
 
-__all__ = ["Checkpoint", "CheckpointUploadMode"]
+__all__ = ["Checkpoint", "CheckpointUploadMode", "ValidationConfig", "ValidationTaskConfig"]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use (``import ftnb`` stays fast).
+    if name in ("ValidationConfig", "ValidationTaskConfig"):
+        from . import validation
+
+        return getattr(validation, name)
+    raise AttributeError(f"module 'ftnb.train' has no attribute {name!r}")

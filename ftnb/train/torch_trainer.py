@@ -78,13 +78,17 @@ class WorkerLoop:
 
     def __init__(self, loop: Callable[..., Any], takes_config: bool, use_gpu: bool,
                  backend: Optional[str], timeout_s: float, local_mode: bool = False,
-                 resume_from: Any = None, scaling: Optional[ScalingConfig] = None) -> None:
+                 resume_from: Any = None, scaling: Optional[ScalingConfig] = None,
+                 validation_config: Any = None) -> None:
         self.loop = loop
         #: The experiment's ScalingConfig; a trial's config may change its searchable fields.
         self.scaling = scaling or ScalingConfig()
         #: ``TorchTrainer(resume_from_checkpoint=...)``: get_checkpoint()'s answer while the
         #: trial has no checkpoint of its own.
         self.resume_from = resume_from
+        #: ``TorchTrainer(validation_config=...)``: rank 0 validates the checkpoints reported
+        #: with ``validation=True`` (:mod:`ftnb.train.validation`).
+        self.validation_config = validation_config
         #: ``ScalingConfig(num_workers=0)``: the loop runs in the caller, with no process group.
         self.local_mode = local_mode
         self.takes_config = takes_config
@@ -107,6 +111,10 @@ class WorkerLoop:
                 trial_scaling(self.scaling, config[SCALING_KEY])
             except (TypeError, ValueError) as exc:  # a sampled value: this trial cannot run
                 raise session_mod.UsageError(str(exc)) from None
+        session.validation_config = self.validation_config
+        if self.validation_config is not None and (session.group is None
+                                                   or session.group.rank == 0):
+            session.start_validations()  # those an earlier attempt left pending run again
         loop_config = config.get(_LOOP_CONFIG)
         loop_config = dict(loop_config) if loop_config is not None else {}
         group = False if self.local_mode else self._init_process_group(session)
@@ -214,6 +222,9 @@ class TorchTrainer:
             its own (as in Ray Train): after a failure or a driver restart, the run's latest
             checkpoint wins. Its folder must exist; its location (never its files) is stored
             with the run, so a restore does not need it again.
+        validation_config: :class:`~ftnb.ValidationConfig`: validates, in a process of its
+            own, each checkpoint reported with ``report(..., validation=True)`` while training
+            goes on (docs/checkpoint-uploads.md).
 
     Example:
         >>> def train_loop(config):  # doctest: +SKIP
@@ -242,6 +253,7 @@ class TorchTrainer:
         datasets: Optional[Mapping[str, Any]] = None,
         torch_config: Optional[TorchConfig] = None,
         resume_from_checkpoint: Any = None,
+        validation_config: Any = None,
     ) -> None:
         self._takes_config = _check_loop(train_loop_per_worker)
         if train_loop_config is not None and not isinstance(train_loop_config, Mapping):
@@ -264,6 +276,12 @@ class TorchTrainer:
                        "run_config=ftnb.RunConfig(name='my_run')")
         check_instance(torch_config, TorchConfig, "TorchTrainer(torch_config=...)",
                        "torch_config=ftnb.TorchConfig(backend='gloo')")
+        if validation_config is not None:
+            from .validation import ValidationConfig
+
+            check_instance(validation_config, ValidationConfig,
+                           "TorchTrainer(validation_config=...)",
+                           "validation_config=ftnb.ValidationConfig(fn=validate)")
         if datasets is not None:
             if not isinstance(datasets, Mapping) or not all(isinstance(k, str) and k
                                                             for k in datasets):
@@ -279,6 +297,7 @@ class TorchTrainer:
         self.torch_config = torch_config or TorchConfig()
         check_resume_checkpoint(resume_from_checkpoint)
         self.resume_from_checkpoint = resume_from_checkpoint
+        self.validation_config = validation_config
 
     @property
     def __name__(self) -> str:  # the experiment records the loop's name as its trainable
@@ -291,7 +310,8 @@ class TorchTrainer:
         return WorkerLoop(self.train_loop_per_worker, self._takes_config,
                           self.scaling_config.use_gpu, self.torch_config.backend, timeout,
                           local_mode=self.scaling_config.local_mode,
-                          resume_from=self.resume_from_checkpoint, scaling=self.scaling_config)
+                          resume_from=self.resume_from_checkpoint, scaling=self.scaling_config,
+                          validation_config=self.validation_config)
 
     def param_space(self, given: Optional[Mapping[str, Any]] = None) -> dict:
         """The search space of a Tuner over this trainer: ``given`` (its ``train_loop_config``
