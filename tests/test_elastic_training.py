@@ -36,8 +36,11 @@ def shrink_then_grow(config):
     import torch
     import torch.distributed as dist
 
+    from ftnb.torch import get_device
+
     ctx = ftnb.get_context()
     rank, size = ctx.get_world_rank(), ctx.get_world_size()
+    full = config.get("full", 3)  # the group's max (tests/test_gpu.py: the GPUs there are)
     state = {"step": 0, "shrunk": False, "full_after": 0}
     checkpoint = ftnb.get_checkpoint()
     if checkpoint is not None:
@@ -46,15 +49,15 @@ def shrink_then_grow(config):
     shard = list(ftnb.get_dataset_shard("train"))
     deadline = time.monotonic() + config.get("deadline_s", 120)
     while True:
-        total = torch.ones(1)
+        total = torch.ones(1, device=get_device())  # (NCCL reduces CUDA tensors only)
         dist.all_reduce(total)
         assert int(total.item()) == size == dist.get_world_size()
         with open(os.path.join(config["out"], f"{state['step']}.{rank}.json"), "w") as f:
             json.dump({"size": size, "shard": shard, "pid": os.getpid()}, f)
-        if state["step"] == 2 and size == 3 and rank == 1 and not state["shrunk"]:
+        if state["step"] == 2 and size == full and rank == 1 and not state["shrunk"]:
             os.kill(os.getpid(), getattr(signal, config.get("signal", "SIGKILL")))
-        state["shrunk"] = state["shrunk"] or size < 3
-        if state["shrunk"] and size == 3:
+        state["shrunk"] = state["shrunk"] or size < full
+        if state["shrunk"] and size == full:
             state["full_after"] += 1
         state["step"] += 1
         folder = tempfile.mkdtemp()
@@ -64,7 +67,7 @@ def shrink_then_grow(config):
                     checkpoint=ftnb.Checkpoint.from_directory(folder))
         if state["full_after"] >= 2 or time.monotonic() > deadline:
             return
-        if state["shrunk"] and size < 3:
+        if state["shrunk"] and size < full:
             time.sleep(0.02)  # a step of real work; keeps the checkpoints few while it waits
 
 
