@@ -35,11 +35,20 @@ def grows(config: dict) -> None:
         with open(os.path.join(folder, "it.json"), "w") as f:
             json.dump({"it": it}, f)
         done = it >= config["n"] and given.required_resources["CPU"] >= until
-        ftnb.report({"cpu": given.required_resources["CPU"], "bundles": len(given.bundles),
+        extra = {"ray_cpu": _ray_cpus()} if config.get("ray") else {}
+        ftnb.report({**extra, "cpu": given.required_resources["CPU"],
+                     "bundles": len(given.bundles),
                      "score": config.get("score", 0) * it, "done": done},
                     checkpoint=ftnb.Checkpoint.from_directory(folder))
         if done:
             return
+
+
+def _ray_cpus() -> float:
+    """The CPUs Ray says this actor holds (in a Ray actor)."""
+    import ray
+
+    return ray.get_runtime_context().get_assigned_resources().get("CPU", 0.0)
 
 
 def executed(trial_dir: str) -> list[int]:

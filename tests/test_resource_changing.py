@@ -326,6 +326,30 @@ def test_distribute_resources_gives_an_ended_trials_cpus_to_the_other(tmp_path, 
                                                                 "strategy": "PACK"}
 
 
+@pytest.mark.ray
+def test_distribute_resources_on_ray_gives_the_actor_the_new_cpus(tmp_path, ray_instance):
+    """The same on the Ray executor (a local Ray of 2 CPUs): each change restarts the trial's
+    actor with the new CPUs, and Ray's own word for what the actor holds agrees."""
+    from ftnb.execution.ray import RayExecutor
+
+    results = ftnb.Tuner(
+        ftnb.with_resources(grows, PlacementGroupFactory([{"CPU": 0.5}])),
+        param_space={"case": ftnb.grid_search([{"n": 3, "until_cpu": 0},
+                                                {"n": 6, "until_cpu": 2}]), "ray": True},
+        tune_config=ftnb.TuneConfig(scheduler=ResourceChangingScheduler(
+            resources_allocation_function=DistributeResources(increase_by={"CPU": 0.5}))),
+        run_config=ftnb.RunConfig(storage_path=str(tmp_path), name="grow", verbose=0,
+                                  executor=RayExecutor()),
+    ).fit()
+    assert not results.errors
+    state = _state(tmp_path / "grow")
+    for trial in state.trials:
+        rows = _check_changes(tmp_path / "grow", trial, 0)
+        assert all(r["ray_cpu"] == r["cpu"] for r in rows), rows
+    long = next(t for t in state.trials if t.config["case"]["n"] == 6)
+    assert result_rows(str(tmp_path / "grow" / long.dir_name))[-1]["cpu"] == 2.0
+
+
 class Steps(ftnb.Trainable):
     """Counts its steps and reports what ``self.trial_resources`` says."""
 
