@@ -193,6 +193,20 @@ def test_the_top_job_takes_every_free_cpu():
     assert scheduler._reallocate["t1"].required_resources["CPU"] == 1.5
 
 
+def test_a_change_decided_and_not_carried_out_counts_as_used():
+    records = [_Record("t0", {"CPU": 0.5}), _Record("t1", {"CPU": 0.5})]
+    scheduler = ResourceChangingScheduler(resources_allocation_function=(
+        DistributeResourcesToTopJob(increase_by={"CPU": 0.5}, metric="score", mode="max")))
+    controller = _Controller(records, {"CPU": 2.0, "GPU": 0.0})
+    assert scheduler.on_trial_result(controller, records[0],
+                                     {"training_iteration": 1, "score": 5}) == "PAUSE"
+    assert scheduler.upcoming_trial_resources(controller, records[0])["cpu"] == 1.5
+    records[0].last_result = {"score": 5}
+    # t1 is the best now, but t0's 1.5 CPUs are spoken for: nothing is free.
+    assert scheduler.on_trial_result(controller, records[1],
+                                     {"training_iteration": 1, "score": 10}) == "CONTINUE"
+
+
 def test_a_change_is_carried_out_once_the_trial_paused_and_kept_in_the_state():
     record = _Record("t0", {"CPU": 0.5})
     decision, scheduler, controller = _decide(

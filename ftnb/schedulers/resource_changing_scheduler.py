@@ -105,8 +105,9 @@ class DistributeResources:
         total = {k: totals.get(k, 0.0) - (self.reserve_resources or {}).get(k, 0.0)
                  for k in step}
         live = list(tune_controller.get_live_trials())
-        used = {k: sum(tune_controller.get_trial_resources(t).required_resources.get(k, 0.0)
-                       for t in live) for k in step}
+        # (A change decided and not yet carried out counts at its new resources.)
+        used = {k: sum(scheduler.upcoming_trial_resources(tune_controller, t)
+                       .required_resources.get(k, 0.0) for t in live) for k in step}
         current = trial.placement_group_factory.required_resources
         base_total = base.required_resources
         have = _steps_in({k: current.get(k, 0.0) - base_total.get(k, 0.0) for k in step}, step)
@@ -341,6 +342,12 @@ class ResourceChangingScheduler(TrialScheduler):
                            _OWNER, name, new, problem)
             return None
         return new
+
+    def upcoming_trial_resources(self, tune_controller: Any,
+                                 trial: Trial) -> PlacementGroupFactory:
+        """What ``trial`` asks for once the change decided for it, if any, is carried out."""
+        upcoming = self._reallocate.get(trial.trial_id)
+        return upcoming if upcoming is not None else tune_controller.get_trial_resources(trial)
 
     def choose_trial_to_run(self, tune_controller: SchedulerController) -> Optional[Trial]:
         """A trial whose change is due (its attempt ended at the report it was decided at)
