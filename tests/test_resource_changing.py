@@ -288,6 +288,17 @@ def test_the_scheduler_is_rebuilt_from_its_description():
         resources_allocation_function=lambda *a: None))["settings"] is None
 
 
+def test_tune_bohb_finds_the_hyperband_for_bohb_it_wraps():
+    pytest.importorskip("ConfigSpace")
+    from ftnb.schedulers.hb_bohb import HyperBandForBOHB
+    from ftnb.search.bohb import TuneBOHB
+
+    hb = HyperBandForBOHB(metric="loss", mode="min", max_t=4)
+    searcher = TuneBOHB()
+    searcher.set_scheduler(ResourceChangingScheduler(hb))
+    assert searcher._scheduler is hb
+
+
 # -- real trials ---------------------------------------------------------------------------------
 def _state(exp) -> ExperimentState:
     return ExperimentState.load(ExperimentPaths.at(str(exp)))
