@@ -104,6 +104,14 @@ class Trainable:
         return get_context().get_trial_id()
 
     @property
+    def trial_resources(self) -> Any:
+        """What this trial was given, as Ray's ``Trainable.trial_resources``. A
+        ``PlacementGroupFactory``, as ``get_context().get_trial_resources()`` returns."""
+        from .session import get_context
+
+        return get_context().get_trial_resources()
+
+    @property
     def trial_name(self) -> str:
         from .session import get_context
 
@@ -252,6 +260,13 @@ def as_function_trainable(trainable: Any, checkpoint_config: Any, stop: Any) -> 
     at_end = getattr(checkpoint_config, "checkpoint_at_end", None)
     if is_trainable_class(trainable):
         return ClassTrainableRunner(trainable, freq, bool(at_end))
+    inner = getattr(trainable, "trainable", None)
+    if is_trainable_class(inner) and getattr(trainable, "_ftnb_parameters", None) is None:
+        # with_resources(SomeTrainable, ...): the class, asking for what was given.
+        runner = ClassTrainableRunner(inner, freq, bool(at_end))
+        runner._ftnb_resources = trainable._ftnb_resources  # type: ignore[attr-defined]
+        runner._ftnb_resources_of = trainable._ftnb_resources_of  # type: ignore[attr-defined]
+        return runner
     if freq or at_end:
         raise ValueError(
             f"CheckpointConfig(checkpoint_frequency={freq}, checkpoint_at_end={at_end}) is for "

@@ -22,6 +22,9 @@ LAYERS = [
     ("ftnb.__main__", "front-end"),
     ("ftnb.ui", "read side"),
     ("ftnb.core", "core"),
+    # Resources as bundles (Ray's PlacementGroupFactory, under Ray's path): plain data that the
+    # schedulers build and the resource requests read, with no machine in it.
+    ("ftnb.execution.placement_groups", "base"),
     ("ftnb.execution", "execution"),
     ("ftnb.storage", "storage"),
     # What the operating system tells of processes and this machine (/proc): below everything.

@@ -120,10 +120,10 @@ def test_from_user_rejects_wrong_type(value: object) -> None:
 
 
 def test_from_user_hints_about_placement_groups() -> None:
-    class PlacementGroupFactory:
+    class PlacementGroupFactory:  # (Ray's, say)
         pass
 
-    with pytest.raises(TypeError, match="Placement groups"):
+    with pytest.raises(TypeError, match="use ftnb.PlacementGroupFactory"):
         TrialResources.from_user(PlacementGroupFactory())  # type: ignore[arg-type]
 
 

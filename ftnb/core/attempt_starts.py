@@ -124,6 +124,8 @@ class AttemptStarts:
     # -- resources and configs -----------------------------------------------------------------
     def resources_of(self, trial: TrialRecord) -> TrialResources:
         """What each rank of ``trial``'s attempts asks for."""
+        if trial.resource_changes:  # (a scheduler changed them: ResourceChangingScheduler)
+            return TrialResources.from_user(trial.resource_changes[-1]["new"])
         c = self.controller
         return c.trial_resources.get(trial.trial_id, c.resources)
 

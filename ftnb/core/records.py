@@ -275,6 +275,10 @@ class TrialRecord:
     #: An elastic group's re-forms: {"reason", "old_size", "new_size", "time", "attempt",
     #: "mode"} (see ftnb.core.resizing).
     resizes: list = field(default_factory=list)
+    #: Its resources changed by a scheduler (ResourceChangingScheduler): {"iteration", "old",
+    #: "new" ({"cpu", "gpu"}), "bundles", "strategy", "by", "time"}; the last's "new" is what
+    #: its attempts ask for from then on (a restore too).
+    resource_changes: list = field(default_factory=list)
 
     @property
     def num_failures(self) -> int:

@@ -23,11 +23,14 @@ they came (:meth:`SchedulerBookkeeping.restore`).
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import exploits
 from .records import FINISHED_STATUSES, TrialRecord, TrialStatus, encode_value
+from ..execution.placement_groups import PlacementGroupFactory
+from ..execution.resources import TrialResources
 from ..schedulers.decision_points import DecisionPoints
 from ..schedulers.stop_criterion import stop_met
 
@@ -368,6 +371,50 @@ class SchedulerView:
         self._book.decided[trial.trial_id] = {"decision": "PAUSE",
                                               "iteration": int(trial.iteration)}
         controller.request_stop(trial.trial_id)
+
+    # -- resources (ResourceChangingScheduler; ftnb.execution.tune_controller.TuneController) --
+    def get_total_resources(self) -> dict:
+        """Everything the executor has, used or not: ``{"CPU": n, "GPU": m}``."""
+        capacity = self._controller.executor.capacity()
+        return {"CPU": float(capacity.cpus), "GPU": float(capacity.gpus)}
+
+    def get_trial_resources(self, trial: TrialRecord) -> PlacementGroupFactory:
+        """What ``trial``'s next attempt asks for (per rank for a group), as bundles."""
+        if trial.resource_changes:
+            last = trial.resource_changes[-1]
+            return PlacementGroupFactory(last["bundles"], last["strategy"])
+        request = self._controller.starts.resources_of(trial)
+        given = getattr(self._controller.trainable, "_ftnb_resources", None)
+        if isinstance(given, PlacementGroupFactory) and (
+                TrialResources.from_user(given) == request):
+            return given  # (with_resources(PlacementGroupFactory(...)): its bundles)
+        return PlacementGroupFactory.from_amounts(request.cpu, request.gpu)
+
+    def resources_problem(self, resources: PlacementGroupFactory) -> Optional[str]:
+        """Why an attempt asking for ``resources`` could never start here (None: it could)."""
+        try:
+            self._controller.executor.check_fits(TrialResources.from_user(resources),
+                                                 self._controller.num_workers)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def change_trial_resources(self, trial: TrialRecord, resources: PlacementGroupFactory,
+                               by: str) -> None:
+        """From now on ``trial``'s attempts ask for ``resources``: recorded in its record's
+        ``resource_changes`` (the commit: a restore reads them there); nothing when they
+        already do (a restore carrying out a change again)."""
+        controller = self._controller
+        if self.get_trial_resources(trial) == resources:
+            return
+        old = controller.starts.resources_of(trial)
+        trial.resource_changes.append({
+            "iteration": int(trial.iteration), "old": old.as_dict(),
+            "new": TrialResources.from_user(resources).as_dict(),
+            "bundles": resources.bundles, "strategy": resources.strategy, "by": by,
+            "time": time.time()})
+        controller.persist_trial(trial)
+        controller.dirty = True
 
     def next_pending_trial(self) -> Optional[TrialRecord]:
         """The PENDING trial the controller would start next, or None."""

@@ -116,7 +116,8 @@ class TrialResources:
         if not isinstance(value, dict):
             hint = ""
             if type(value).__name__ == "PlacementGroupFactory":
-                hint = " Placement groups are a Ray cluster feature that ftnb does not support."
+                hint = (" Ray's own PlacementGroupFactory is not ftnb's: use "
+                        "ftnb.PlacementGroupFactory(bundles) (its bundles are summed).")
             raise TypeError(
                 f"{_ARG} must be None, a dict like {_EXAMPLE}, or a TrialResources; got "
                 f"{value!r} ({type(value).__name__}).{hint} Fix: pass e.g. {_ARG}={_EXAMPLE}."

@@ -18,6 +18,10 @@ results, which trials go on, which pause and which stop early.
   checkpoints with mutated configs.
 * :class:`PB2` (``ftnb.schedulers.pb2.PB2``): Population Based Bandits, PBT whose new configs
   a GP-UCB bandit picks within bounds (``pip install 'ftnb[pb2]'``).
+* :class:`ResourceChangingScheduler` (``ftnb.schedulers.resource_changing_scheduler``): wraps
+  another and changes live trials' resources (``DistributeResources``,
+  ``DistributeResourcesToTopJob`` or a function of yours); a change restarts the trial from its
+  checkpoint, never as a failure.
 
 A trial a scheduler stops ends exactly at the report that decided it, and reads ``STOPPED``
 (with the reason as its note) in every view, never as completed. The scheduler's state is JSON
@@ -49,6 +53,7 @@ _LAZY = {
     "MedianStoppingRule": "median_stopping_rule",
     "PB2": "pb2",
     "PopulationBasedTraining": "pbt",
+    "ResourceChangingScheduler": "resource_changing_scheduler",
     "SchedulerController": "trial_scheduler",
     "TrialScheduler": "trial_scheduler",
     "pbt_history": "pbt",
@@ -143,9 +148,14 @@ def check_scheduler(scheduler: Any, metric: Optional[str], mode: Optional[str]) 
             f"TuneConfig(metric={metric!r}, mode={mode!r}) and the scheduler's own "
             f"(metric={scheduler.metric!r}, mode={scheduler.mode!r}) differ. Fix: give them "
             "once, in TuneConfig or in the scheduler.")
-    # Every scheduler of ftnb's but FIFO compares trials (and a subclass of one).
-    compares = isinstance(scheduler, tuple(cls for cls in _loaded_built_ins()
-                                           if cls is not FIFOScheduler))
+    # Every scheduler of ftnb's but FIFO compares trials (and a subclass of one); a wrapper
+    # (ResourceChangingScheduler) compares when the scheduler it wraps does.
+    target = getattr(scheduler, "base_scheduler", scheduler)
+    compares = isinstance(target, tuple(cls for cls in _loaded_built_ins()
+                                        if cls is not FIFOScheduler
+                                        and cls.__name__ != "ResourceChangingScheduler"))
+    if hasattr(scheduler, "_ftnb_check"):
+        scheduler._ftnb_check()
     if compares and (not scheduler.metric or not scheduler.mode):
         raise ValueError(
             f"{type(scheduler).__name__} compares trials by a metric, but has "

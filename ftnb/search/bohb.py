@@ -210,7 +210,9 @@ class TuneBOHB(Searcher):
     def set_scheduler(self, scheduler: Any) -> None:
         from ..schedulers.hb_bohb import HyperBandForBOHB
 
-        self._scheduler = scheduler if isinstance(scheduler, HyperBandForBOHB) else None
+        # (ResourceChangingScheduler(HyperBandForBOHB(...)): the one it wraps.)
+        wrapped = getattr(scheduler, "base_scheduler", scheduler)
+        self._scheduler = wrapped if isinstance(wrapped, HyperBandForBOHB) else None
         if self._scheduler is None:
             warnings.warn(
                 f"TuneBOHB works with the scheduler HyperBandForBOHB (got {scheduler!r}): it "

@@ -5,7 +5,10 @@ given, and whether to checkpoint now)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ..execution.placement_groups import PlacementGroupFactory
 
 __all__ = ["TrialContext"]
 
@@ -80,7 +83,14 @@ class TrialContext:
     def get_experiment_path(self) -> str:
         return self.experiment_path
 
-    def get_trial_resources(self) -> dict:
-        """The resources this trial (each rank of a group) was given, ``{"cpu": 2.0, "gpu":
-        0.0}``: Ray Tune's ``get_trial_resources()``, as a dict."""
-        return dict(self.resources) if self.resources is not None else {"cpu": 1.0, "gpu": 0.0}
+    def get_trial_resources(self) -> "PlacementGroupFactory":
+        """The resources this trial (each rank of a group) was given: Ray Tune's
+        ``get_trial_resources()``, a ``PlacementGroupFactory`` of one bundle
+        (``.required_resources``: ``{"CPU": 2.0}``), which is also the dict
+        ``{"cpu": 2.0, "gpu": 0.0}``. A ResourceChangingScheduler's change
+        shows here from the attempt it restarts the trial with."""
+        from ..execution.placement_groups import PlacementGroupFactory
+
+        given = self.resources if self.resources is not None else {"cpu": 1.0, "gpu": 0.0}
+        return PlacementGroupFactory.from_amounts(float(given.get("cpu", 0.0)),
+                                                  float(given.get("gpu", 0.0)))
