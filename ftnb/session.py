@@ -7,7 +7,6 @@ on storage whatever dies afterwards, and the controller is only told about it.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -16,11 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 from .checkpoint import Checkpoint, CheckpointUploadMode
 from .config import metric_value
 from .core.records import encode_metrics
-from .schedulers.stop_criterion import DONE, is_done, stop_met
+from .schedulers.stop_criterion import is_done, stop_met
 from .storage import AUTO_KEYS, NONFINITE_KEY
 from .storage.reported_checkpoints import ReportJob
 from .storage.result_log import flatten_row
 from .train.context import TrialContext
+from .train.metric_checks import metric_missing_problem, metric_text_problem, stop_keys_problem
 
 #: A metric that is not in a report (None is a value a trainable may report).
 _MISSING = object()
@@ -440,27 +440,21 @@ class TrialSession:
     def _decide_end(self, row: dict, with_checkpoint: bool) -> Optional[AttemptEnd]:
         """Whether the attempt ends at this report, and how (None: it goes on). Raises
         :class:`UsageError` for a metric or stop criterion the trainable does not report."""
-        for metric, ranker in self.ranked_metrics:
-            _check_metric_is_no_text(metric, ranker, row)
+        problems = [metric_text_problem(metric, ranker, row)
+                    for metric, ranker in self.ranked_metrics]
         if self.metric_to_check is not None and "validation" not in row:
             # (a row that asks for a validation may get the metric from it: not checked)
             metric, self.metric_to_check = self.metric_to_check, None
-            _check_metric_reported(metric, row)
+            problems.append(metric_missing_problem(metric, row))
         stopped = False
         if self.stop is not None:
-            if not self._stop_keys_checked and isinstance(self.stop, Mapping):
-                missing = [k for k in self.stop
-                           if k != DONE and metric_value(row, k, _MISSING) is _MISSING]
-                if missing:
-                    reported = ", ".join(sorted(flatten_row(row)))
-                    raise UsageError(
-                        f"RunConfig(stop=...) names {missing[0]!r}, which this trainable does not "
-                        f"report (it reports: {reported}; nested metrics are named "
-                        "'outer/inner', as in Ray Tune). Fix: use one of the "
-                        "reported metrics in stop, or report it."
-                    )
+            if not self._stop_keys_checked:
+                problems.append(stop_keys_problem(self.stop, row))
                 self._stop_keys_checked = True
             stopped = stop_met(row, self.stop, self.context.trial_id)
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise UsageError(problem)
         if is_done(row):  # Ray's reserved key: the trainable says it is finished
             return _StopCriterionMet()
         if stopped:
@@ -494,43 +488,6 @@ class TrialSession:
             return self.given_checkpoint
         path = self.paths.checkpoint(self.restore_checkpoint)
         return Checkpoint(path, self.storage.fs)
-
-
-#: Ray Tune's switch, honoured the same way: set to 1, a trial may leave TuneConfig.metric out of
-#: its first reports (a validation metric that only every N-th report carries).
-LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
-
-
-def _check_metric_is_no_text(metric: str, ranker: str, row: dict) -> None:
-    """Raise a UsageError when ``row`` gives ``metric``, which ``ranker`` ranks the trials by,
-    as text (only numbers can rank; other metrics may hold any value)."""
-    value = row[metric] if metric in row else metric_value(row, metric)
-    if isinstance(value, str):
-        raise UsageError(
-            f"{ranker} ranks the trials, but this trainable reports it as text "
-            f"({value[:60]!r}), not a number. Fix: report a number (e.g. float(...)), or "
-            "rank by another metric (other metrics may hold any value).")
-
-
-def _check_metric_reported(metric: str, row: dict) -> None:
-    """Raise a UsageError when ``metric`` (TuneConfig.metric) is not in the first report, or
-    is text there (it ranks the trials: only numbers can)."""
-    _check_metric_is_no_text(metric, f"TuneConfig(metric={metric!r})", row)
-    flat = flatten_row(row)
-    if metric in row or metric in flat or os.environ.get(LENIENT_METRIC_ENV) == "1":
-        return
-    import difflib
-
-    reported = sorted(k for k in flat if k not in AUTO_KEYS)
-    close = difflib.get_close_matches(metric, reported, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UsageError(
-        f"TuneConfig(metric={metric!r}) is not a metric this trainable reports; its first "
-        f"report has: {', '.join(reported) or 'no metrics'}{hint}. Fix: run the experiment "
-        "again (under a new name) with TuneConfig(metric=...) naming one of them, or report "
-        f"{metric!r} in every result ({LENIENT_METRIC_ENV}=1 accepts one that only later "
-        "reports carry, as in Ray Tune)."
-    )
 
 
 _session: Optional[TrialSession] = None

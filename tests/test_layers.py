@@ -34,6 +34,8 @@ LAYERS = [
     ("ftnb.train.context", "trainable API"),
     # Asynchronous validation: what report(validation=...) starts and records, for the session.
     ("ftnb.train.validation", "trainable API"),
+    # What a trainable's reports must hold (the ranked metric, the stop criterion's keys).
+    ("ftnb.train.metric_checks", "trainable API"),
     ("ftnb.checkpoint", "base"),
     ("ftnb.config", "base"),
     ("ftnb.wording", "base"),
