@@ -245,6 +245,17 @@ def test_status_text_is_aa_in_light_and_dark_and_the_chart_keeps_its_width(widge
             page.evaluate("([id, cells]) => window.models.table.fire('msg:custom', {type: 'rows',"
                           " set: {[id]: cells}, drop: [], order: null})", [run, cells])
             assert page.inner_text(f"#table tr[data-trial-id={run}] td:nth-child(3)") == "99"
+            # The chart's trial list changes by entry (a status) or whole (mostly new trials).
+            legend = f"#host .ftnb-legend-entry[data-trial-id={run}] .ftnb-w-status"
+            page.evaluate("(id) => window.models.chart.fire('msg:custom', {type: 'trials',"
+                          " cells: {[id]: [[2, 'ERRORED']]}})", run)
+            page.wait_for_function(f"document.querySelector('{legend}')"
+                                   "?.textContent === 'ERRORED'", timeout=10_000)
+            page.evaluate("(id) => window.models.chart.fire('msg:custom', {type: 'trials',"
+                          " all: [[id, 'only', 'STOPPED']]})", run)
+            page.wait_for_function("document.querySelectorAll('#host .ftnb-legend-entry')"
+                                   ".length === 1", timeout=10_000)
+            assert page.inner_text(legend) == "STOPPED"
             # The stale-widget hint: hidden while a live ftnb view's style sheet is on the page;
             # where none could be drawn (its model gone after a restart), it shows.
             hint = "[data-testid=ftnb-stale-hint]"

@@ -345,7 +345,9 @@ class TrialChart(anywidget.AnyWidget):
             if diff is None:
                 return False
             self._trials = trials
-            if send:
+            if send and len(diff.get("set", ())) * 2 > len(trials):  # mostly new: the list
+                self.send({"type": "trials", "all": trials})
+            elif send:
                 self.send({"type": "trials", **diff})
         return True
 

@@ -56,8 +56,10 @@ function setTrials(c, list) {
   c.trials = new Map((list || []).map((t) => [t[0], t.slice()]));
 }
 
-// {type: "trials"}: the entries that changed ({set, cells, drop, order}, keyed by trial id).
+// {type: "trials"}: the entries that changed ({set, cells, drop, order}, keyed by trial id),
+// or all of them ({all}) when most are new.
 function applyTrials(c, msg) {
+  if (msg.all) { setTrials(c, msg.all); return; }
   for (const id of msg.drop || []) c.trials.delete(id);
   for (const [id, t] of Object.entries(msg.set || {})) c.trials.set(id, t);
   for (const [id, changes] of Object.entries(msg.cells || {})) {
