@@ -266,3 +266,71 @@ def test_status_text_is_aa_in_light_and_dark_and_the_chart_keeps_its_width(widge
             assert errors == []
         finally:
             browser.close()
+
+
+# -- in a real JupyterLab (the panel's style sheet loaded), its themes switched ------------------
+_WIDTH = ("() => [+document.querySelector('[data-testid=ftnb-chart]').getAttribute('width'),"
+          " document.querySelector('.ftnb-chart .ftnb-plot').clientWidth]")
+
+
+def test_in_jupyterlab_readable_full_width_and_a_hint_after_a_kernel_restart(request, tmp_path):
+    """The issue's walk-through: in JupyterLab with the ftnb panel installed, the widget's
+    statuses are AA in both themes, the chart keeps its output's width through a theme switch
+    (it fell to 640 px), and after a kernel restart a reloaded notebook says %ftattach NAME
+    under "model not found"."""
+    import urllib.request
+
+    lab_server = request.getfixturevalue("lab_server")  # (skips where the panel is not built)
+    chromium = request.getfixturevalue("chromium")
+
+    paths, state = write_experiment(str(lab_server.experiments), "themed", 4, 20, finished=2,
+                                    partial=[5, 7])
+    errored = state.trials[0]
+    errored.status = "ERRORED"
+    errored.seq += 1
+    paths.storage.write_atomic(paths.trial(errored.dir_name).record,
+                               json.dumps(errored.to_json()))
+    source = f"import ftnb\nftnb.attach({paths.dir!r}).display()"
+    (lab_server.notebooks / "themed.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "c0", "metadata": {},
+                   "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(90_000)
+        kernel = ("() => window.jupyterapp?.shell.currentWidget?.sessionContext?.session?"
+                  ".kernel")
+        page.goto(lab_server.page_url("lab/workspaces/themed/tree/themed.ipynb"))
+        page.wait_for_function(f"({kernel})()?.status === 'idle'")
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+        page.locator("[data-testid=ftnb-chart] path.ftnb-line").first.wait_for()
+        svg_width, box_width = page.evaluate(_WIDTH)
+        assert svg_width == box_width > 640, (svg_width, box_width)
+        statuses = (".ftnb-chart .ftnb-legend .ftnb-w-status, .ftnb-w-table .ftnb-w-status,"
+                    " .widget-html .ftnb-w b")
+        for theme, light in (("JupyterLab Dark", "false"), ("JupyterLab Light", "true")):
+            page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme',"
+                          " {theme: t})", theme)
+            page.locator(f"body[data-jp-theme-light={light}]").wait_for(state="attached")
+            page.wait_for_function(f"(({_WIDTH})())[0] === (({_WIDTH})())[1]")
+            svg_width, now = page.evaluate(_WIDTH)
+            assert svg_width == now > 640, (theme, svg_width, now, box_width)
+            got = page.evaluate(_CONTRAST, statuses)
+            assert {"ERRORED", "RUNNING", "TERMINATED"} <= {t for t, _ in got}, got
+            low = [(t, round(r, 2)) for t, r in got if r < 4.5]
+            assert low == [], (theme, low)
+        assert not page.is_visible("[data-testid=ftnb-stale-hint]")
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("!window.jupyterapp.shell.currentWidget.context.model.dirty")
+        kernel_id = page.evaluate(f"({kernel})().id")
+        urllib.request.urlopen(urllib.request.Request(
+            f"{lab_server.url}/api/kernels/{kernel_id}/restart", data=b"{}", method="POST",
+            headers={"Authorization": f"token {lab_server.token}"}), timeout=60).read()
+        page.reload()
+        page.locator("[data-testid=ftnb-stale-hint]").wait_for(state="visible")
+        assert "%ftattach themed" in page.inner_text("[data-testid=ftnb-stale-hint]")
+    finally:
+        context.close()
