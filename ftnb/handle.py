@@ -605,6 +605,7 @@ class ExperimentHandle:
                 pass
             else:
                 shown = display(widget, display_id=True)
+                display(widget.stale_hint())  # shows where the widget cannot be drawn
 
                 def update_text() -> None:
                     widget.refresh()

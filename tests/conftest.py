@@ -587,7 +587,7 @@ def pytest_configure(config):
 _RAY_MODULES = {"test_elastic_ray.py", "test_pbt_ray.py", "test_ray_cluster.py", "test_ray_s3.py",
                 "test_ray_drain.py", "test_ray_objects.py", "test_ray_supervisor.py",
                 "test_ray_edges.py"}
-_LAB_MODULES = {"test_browser_lab.py", "test_widget_chart.py"}
+_LAB_MODULES = {"test_browser_lab.py", "test_widget_chart.py", "test_widget_table.py"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -839,6 +839,7 @@ _UNIT_TIER: dict[str, _TierSelection] = {
     "test_whole_writes.py": ALL_BUT(
         "test_rows_meeting_a_full_disk_are_whole_or_raise_and_go_on_once_there_is_space"),
     "test_widget.py": ONLY("test_many_trials_cut_table", "test_close_stops_the_updater"),
+    "test_widget_table.py": ONLY("test_the_diff_*", "test_the_table_markup_*"),
     "test_widget_chart.py": ONLY(
         "test_every_point_is_in_the_model_state_after_lines_were_added",
         "test_user_stopped_and_resumed_trials_are_shown_apart",

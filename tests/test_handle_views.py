@@ -94,6 +94,28 @@ def test_run_time_leaves_out_the_time_the_driver_was_dead(tmp_path):
         assert len(json.load(f)["driver_sessions"]) == 2
 
 
+def test_run_time_leaves_out_the_time_a_stopped_experiment_sat_stopped(tmp_path):
+    """Issue 32: a stop, then a resume later; the resume's own saves (before its driver runs)
+    must not stretch the first session to the resume."""
+    store = str(tmp_path / "store")
+    space = {"n": 40, "sleep": 0.05, "ckpt_every": 1, "x": ftnb.grid_search([0])}
+    handle = ftnb.launch(scripted, param_space=space, name="paused", storage_path=store,
+                         quiet=True)
+    [trial] = handle.state().trials
+    wait_for(lambda: len(executed(os.path.join(handle.path, trial.dir_name))) >= 2,
+             timeout=60, what="two steps")
+    handle.stop()
+    assert handle.status() == "INTERRUPTED"
+    [(start1, stopped_at)] = handle.state().driver_sessions
+    again = ftnb.attach(handle.path).resume(scripted, param_space=space, wait=False)
+    wait_for(lambda: len(again.state().driver_sessions) == 2, timeout=60, what="a 2nd session")
+    (first_start, first_end), (second_start, _) = again.state().driver_sessions
+    # The first session still ends at the stop, not when the restore prepared the state.
+    assert (first_start, first_end) == (start1, stopped_at)
+    assert first_end < second_start
+    again.stop()
+
+
 SCRIPT = """
 import sys
 import ftnb

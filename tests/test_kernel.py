@@ -350,6 +350,11 @@ def test_a_saved_notebook_keeps_the_end_of_a_waited_run(tmp_path, monkeypatch):
     nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", store_widget_state=False,
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     texts = [o["data"]["text/plain"] for o in nb.cells[1].outputs
-             if o["output_type"] == "display_data"]
+             if o["output_type"] == "display_data"
+             and "application/vnd.jupyter.widget-view+json" in o["data"]]
+    # Under it, what to run where the widget is gone (a restart): %ftattach NAME.
+    hints = [o["data"]["text/html"] for o in nb.cells[1].outputs
+             if o["output_type"] == "display_data" and "text/html" in o["data"]]
+    assert len(hints) == 1 and "%ftattach saved" in hints[0], nb.cells[1].outputs
     assert len(texts) == 1, nb.cells[1].outputs
     assert texts[0].startswith("Experiment saved: FINISHED | 2 TERMINATED"), texts[0]

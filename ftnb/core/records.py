@@ -402,8 +402,11 @@ class ExperimentState:
 
     def begin_driver_session(self) -> None:
         """Record that a driver starts running the experiment now (see ``driver_sessions``);
-        each :meth:`save` then moves the session's ``last_seen`` on."""
+        each :meth:`save` of this object then moves the session's ``last_seen`` on. A save of a
+        state no driver runs (a restore preparing it, a stop written from elsewhere) leaves the
+        last session where it ended: the time it sat stopped is not run time."""
         now = time.time()
+        self._driving = True
         if self.driver_sessions:
             # A driver that died was last seen at its last save, or later in its trials' records.
             previous = self.driver_sessions[-1]
@@ -547,7 +550,7 @@ class ExperimentState:
     def _stamp(self) -> None:
         self.updated = time.time()
         self.generation += 1
-        if self.driver_sessions:
+        if self.driver_sessions and getattr(self, "_driving", False):
             self.driver_sessions[-1][1] = self.updated
 
     def _positioned(self, trial: TrialRecord) -> dict:

@@ -7,9 +7,10 @@ shows the whole current chart: ``series`` (every trial's points, binary: float32
 iterations only where they are not consecutive; :func:`encode_series`), ``trials`` (each
 trial's label from its varying hyperparameters and its status as views show it: a stopped trial
 is ``STOPPED``, not ``TERMINATED``), ``restarts`` (a retry after a failure and a resume after a
-pause marked differently), ``controls`` and ``metric``. ``series`` is not a trait: it is
-added to the state the front end gets when the widget opens or asks for its state (a reload);
-later points go as appends (custom messages), so a poll that found two new rows sends two rows.
+pause marked differently), ``controls`` and ``metric``. ``series`` and ``trials`` are not
+traits: they are added to the state the front end gets when the widget opens or asks for its
+state (a reload); later points go as appends (custom messages), so a poll that found two new
+rows sends two rows, and a trial whose status changed is sent that trial's entry.
 
 **Views report themselves** (``{"type": "view", "event": "open" | "beat" | "close"}``, a beat
 every 30 s while the page is visible; a tab hidden in the background reports ``close``): :attr:`TrialChart.viewed` is False once none has been heard from for
@@ -50,6 +51,7 @@ import traitlets
 from ..ui.failures import is_group_failure, restart_text
 from ..ui.snapshot import finite
 from ..ui.view import RETRIED_AFTER, params_label, shown_status
+from .table import compact, rows_diff
 
 if TYPE_CHECKING:
     from ..ui.monitor import ExperimentSnapshot
@@ -139,12 +141,6 @@ def encode_series(series: dict[str, tuple[list, list]]) -> tuple[dict, bytes, by
     return {"ids": ids, "n": lengths, "x0": starts}, xs_all.tobytes(), ys_all.tobytes()
 
 
-def _compact(source: str) -> str:
-    """The ES module without its comment lines and indentation (sent with every display)."""
-    lines = (line.strip() for line in source.splitlines())
-    return "\n".join(line for line in lines if line and not line.startswith("//"))
-
-
 #: Statuses as the chart's ``trials`` state numbers them (other strings are sent as they are).
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERRORED", "STOPPED", "INTERRUPTED")
 
@@ -162,16 +158,16 @@ class TrialChart(anywidget.AnyWidget):
         on_view: called when a view opens and nothing was viewed before (a catch-up is due).
     """
 
-    _esm = _compact((_STATIC / "chart.js").read_text(encoding="utf-8"))
-    _css = (_STATIC / "chart.css").read_text(encoding="utf-8")
+    _esm = compact((_STATIC / "chart.js").read_text(encoding="utf-8"))
+    # (status.css, the status colours it uses too, comes with the widget's TrialTable.)
+    _css = compact((_STATIC / "chart.css").read_text(encoding="utf-8"))
 
     metric = traitlets.Unicode("").tag(sync=True)
     log_y = traitlets.Bool(False).tag(sync=True)
     height = traitlets.Int(360).tag(sync=True)
-    #: ``[[id, label, status as shown]]`` of the trials with points, the label "" when no
-    #: hyperparameter varies, the status a :data:`STATUSES` index where it is one (500 trials'
-    #: dicts with names would weigh 40 KB more per display).
-    trials = traitlets.List().tag(sync=True)
+    # ``trials`` (a property below) is not a trait: it is in the whole state (a display, a
+    # reload) and in a catch-up; its changes go as ``{"type": "trials"}`` messages with the
+    # changed entries only (:func:`rows_diff`).
     #: ``[{"trial", "x", "y", "kind": "retry" | "resume", "text"}]``.
     restarts = traitlets.List().tag(sync=True)
     #: ``{"running", "interrupted", "stoppable": [[id, label]], "resume_line", "path",
@@ -182,6 +178,7 @@ class TrialChart(anywidget.AnyWidget):
                  on_control: Optional[Callable[[dict], tuple[bool, str]]] = None,
                  on_view: Optional[Callable[[], None]] = None, **kwargs: Any) -> None:
         self._series: dict[str, tuple[list, list]] = {}  # what a view shows: trial -> (xs, ys)
+        self._trials: list[list] = []
         self._columns: dict[str, Any] = {}  # trial -> the ResultColumns its points came from
         self._versions: dict[str, Any] = {}
         self._data_lock = threading.RLock()
@@ -205,7 +202,15 @@ class TrialChart(anywidget.AnyWidget):
             with self._data_lock:
                 meta, xs, ys = encode_series(getattr(self, "_series", {}))
             state["series"] = {**meta, "x": xs, "y": ys}
+            state["trials"] = list(getattr(self, "_trials", []))
         return state
+
+    @property
+    def trials(self) -> list[list]:
+        """``[[id, label, status as shown]]`` of the trials with points, the label "" when no
+        hyperparameter varies, the status a :data:`STATUSES` index where it is one (500 trials'
+        dicts with names would weigh 40 KB more per display)."""
+        return list(self._trials)
 
     def points(self, trial_id: str) -> Optional[tuple[list, list]]:
         """``(iterations, values)`` of ``trial_id`` as the views show them (None: no points)."""
@@ -296,8 +301,8 @@ class TrialChart(anywidget.AnyWidget):
         """Send every trial's points (a view that opened, or one that missed an append)."""
         with self._data_lock:
             meta, xs, ys = encode_series(self._series)
-            self.send({"type": "series", "metric": self.metric, **meta, "x": 0, "y": 1},
-                      buffers=[xs, ys])
+            self.send({"type": "series", "metric": self.metric, **meta, "x": 0, "y": 1,
+                       "trials": self._trials}, buffers=[xs, ys])
             self.stats["full"] += 1
 
     def update(self, snap: "ExperimentSnapshot", metric: Optional[str], send: bool = True) -> bool:
@@ -322,7 +327,7 @@ class TrialChart(anywidget.AnyWidget):
                     self.send({"type": "delta", "metric": metric, "trials": finite(appended)})
                     self.stats["deltas"] += 1
                     self.stats["points_sent"] += sum(len(d["x"]) for d in appended.values())
-        changed |= self._set_if_changed("trials", self._trial_meta(snap))
+        changed |= self._set_trials(self._trial_meta(snap), send)
         changed |= self._set_if_changed("restarts", self._restart_points(snap, metric))
         return changed
 
@@ -330,6 +335,20 @@ class TrialChart(anywidget.AnyWidget):
         if getattr(self, name) == value:
             return False
         setattr(self, name, value)
+        return True
+
+    def _set_trials(self, trials: list[list], send: bool) -> bool:
+        """Keep ``trials``; send the entries that changed (one trial's status: that entry)."""
+        with self._data_lock:
+            diff = rows_diff({t[0]: t for t in self._trials}, [t[0] for t in self._trials],
+                             trials)
+            if diff is None:
+                return False
+            self._trials = trials
+            if send and len(diff.get("set", ())) * 2 > len(trials):  # mostly new: the list
+                self.send({"type": "trials", "all": trials})
+            elif send:
+                self.send({"type": "trials", **diff})
         return True
 
     def set_controls(self, controls: dict) -> None:
@@ -411,3 +430,29 @@ class TrialChart(anywidget.AnyWidget):
                 out.append({"trial": trial.trial_id, "x": iteration, "y": finite(y),
                             "kind": "retry" if retry else "resume", "text": text})
         return out
+
+
+class StaleHint:
+    """What to do where a widget's model is gone (a kernel or server restart: JupyterLab shows
+    "Error displaying widget: model not found"): an output displayed under the widget, saying
+    to run ``%ftattach NAME``. The widget's own style sheet (loaded with any live ftnb widget
+    view) hides it, so it shows only where no ftnb widget could be drawn, and in front ends
+    without widgets (nbviewer, GitHub), where the view's text copy is above it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def text(self) -> str:
+        return (f"ftnb: if the view above is gone (\"model not found\": its kernel restarted), "
+                f"run %ftattach {self.name} to see experiment {self.name} live again.")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        import html
+
+        code = html.escape(f"%ftattach {self.name}")
+        markup = (f"<div class='ftnb-stale-hint' data-testid='ftnb-stale-hint' "
+                  f"style='font-size:90%'>ftnb: if the view above is gone (&quot;model not "
+                  f"found&quot;: its kernel restarted), run <code>{code}</code> to see "
+                  f"experiment {html.escape(self.name)} live again.</div>")
+        return {"text/plain": self.text, "text/html": markup}

@@ -51,7 +51,8 @@ from ..storage import is_transient
 from ..ui.failures import failure_what, group_lines, is_group_failure
 from ..ui.monitor import ExperimentMonitor, ExperimentSnapshot, text_view
 from ..ui.view import URGENCY, format_value, params_label, plural, ranks_cell, shown_status
-from .chart import TrialChart, at_cell_end
+from .chart import StaleHint, TrialChart, at_cell_end
+from .table import TrialTable, table_markup
 
 __all__ = ["ExperimentWidget", "text_view"]
 
@@ -61,28 +62,23 @@ FIRST_POINTS_INTERVAL_S = 0.1  # until the first points show: on screen soon aft
 DEFAULT_TABLE_ROWS = 50
 MAX_FAILURES_SHOWN = 50
 
-_STATUS_COLOR = {
-    "RUNNING": "#1f77b4", "PENDING": "#7f7f7f", "PAUSED": "#ff7f0e", "TERMINATED": "#2ca02c",
-    "ERRORED": "#d62728", "FINISHED": "#2ca02c", "INTERRUPTED": "#ff7f0e", "STOPPED": "#ff7f0e",
-}
 _MUTED = "color:var(--jp-ui-font-color2, #666)"
 
 
 # -- the HTML parts (pure functions of a snapshot) ------------------------------------------------
-_TIMES_TIP = ("run time: how long its drivers ran it; wall: since it was created, the time it "
-              "was stopped or its driver was dead included")
+# Short: the header is sent again each second its run time changes.
+_TIMES_TIP = "run time: while a driver ran it; wall: since created, stops included"
 
 
 def header_html(snap: ExperimentSnapshot) -> str:
     """Status, trials by status, failures and retries, run time (and wall time)."""
     view = snap.view
-    color = _STATUS_COLOR.get(view.status, "inherit")
     counts = ", ".join(
         f"{n} {s}" for s, n in view.counts.items() if n
     ) or "no trials"
     parts = [
         f"<b>{html.escape(view.name)}</b>",
-        f"<b style='color:{color}'>{view.status}</b>",
+        f"<b class='ftnb-w-s-{html.escape(view.status)}'>{view.status}</b>",
         html.escape(counts),
         *([html.escape(view.ranks_text())] if view.is_group else []),
         f"{plural(view.total_failures, 'failure')}, "
@@ -94,8 +90,9 @@ def header_html(snap: ExperimentSnapshot) -> str:
     line = " &middot; ".join(parts)
     sub = html.escape(snap.path)
     if snap.driver_gone:
-        sub += f" &middot; <span style='color:#d62728'>{html.escape(snap.driver)}</span>"
-    return f"<div>{line}</div><div style='{_MUTED};font-size:90%'>{sub}</div>"
+        sub += f" &middot; <span class='ftnb-w-s-ERRORED'>{html.escape(snap.driver)}</span>"
+    # ftnb-w: the widget's own status colours (static/status.css), AA in light and dark themes.
+    return f"<div class='ftnb-w'><div>{line}</div><div class='ftnb-w-sub'>{sub}</div></div>"
 
 
 def table_columns(snap: ExperimentSnapshot, metric: Optional[str]) -> list[str]:
@@ -133,33 +130,19 @@ def table_rows(snap: ExperimentSnapshot, metric: Optional[str],
     return header, out
 
 
-# One style sheet per table instead of a style per cell: the table is re-sent on every change.
-_TABLE_CSS = (
-    "<style>.ftnb-table{border-collapse:collapse;font-size:90%}"
-    ".ftnb-table th{text-align:left;padding:0 8px}"
-    ".ftnb-table td{padding:0 8px;white-space:nowrap}"
-    + "".join(f".ftnb-table .s-{s}{{color:{c}}}" for s, c in _STATUS_COLOR.items())
-    + "</style>"
-)
+def table_more(snap: ExperimentSnapshot, max_rows: Optional[int]) -> str:
+    """The note under a table cut to ``max_rows`` ("" when every trial is in it)."""
+    if max_rows is None or len(snap.view.rows) <= max_rows:
+        return ""
+    return f"{plural(len(snap.view.rows) - max_rows, 'more trial')} (errored and running first)"
 
 
 def table_html(snap: ExperimentSnapshot, metric: Optional[str],
                max_rows: Optional[int]) -> str:
+    """The trial table as HTML (the widget sends its rows, not this: see
+    :mod:`ftnb.notebook.table`)."""
     header, rows = table_rows(snap, metric, max_rows)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = []
-    for cells in rows:
-        tds = [f"<td>{html.escape(cell)}</td>" for cell in cells]
-        tds[1] = f"<td class='s-{html.escape(cells[1])}'>{html.escape(cells[1])}</td>"
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    more = ""
-    if max_rows is not None and len(snap.view.rows) > max_rows:
-        more = (f"<div style='{_MUTED}'>{plural(len(snap.view.rows) - max_rows, 'more trial')} "
-                "(errored and running first)</div>")
-    return (
-        f"{_TABLE_CSS}<div style='max-height:320px;overflow:auto'><table class='ftnb-table'>"
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
-    )
+    return table_markup(header, rows, table_more(snap, max_rows))
 
 
 def failure_list(snap: ExperimentSnapshot) -> list[tuple[str, int, Any]]:
@@ -297,7 +280,7 @@ class ExperimentWidget(widgets.VBox):
                                               layout=widgets.Layout(width="260px"))
         self.show_all_rows = widgets.ToggleButton(description="Show all trials", value=False,
                                                   layout=plain)
-        self.table = widgets.HTML(layout=plain, style=text)
+        self.table = TrialTable(layout=plain)  # sent row by row (keyed by trial id)
         self.chart = TrialChart(metric, on_control=self._on_control, on_view=self._catch_up,
                                 layout=plain)
         self.failures = widgets.HTML(layout=plain, style=text)
@@ -337,6 +320,11 @@ class ExperimentWidget(widgets.VBox):
         if isinstance(bundle, dict) and self.snapshot is not None:
             bundle["text/plain"] = text_view(self.snapshot)
         return bundle
+
+    def stale_hint(self) -> StaleHint:
+        """The output to display under this widget: after a kernel or server restart, where the
+        widget reads "model not found", it says to run ``%ftattach NAME``."""
+        return StaleHint(self.handle.name)
 
     # -- the updater ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -481,8 +469,8 @@ class ExperimentWidget(widgets.VBox):
             self._apply_metric_options(snap)
         metric = self.metric_picker.value or None
         if structural or self._view_dirty:
-            _set(self.table, "value", table_html(
-                snap, metric, None if self.show_all_rows.value else DEFAULT_TABLE_ROWS))
+            max_rows = None if self.show_all_rows.value else DEFAULT_TABLE_ROWS
+            self.table.show(*table_rows(snap, metric, max_rows), more=table_more(snap, max_rows))
             self._apply_failures(snap)
         if structural or self._view_dirty or (metric or "") != self.chart.metric:
             self.chart.update(snap, metric)
@@ -667,8 +655,8 @@ class ExperimentWidget(widgets.VBox):
         return ok, text
 
     def _say(self, text: str, error: bool = False) -> None:
-        color = "var(--jp-error-color1, #d62728)" if error else "inherit"
-        value = f"<span style='color:{color}'>{html.escape(text)}</span>" if text else ""
+        style = "class='ftnb-w ftnb-w-s-ERRORED'" if error else ""
+        value = f"<span {style}>{html.escape(text)}</span>" if text else ""
         _set(self.status_line, "value", value)
 
 

@@ -51,11 +51,37 @@ function decodeSeries(s, buffers) {
   return out;
 }
 
+function setTrials(c, list) {
+  c.order = (list || []).map((t) => t[0]);
+  c.trials = new Map((list || []).map((t) => [t[0], t.slice()]));
+}
+
+// {type: "trials"}: the entries that changed ({set, cells, drop, order}, keyed by trial id),
+// or all of them ({all}) when most are new.
+function applyTrials(c, msg) {
+  if (msg.all) { setTrials(c, msg.all); return; }
+  for (const id of msg.drop || []) c.trials.delete(id);
+  for (const [id, t] of Object.entries(msg.set || {})) c.trials.set(id, t);
+  for (const [id, changes] of Object.entries(msg.cells || {})) {
+    const t = c.trials.get(id);
+    if (t) for (const [i, v] of changes) t[i] = v;
+  }
+  if (msg.order) c.order = msg.order.slice();
+}
+
 function cacheOf(model) {
   let c = caches.get(model);
   if (!c) {
     c = { series: decodeSeries(model.get("series")), metric: model.get("metric"), views: new Set() };
+    setTrials(c, model.get("trials"));
     caches.set(model, c);
+    // The model's, not a view's: kept up to date while no view is rendered (a cell scrolled
+    // out of a windowed notebook).
+    model.on("msg:custom", (msg) => {
+      if (msg.type !== "trials") return;
+      applyTrials(c, msg);
+      for (const v of c.views) v.redraw();
+    });
   }
   return c;
 }
@@ -122,7 +148,7 @@ function el(tag, attrs, parent, ns) {
   return e;
 }
 
-function ticks(lo, hi, n, log) {
+function ticks(lo, hi, n, log, whole) {
   if (log) {
     const out = [];
     for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) out.push(10 ** e);
@@ -130,7 +156,8 @@ function ticks(lo, hi, n, log) {
   }
   const step0 = (hi - lo) / n || 1;
   const mag = 10 ** Math.floor(Math.log10(step0));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
+  let step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
+  if (whole) step = Math.max(1, Math.round(step)); // iterations: 1, 2, 3, never 1.5
   const out = [];
   for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(+t.toPrecision(12));
   return out;
@@ -142,22 +169,41 @@ function fmt(v) {
   return a !== 0 && (a >= 1e5 || a < 1e-3) ? v.toExponential(2) : +v.toPrecision(4) + "";
 }
 
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
+
 function dashOf(shown) {
   return { ERRORED: "2 3", STOPPED: "7 3", PAUSED: "1 4", INTERRUPTED: "1 4" }[shown] || null;
 }
 
+// The plot's width: its box's (which never takes its width from the SVG: contain:
+// inline-size). Hidden (a theme switch, a collapsed cell, a background tab) it measures 0: the
+// last width stays and the ResizeObserver draws again once it shows; never a guessed width
+// that would stay. Rendered in a box with no width of its own: 640.
+function plotWidth(view) {
+  const measured = view.box.clientWidth;
+  if (measured > 0) return Math.max(320, measured);
+  if (view.width) return view.width;
+  return view.box.getClientRects().length ? 640 : 0;
+}
+
 function draw(view) {
   const { model, c, svg, legend, tip } = view;
-  const width = Math.max(320, view.root.clientWidth || 640);
+  const width = plotWidth(view);
+  view.width = width;
   const height = model.get("height") || 360;
   const log = !!model.get("log_y");
-  const trials = (model.get("trials") || []).map(([id, label, s]) =>
+  const trials = c.order.filter((id) => c.trials.has(id)).map((id) => c.trials.get(id)).map(([id, label, s]) =>
     ({ id, label: label || id, shown: typeof s === "number" ? STATUSES[s] : s }));
   const meta = new Map(trials.map((t, i) => [t.id, { ...t, color: PALETTE[i % PALETTE.length] }]));
   view.meta = meta;
-  svg.setAttribute("width", width); svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", width || "100%"); svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width || 640} ${height}`);
   while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const metric = model.get("metric") || "";
+  const name = metric ? `${metric} against training_iteration, ${plural(trials.length, "trial")}`
+    : "ftnb chart: no metric reported yet";
+  svg.setAttribute("aria-label", name);
+  el("title", {}, svg, SVG).textContent = name;
   const m = { l: 56, r: 12, t: 12, b: 34 };
   let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity;
   for (const s of c.series.values()) {
@@ -172,17 +218,17 @@ function draw(view) {
   }
   const empty = xlo === Infinity;
   if (empty) { xlo = 0; xhi = 1; ylo = log ? 0.1 : 0; yhi = 1; }
-  if (xhi === xlo) xhi = xlo + 1;
+  if (xhi === xlo) { xlo -= 1; xhi += 1; } // one iteration: its point in the middle
   if (yhi === ylo) { yhi = ylo + (Math.abs(ylo) || 1) * 0.1; ylo = log ? ylo / 1.1 : ylo - (Math.abs(ylo) || 1) * 0.1; }
   if (!log) { const pad = (yhi - ylo) * 0.04; ylo -= pad; yhi += pad; }
-  const W = width - m.l - m.r, H = height - m.t - m.b;
+  const W = (width || 640) - m.l - m.r, H = height - m.t - m.b;
   const ty = log ? (y) => Math.log10(y) : (y) => y;
   const [tlo, thi] = [ty(ylo), ty(yhi)];
   const px = (x) => m.l + ((x - xlo) / (xhi - xlo)) * W;
   const py = (y) => m.t + H - ((ty(y) - tlo) / (thi - tlo)) * H;
   view.scale = { px, py, log };
   const axes = el("g", { class: "ftnb-axes" }, svg, SVG);
-  for (const t of ticks(xlo, xhi, Math.max(2, Math.floor(W / 80)), false)) {
+  for (const t of ticks(xlo, xhi, Math.max(2, Math.floor(W / 80)), false, true)) {
     el("line", { x1: px(t), x2: px(t), y1: m.t, y2: m.t + H, class: "ftnb-grid" }, axes, SVG);
     el("text", { x: px(t), y: m.t + H + 14, "text-anchor": "middle" }, axes, SVG).textContent = fmt(t);
   }
@@ -211,7 +257,8 @@ function draw(view) {
     if (s.x.length < 3) {
       for (let i = 0; i < s.x.length; i++) {
         if (s.y[i] === null || (log && s.y[i] <= 0)) continue;
-        el("circle", { cx: px(s.x[i]), cy: py(s.y[i]), r: 3, fill: t.color }, lines, SVG);
+        el("circle", { cx: px(s.x[i]), cy: py(s.y[i]), r: 4, fill: t.color, "data-trial-id": id,
+          "data-testid": "ftnb-point" }, lines, SVG);
       }
     }
   }
@@ -240,7 +287,8 @@ function draw(view) {
     const sw = el("span", { class: "ftnb-swatch" }, entry);
     sw.style.borderTop = `2px ${dashOf(t.shown) ? "dashed" : "solid"} ${meta.get(t.id).color}`;
     el("span", {}, entry).textContent = t.label;
-    el("span", { class: `ftnb-status ftnb-s-${t.shown}` }, entry).textContent = t.shown;
+    // ftnb-w-*: the widget's own classes (the lab panel's .ftnb-status must not style these).
+    el("span", { class: `ftnb-w-status ftnb-w-s-${t.shown}` }, entry).textContent = t.shown;
     entry.title = `${t.id}: ${t.shown}`;
   }
   tip.style.display = "none";
@@ -370,6 +418,7 @@ function render({ model, el: host }) {
   c.views.add(view);
   buildControls(view, root);
   const box = el("div", { class: "ftnb-plot" }, root);
+  view.box = box;
   view.svg = el("svg", { "data-testid": "ftnb-chart", role: "img" }, box, SVG);
   view.tip = el("div", { class: "ftnb-tip", "data-testid": "ftnb-chart-tooltip" }, box);
   view.legend = el("div", { class: "ftnb-legend", "data-testid": "ftnb-chart-legend" }, root);
@@ -382,6 +431,7 @@ function render({ model, el: host }) {
   const onCustom = (msg, buffers) => {
     if (msg.type === "series") {
       c.series = decodeSeries(msg, buffers); c.metric = msg.metric;
+      if (msg.trials) setTrials(c, msg.trials);
     } else if (msg.type === "delta") {
       if (!applyDelta(model, c, msg)) { model.send({ type: "resync", view: view.id }); return; }
     } else if (msg.type === "reply") {
@@ -394,11 +444,14 @@ function render({ model, el: host }) {
   const onState = () => { renderControls(view); redraw(); };
   const onLog = () => { view.controls.logBox.checked = !!model.get("log_y"); redraw(); };
   const listeners = [["msg:custom", onCustom], ["change:metric", onMetric],
-    ["change:trials", redraw], ["change:restarts", redraw], ["change:controls", onState],
+    ["change:restarts", redraw], ["change:controls", onState],
     ["change:log_y", onLog]];
   for (const [event, fn] of listeners) model.on(event, fn);
   const resize = new ResizeObserver(redraw);
-  resize.observe(root);
+  resize.observe(box);
+  // A theme switch restyles the page (and may lay it out anew): draw again.
+  const theme = new MutationObserver(redraw);
+  theme.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light"] });
   renderControls(view);
   draw(view);
 
@@ -428,6 +481,7 @@ function render({ model, el: host }) {
     window.removeEventListener("pagehide", bye);
     document.removeEventListener("visibilitychange", onVisibility);
     resize.disconnect();
+    theme.disconnect();
     for (const [event, fn] of listeners) model.off(event, fn);
     c.views.delete(view);
     bye();
