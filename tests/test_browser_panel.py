@@ -200,13 +200,17 @@ def test_the_filter_finds_an_experiment_among_many_and_keeps_its_focus(page, lab
 def test_an_unchanged_list_is_polled_without_its_body(page, lab_server, live):
     polls: list[tuple[int, int]] = []
 
+    pages: list[tuple[int, int]] = []
+
     def seen(response):
-        if "/ftnb/api/experiments" in response.url:
+        into = (polls if "/ftnb/api/experiments?" in response.url
+                else pages if "/ftnb/api/experiment?" in response.url else None)
+        if into is not None:
             try:
                 size = len(response.body())
             except Exception:  # a 304 has no body to read
                 size = 0
-            polls.append((response.status, size))
+            into.append((response.status, size))
 
     page.on("response", seen)
     _open_lab(page, lab_server, "polls")
@@ -226,6 +230,18 @@ def test_an_unchanged_list_is_polled_without_its_body(page, lab_server, live):
     full = max(size for status, size in polls if status == 200)
     print(f"list polls: {polls}; a full list is {full} bytes, an unchanged one 0")
     assert full > 0
+
+    # Its page, ended, is polled the same way.
+    panel.locator("[data-testid=ftnb-lab-experiment][data-name=narrow]").click()
+    panel.locator("[data-testid=ftnb-lab-detail]").wait_for()
+
+    def unchanged_pages():
+        page.evaluate("0")
+        tail = pages[-3:]
+        return len(tail) == 3 and all(p == (304, 0) for p in tail)
+
+    wait_for(unchanged_pages, timeout=30, what="three polls of its page answered 304")
+    print(f"page polls: {pages}")
 
 
 def test_delete_refuses_a_live_experiment_and_asks_once(page, lab_server):

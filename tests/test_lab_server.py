@@ -223,6 +223,11 @@ async def test_an_unchanged_listing_is_a_304_without_a_body(jp_fetch, sweep_root
     same = await jp_fetch(*API, "roots", headers={"If-None-Match": roots.headers["Etag"]},
                           raise_error=False)
     assert same.code == 304
+    # An ended experiment's page too.
+    page = await jp_fetch(*API, "experiment", params={"path": str(copies / "one")})
+    same = await jp_fetch(*API, "experiment", params={"path": str(copies / "one")},
+                          headers={"If-None-Match": page.headers["Etag"]}, raise_error=False)
+    assert same.code == 304 and same.body == b""
     # A change (another experiment) is a 200 with the new listing and a new tag.
     shutil.copytree(sweep_root / "sweep", copies / "two")
     changed = await jp_fetch(*API, "experiments", params={"root": str(copies)},

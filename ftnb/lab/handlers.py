@@ -131,7 +131,8 @@ root names, gets **403** with a message that says which roots are served.
 
 Polling: every GET answer carries an ``ETag`` (a hash of its body); a GET that sends it back
 in ``If-None-Match`` gets **304** with no body while the answer is unchanged. The panel sends
-it on each poll of ``roots`` and ``experiments``, so an unchanged listing costs headers only.
+it on each poll of ``roots``, ``experiments`` and ``experiment``, so an unchanged listing or
+page costs headers only.
 
 A bad argument (a missing ``path``, ``since`` that is not a JSON object, a body that is not a
 JSON object, a body field of the wrong type, such as a ``path`` that is a number, a list or an

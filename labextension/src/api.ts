@@ -25,6 +25,10 @@ interface Tagged {
   data: unknown;
 }
 
+/** How many answers are kept for conditional GETs (each root's list, the experiments seen
+ * last). */
+const MAX_TAGGED = 16;
+
 /** What `request` returns for a 304. */
 const NOT_MODIFIED = Symbol('not modified');
 
@@ -48,9 +52,9 @@ export class FtnbApi {
       .experiments;
   }
 
-  /** An experiment's snapshot (the read model's JSON). */
+  /** An experiment's snapshot (the read model's JSON); conditional, as `experiments`. */
   experiment(path: string): Promise<Snapshot> {
-    return this.get<Snapshot>('experiment', { path });
+    return this.getTagged<Snapshot>('experiment', { path });
   }
 
   /** One metric's rows after those already seen (`since`: rows per trial). */
@@ -111,7 +115,11 @@ export class FtnbApi {
       return last.data as T;
     }
     if (etag) {
+      this.tagged.delete(url); // most recent last: the oldest is dropped first
       this.tagged.set(url, { etag, data });
+      if (this.tagged.size > MAX_TAGGED) {
+        this.tagged.delete(this.tagged.keys().next().value as string);
+      }
     } else {
       this.tagged.delete(url);
     }
