@@ -125,7 +125,7 @@ export function trialRows(rows: TrialRow[], options: TrialRowsOptions): HTMLElem
           h(
             'span',
             { class: 'ftnb-trial-metric', 'data-testid': 'ftnb-lab-trial-metric' },
-            `${metric} ${formatNumber(t.metrics[metric])}`
+            `${metric} ${formatNumber(t.metrics[metric]) || '–'}`
           )
       ),
       params &&
