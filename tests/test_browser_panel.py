@@ -269,6 +269,15 @@ def test_delete_refuses_a_live_experiment_and_asks_once(page, lab_server):
         handle.wait(timeout=60)
     detail = panel.locator("[data-testid=ftnb-lab-detail][data-status=INTERRUPTED]")
     detail.wait_for()
+    # Ended statuses (INTERRUPTED, PAUSED: 2.7:1 on the old amber badges) read in both themes.
+    _assert_readable(panel, "light, interrupted")
+    _set_theme(page, "JupyterLab Dark", light=False)
+    try:
+        wait_for(lambda: min(t["ratio"] for t in _contrasts(panel)) >= AA_TEXT, timeout=10,
+                 what="the dark theme's styles applied")
+        _assert_readable(panel, "dark, interrupted")
+    finally:
+        _set_theme(page, "JupyterLab Light", light=True)
     detail.locator("[data-testid=ftnb-lab-delete]").click()
     assert (lab_server.experiments / "doomed").is_dir()  # one click only asks
     detail.locator("[data-testid=ftnb-lab-delete-confirm]").click()
