@@ -587,7 +587,8 @@ def pytest_configure(config):
 _RAY_MODULES = {"test_elastic_ray.py", "test_pbt_ray.py", "test_ray_cluster.py", "test_ray_s3.py",
                 "test_ray_drain.py", "test_ray_objects.py", "test_ray_supervisor.py",
                 "test_ray_edges.py"}
-_LAB_MODULES = {"test_browser_lab.py", "test_widget_chart.py", "test_widget_table.py"}
+_LAB_MODULES = {"test_browser_lab.py", "test_browser_panel.py", "test_widget_chart.py",
+                "test_widget_table.py"}
 
 
 def work_unit(nodeid: str) -> str:

@@ -208,12 +208,68 @@ async def test_bad_arguments_are_400s_that_name_them(jp_fetch, sweep_root):
     assert response.code == 404
 
 
+@on_server_loop
+async def test_an_unchanged_listing_is_a_304_without_a_body(jp_fetch, sweep_root, tmp_path):
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    shutil.copytree(sweep_root / "sweep", copies / "one")
+    first = await jp_fetch(*API, "experiments", params={"root": str(copies)})
+    etag = first.headers["Etag"]
+    assert first.code == 200 and len(first.body) > 300
+    again = await jp_fetch(*API, "experiments", params={"root": str(copies)},
+                           headers={"If-None-Match": etag}, raise_error=False)
+    assert again.code == 304 and again.body == b""
+    roots = await jp_fetch(*API, "roots")
+    same = await jp_fetch(*API, "roots", headers={"If-None-Match": roots.headers["Etag"]},
+                          raise_error=False)
+    assert same.code == 304
+    # An ended experiment's page too.
+    page = await jp_fetch(*API, "experiment", params={"path": str(copies / "one")})
+    same = await jp_fetch(*API, "experiment", params={"path": str(copies / "one")},
+                          headers={"If-None-Match": page.headers["Etag"]}, raise_error=False)
+    assert same.code == 304 and same.body == b""
+    # A change (another experiment) is a 200 with the new listing and a new tag.
+    shutil.copytree(sweep_root / "sweep", copies / "two")
+    changed = await jp_fetch(*API, "experiments", params={"root": str(copies)},
+                             headers={"If-None-Match": etag}, raise_error=False)
+    assert changed.code == 200 and changed.headers["Etag"] != etag
+    names = sorted(e["name"] for e in json.loads(changed.body)["experiments"])
+    assert names == ["one", "two"]
+
+
+@on_server_loop
+async def test_delete_removes_an_ended_experiment_and_only_that(jp_fetch, sweep_root, tmp_path):
+    copies = tmp_path / "copies"
+    shutil.copytree(sweep_root / "sweep", copies / "doomed")
+    shutil.copytree(sweep_root / "sweep", copies / "kept")
+    response = await _post(jp_fetch, "delete", {"path": str(copies / "doomed")})
+    assert response.code == 200, response.body
+    assert json.loads(response.body) == {"ok": True, "path": str(copies / "doomed"),
+                                         "removed": True}
+    assert not (copies / "doomed").exists() and (copies / "kept").is_dir()
+    names = [e["name"] for e in (await _get(jp_fetch, "experiments", root=str(copies)))
+             ["experiments"]]
+    assert names == ["kept"]
+    again = await _post(jp_fetch, "delete", {"path": str(copies / "doomed")})
+    assert again.code == 404
+    # Not an experiment (the root itself), outside the roots, a malformed body: refused.
+    root = await _post(jp_fetch, "delete", {"path": str(copies)})
+    assert root.code == 404 and copies.is_dir()
+    out = await _post(jp_fetch, "delete", {"path": f"{copies}/../../elsewhere"})
+    assert out.code == 403 and "not inside the storage roots" in _message(out)
+    bad = await _post(jp_fetch, "delete", {"path": 3})
+    assert bad.code == 400 and "'path'" in _message(bad)
+    extra = await _post(jp_fetch, "delete", {"path": str(copies / "kept"), "force": True})
+    assert extra.code == 400 and "'force'" in _message(extra)
+    assert (copies / "kept").is_dir()
+
+
 # -- authentication and confinement ----------------------------------------------------------------
 @on_server_loop
 async def test_every_route_needs_the_token(jp_fetch, sweep_root):
     for route, method in [("roots", "GET"), ("experiments", "GET"), ("experiment", "GET"),
                           ("results", "GET"), ("stop", "POST"), ("stop_trial", "POST"),
-                          ("resume", "POST")]:
+                          ("resume", "POST"), ("delete", "POST")]:
         body = json.dumps({"path": str(sweep_root / "sweep")}) if method == "POST" else None
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch(*API, route, method=method, body=body,
@@ -331,6 +387,10 @@ class TestActions:
         listed = await _get(jp_fetch, "experiments", root=str(gated.storage))
         assert listed["experiments"][0]["live"] is True
         assert listed["experiments"][0]["driver"]["alive"] is True
+        # A live experiment is not deleted: the refusal names its driver and the fix.
+        refused = await _post(jp_fetch, "delete", {"path": path})
+        assert refused.code == 409 and "is running (pid" in _message(refused)
+        assert "stop it first" in _message(refused) and os.path.isdir(path)
 
         async def running():
             statuses, page = await _trials(jp_fetch, path)
@@ -395,6 +455,9 @@ class TestActions:
         response = await _post(jp_fetch, "stop", {"path": path})
         assert response.code == 409 and "not running (INTERRUPTED)" in _message(response)
         await asyncio.get_running_loop().run_in_executor(None, handle.wait_for_supervisor_exit)
+        # Stopped, it can be deleted.
+        response = await _post(jp_fetch, "delete", {"path": path})
+        assert response.code == 200 and not os.path.exists(path), response.body
 
     @pytest.mark.slow
     @on_server_loop

@@ -41,8 +41,8 @@ from ..ui import read_model
 from ..ui.read_model import DriverStatus, ResumeContext
 from ..wording import ftnb_command
 
-__all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "code_refusal", "resume",
-           "resume_plan", "stop_experiment", "stop_trial"]
+__all__ = ["RESUME_TIMEOUT_S", "ActionRefused", "ResumePlan", "code_refusal",
+           "delete_experiment", "resume", "resume_plan", "stop_experiment", "stop_trial"]
 
 #: How long a resume may take to have its supervisor running (it imports the trainable's
 #: modules, torch included) before the request gives up; the supervisor's own limit, plus a bit.
@@ -92,6 +92,29 @@ def stop_trial(paths: ExperimentPaths, trial_id: Any) -> dict:
                                  "resumed")
     request = send_request(paths, STOP_TRIAL, trial_id, epoch=owner.epoch)
     return {"ok": True, "path": paths.uri, "trial_id": trial_id, "request_id": request.id}
+
+
+# -- delete ----------------------------------------------------------------------------------------
+def delete_experiment(paths: ExperimentPaths, root_folder: str) -> dict:
+    """Remove the experiment's folder, with all its results and checkpoints, as ``ftnb rm``
+    does: refused (409) while a live driver owns it, and never the served root itself."""
+    if paths.dir.rstrip("/") == root_folder.rstrip("/"):
+        raise ActionRefused(409, f"path={paths.uri!r} is a storage root this server serves, "
+                                 "not an experiment inside it: not removed")
+    _refuse_live(paths, live_lease(paths))
+    # Under the owner lock: a driver that starts now waits for the removal, then finds no
+    # experiment, instead of losing its folder while it runs.
+    with paths.storage.exclusive_lock(paths.lease_lock):
+        _refuse_live(paths, live_lease(paths))
+        paths.storage.remove(paths.dir, recursive=True)
+    return {"ok": True, "path": paths.uri, "removed": True}
+
+
+def _refuse_live(paths: ExperimentPaths, owner: Any) -> None:
+    if owner is not None:
+        raise ActionRefused(409, f"experiment {paths.name!r} is running (pid {owner.pid} on "
+                                 f"{owner.host}); not removed. Fix: stop it first (the "
+                                 "panel's Stop), then delete it")
 
 
 # -- resume ----------------------------------------------------------------------------------------

@@ -121,6 +121,19 @@ root names, gets **403** with a message that says which roots are served.
     with a message naming what to run where (``%ftresume NAME`` in the notebook that defines
     the trainable, or ``Tuner.restore``). 409 too when a live driver owns it or it finished.
 
+``POST ftnb/api/delete`` body ``{"path": ...}``
+    Remove the experiment's folder with all its results and checkpoints (what ``ftnb rm``
+    does): ``{"ok": true, "path": ..., "removed": true}``. 409 while a live driver owns it
+    (the message names its pid and host, and says to stop it first), or when ``path`` is a
+    served root itself; 404 when ``path`` holds no experiment. It is removed under the owner
+    lock, so a driver starting meanwhile waits, then finds no experiment. The panel asks once
+    before it sends this.
+
+Polling: every GET answer carries an ``ETag`` (a hash of its body); a GET that sends it back
+in ``If-None-Match`` gets **304** with no body while the answer is unchanged. The panel sends
+it on each poll of ``roots``, ``experiments`` and ``experiment``, so an unchanged listing or
+page costs headers only.
+
 A bad argument (a missing ``path``, ``since`` that is not a JSON object, a body that is not a
 JSON object, a body field of the wrong type, such as a ``path`` that is a number, a list or an
 object, or a field the route does not take) is a 400 that names the argument and the fix.
@@ -221,6 +234,13 @@ class LabState:
     def resume(self, body: dict) -> dict:
         return actions.resume(self._experiment_of(body), body.get("takeover", False),
                               code_folders=self.code_folders)
+
+    def delete(self, body: dict) -> dict:
+        root = self.roots.experiment(body.get("path"))[0]
+        paths = self._experiment_of(body)
+        answer = actions.delete_experiment(paths, root.base)
+        self.open.forget(paths)
+        return answer
 
     def _experiment_of(self, body: dict) -> ExperimentPaths:
         _, paths = self.roots.experiment(body.get("path"))
@@ -417,12 +437,22 @@ class ResumeHandler(_FtnbHandler):
         await self._answer(self.lab.resume, self._body(_PATH, _TAKEOVER))
 
 
+class DeleteHandler(_FtnbHandler):
+    """``POST ftnb/api/delete``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        await self._answer(self.lab.delete, self._body(_PATH))
+
+
 def routes(base_url: str, lab: LabState) -> list[tuple[str, type, dict]]:
     """The extension's tornado routes under ``base_url``."""
     prefix = url_path_join(base_url, API_PREFIX)
     handlers = {"roots": RootsHandler, "experiments": ExperimentsHandler,
                 "experiment": ExperimentHandler, "results": ResultsHandler,
-                "stop": StopHandler, "stop_trial": StopTrialHandler, "resume": ResumeHandler}
+                "stop": StopHandler, "stop_trial": StopTrialHandler, "resume": ResumeHandler,
+                "delete": DeleteHandler}
     return [(url_path_join(prefix, name), handler, {"lab": lab})
             for name, handler in handlers.items()]
 

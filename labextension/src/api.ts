@@ -19,24 +19,42 @@ export class FtnbApiError extends Error {
   }
 }
 
+/** What a conditional GET last received: its `ETag` and its parsed body. */
+interface Tagged {
+  etag: string;
+  data: unknown;
+}
+
+/** How many answers are kept for conditional GETs (each root's list, the experiments seen
+ * last). */
+const MAX_TAGGED = 16;
+
+/** What `request` returns for a 304. */
+const NOT_MODIFIED = Symbol('not modified');
+
 /** The client of ftnb's server routes. */
 export class FtnbApi {
+  /** Bytes of response bodies received, and conditional GETs answered 304 (no body). */
+  readonly traffic = { bodyBytes: 0, notModified: 0 };
+  private readonly tagged = new Map<string, Tagged>();
+
   constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}
 
   /** The configured storage roots. */
   async roots(): Promise<string[]> {
-    return (await this.get<{ roots: string[] }>('roots')).roots;
+    return (await this.getTagged<{ roots: string[] }>('roots')).roots;
   }
 
-  /** The experiments in one root. */
+  /** The experiments in one root: polled with `If-None-Match`, so an unchanged listing is a
+   * 304 without a body and the last one received is returned again. */
   async experiments(root: string): Promise<ExperimentSummary[]> {
-    return (await this.get<{ experiments: ExperimentSummary[] }>('experiments', { root }))
+    return (await this.getTagged<{ experiments: ExperimentSummary[] }>('experiments', { root }))
       .experiments;
   }
 
-  /** An experiment's snapshot (the read model's JSON). */
+  /** An experiment's snapshot (the read model's JSON); conditional, as `experiments`. */
   experiment(path: string): Promise<Snapshot> {
-    return this.get<Snapshot>('experiment', { path });
+    return this.getTagged<Snapshot>('experiment', { path });
   }
 
   /** One metric's rows after those already seen (`since`: rows per trial). */
@@ -67,10 +85,45 @@ export class FtnbApi {
     return this.post('resume', { path });
   }
 
+  /** Remove an ended experiment's folder (refused, 409, while a live driver owns it). */
+  delete(path: string): Promise<unknown> {
+    return this.post('delete', { path });
+  }
+
+  private url(route: string, query: Record<string, string> = {}): string {
+    return (
+      URLExt.join(this.settings.baseUrl, 'ftnb', 'api', route) + URLExt.objectToQueryString(query)
+    );
+  }
+
   private get<T>(route: string, query: Record<string, string> = {}): Promise<T> {
-    const url =
-      URLExt.join(this.settings.baseUrl, 'ftnb', 'api', route) + URLExt.objectToQueryString(query);
-    return this.request<T>(url, { method: 'GET' });
+    return this.request<T>(this.url(route, query), { method: 'GET' });
+  }
+
+  /** A GET that sends back the `ETag` of the last answer: on 304, that answer again. */
+  private async getTagged<T>(route: string, query: Record<string, string> = {}): Promise<T> {
+    const url = this.url(route, query);
+    const last = this.tagged.get(url);
+    const headers: Record<string, string> = last ? { 'If-None-Match': last.etag } : {};
+    let etag: string | null = null;
+    const data = await this.request<T>(url, { method: 'GET', headers }, response => {
+      etag = response.headers.get('ETag');
+      return response.status === 304 && last !== undefined;
+    });
+    if (data === NOT_MODIFIED && last) {
+      this.traffic.notModified += 1;
+      return last.data as T;
+    }
+    if (etag) {
+      this.tagged.delete(url); // most recent last: the oldest is dropped first
+      this.tagged.set(url, { etag, data });
+      if (this.tagged.size > MAX_TAGGED) {
+        this.tagged.delete(this.tagged.keys().next().value as string);
+      }
+    } else {
+      this.tagged.delete(url);
+    }
+    return data as T;
   }
 
   private post<T>(route: string, body: object): Promise<T> {
@@ -78,9 +131,17 @@ export class FtnbApi {
     return this.request<T>(url, { method: 'POST', body: JSON.stringify(body) });
   }
 
-  private async request<T>(url: string, init: RequestInit): Promise<T> {
+  private async request<T>(
+    url: string,
+    init: RequestInit,
+    notModified: (response: Response) => boolean = () => false
+  ): Promise<T> {
     const response = await ServerConnection.makeRequest(url, init, this.settings);
+    if (notModified(response)) {
+      return NOT_MODIFIED as T;
+    }
     const text = await response.text();
+    this.traffic.bodyBytes += new TextEncoder().encode(text).length;
     let data: any = null;
     try {
       data = text ? JSON.parse(text) : null;

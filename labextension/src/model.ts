@@ -147,6 +147,39 @@ export function totalTrials(trials: Record<string, number>): number {
   return Object.values(trials).reduce((a, b) => a + (b > 0 ? b : 0), 0);
 }
 
+/** How far an experiment is: its trials that ended (TERMINATED or ERRORED: they will not
+ * run again unless it is resumed) out of all its trials. */
+export interface Progress {
+  done: number;
+  total: number;
+  /** "3/8 done". */
+  text: string;
+}
+
+const ENDED_TRIAL_STATUSES = ['TERMINATED', 'ERRORED'];
+
+/** The progress figure of a listed experiment. */
+export function experimentProgress(e: ExperimentSummary): Progress {
+  const counted = totalTrials(e.trials ?? {});
+  const total = Math.max(e.num_trials ?? 0, counted);
+  const done = ENDED_TRIAL_STATUSES.reduce((sum, s) => sum + Math.max(e.trials?.[s] ?? 0, 0), 0);
+  return { done, total, text: `${done}/${total} done` };
+}
+
+/**
+ * Whether an experiment matches the panel's filter: every word of `query` (case ignored)
+ * appears in its name, its path or its status, or is `status:X` / a bare status word such as
+ * "running" matching its status. An empty query matches everything.
+ */
+export function matchesFilter(e: ExperimentSummary, query: string): boolean {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const status = e.status.toLowerCase();
+  const haystack = `${e.name}\n${e.path}\n${status}`.toLowerCase();
+  return words.every(word =>
+    word.startsWith('status:') ? status === word.slice(7) : haystack.includes(word)
+  );
+}
+
 // A running experiment first (it is what one watches), then one that needs a decision
 // (interrupted: resumable; errored), then finished ones.
 const EXPERIMENT_RANK: Record<string, number> = {

@@ -11,16 +11,16 @@ import { Widget } from '@lumino/widgets';
 import { FtnbApi } from './api';
 import { renderChart } from './chart';
 import { h } from './dom';
+import { copyableLine, deleteControl, progressFigure, statusBadge, trialRows } from './parts';
 import {
   ChartData,
   EMPTY_CHART,
   ExperimentSummary,
   Snapshot,
-  TrialRow,
   attachCellSource,
   failuresNewestFirst,
   formatAgo,
-  formatNumber,
+  matchesFilter,
   mergeSeries,
   silentDriver,
   silentDriverText,
@@ -55,6 +55,12 @@ export class ExperimentsPanel extends Widget {
   private logScale = false;
   private message: string | null = null;
   private renderedKey = '';
+  private filter = '';
+  /** The experiment whose Delete was clicked once: it asks before deleting. */
+  private confirmingDelete: string | null = null;
+  /** The server's refusal of the last delete, shown under the actions. */
+  private deleteRefusal: string | null = null;
+  private readonly filterBar: HTMLElement;
   private readonly openFailures = new Set<string>();
   private readonly poll: Poll;
   private readonly body: HTMLElement;
@@ -69,7 +75,23 @@ export class ExperimentsPanel extends Widget {
     this.node.dataset.testid = 'ftnb-lab-panel';
     this.title.caption = 'ftnb experiments';
     this.body = h('div', { class: 'ftnb-body' });
-    this.node.append(this.body);
+    // Kept across redraws (only the list under it is redrawn), so typing keeps its focus.
+    this.filterBar = h(
+      'div',
+      { class: 'ftnb-filter' },
+      h('input', {
+        type: 'search',
+        class: 'ftnb-filter-input',
+        placeholder: 'Filter: name, path, status',
+        'aria-label': 'Filter experiments by name, path or status',
+        'data-testid': 'ftnb-lab-filter',
+        oninput: (ev: Event) => {
+          this.filter = (ev.target as HTMLInputElement).value;
+          this.render();
+        }
+      })
+    );
+    this.node.append(this.filterBar, this.body);
     this.poll = new Poll({
       auto: false,
       factory: () => this.refresh(),
@@ -95,6 +117,8 @@ export class ExperimentsPanel extends Widget {
     this.chartMetric = null;
     this.openFailures.clear();
     this.message = null;
+    this.confirmingDelete = null;
+    this.deleteRefusal = null;
     this.render();
     void this.poll.refresh();
   }
@@ -194,6 +218,7 @@ export class ExperimentsPanel extends Widget {
 
   private render(): void {
     this.renderedKey = this.viewKey();
+    this.filterBar.hidden = this.selected !== null;
     const view = this.selected === null ? this.renderList() : this.renderExperiment();
     const message = this.message
       ? h('div', { class: 'ftnb-message', 'data-testid': 'ftnb-lab-message' }, this.message)
@@ -203,12 +228,14 @@ export class ExperimentsPanel extends Widget {
 
   private renderList(): HTMLElement {
     const now = Date.now();
+    const filter = this.filter.trim();
     return h(
       'div',
       { class: 'ftnb-list', 'data-testid': 'ftnb-lab-list' },
       h('div', { class: 'ftnb-heading' }, h('h2', {}, 'ftnb experiments')),
-      this.listings.map(listing =>
-        h(
+      this.listings.map(listing => {
+        const shown = listing.experiments.filter(e => matchesFilter(e, filter));
+        return h(
           'section',
           { class: 'ftnb-root', 'data-root': listing.root },
           h('div', { class: 'ftnb-root-path', title: listing.root }, listing.root),
@@ -216,9 +243,16 @@ export class ExperimentsPanel extends Widget {
           !listing.error &&
             listing.experiments.length === 0 &&
             h('div', { class: 'ftnb-empty' }, 'No experiments here yet.'),
-          sortExperiments(listing.experiments).map(e => this.renderSummary(e, now))
-        )
-      )
+          filter &&
+            listing.experiments.length > 0 &&
+            h(
+              'div',
+              { class: 'ftnb-empty', 'data-testid': 'ftnb-lab-filter-count' },
+              `${shown.length} of ${listing.experiments.length} match “${filter}”`
+            ),
+          sortExperiments(shown).map(e => this.renderSummary(e, now))
+        );
+      })
     );
   }
 
@@ -272,7 +306,8 @@ export class ExperimentsPanel extends Widget {
           },
           `${e.failures} failure${e.failures === 1 ? '' : 's'}`
         )
-      )
+      ),
+      h('div', { class: 'ftnb-experiment-line' }, progressFigure(e))
     );
   }
 
@@ -302,7 +337,7 @@ export class ExperimentsPanel extends Widget {
       },
       back,
       h('div', { class: 'ftnb-experiment-line' }, statusBadge(e.status), h('h2', {}, e.name)),
-      h('div', { class: 'ftnb-root-path', title: e.path }, e.path),
+      h('div', { class: 'ftnb-path', title: e.path }, e.path),
       h(
         'div',
         { class: 'ftnb-experiment-line ftnb-dim' },
@@ -405,13 +440,48 @@ export class ExperimentsPanel extends Widget {
         ),
       !resume?.available &&
         resume?.line &&
-        h(
-          'div',
-          { class: 'ftnb-dim ftnb-resume-line' },
-          'Resume with: ',
-          h('code', {}, resume.line)
-        )
+        copyableLine('Resume with: ', resume.line, 'ftnb-lab-resume-line'),
+      this.renderDelete(s)
     );
+  }
+
+  /** Delete asks once (inline); the server refuses a live experiment, and its message is
+   * shown under the button. */
+  private renderDelete(s: Snapshot): HTMLElement {
+    const { path, name } = s.experiment;
+    return deleteControl({
+      name,
+      confirming: this.confirmingDelete === path,
+      refusal: this.deleteRefusal,
+      ask: () => {
+        this.confirmingDelete = path;
+        this.deleteRefusal = null;
+        this.render();
+      },
+      cancel: () => {
+        this.confirmingDelete = null;
+        this.render();
+      },
+      confirm: () => void this.deleteExperiment(path, name)
+    });
+  }
+
+  private async deleteExperiment(path: string, name: string): Promise<void> {
+    this.confirmingDelete = null;
+    try {
+      await this.api.delete(path);
+    } catch (error) {
+      this.deleteRefusal = String((error as Error).message ?? error);
+      this.render();
+      return;
+    }
+    Notification.success(`Deleted: ${name}`, { autoClose: 3000 });
+    // Gone from the list at once, not after the next poll.
+    this.listings = this.listings.map(l => ({
+      ...l,
+      experiments: l.experiments.filter(e => e.path !== path)
+    }));
+    this.select(null);
   }
 
   private renderChartSection(s: Snapshot): HTMLElement {
@@ -422,9 +492,11 @@ export class ExperimentsPanel extends Widget {
       h(
         'div',
         { class: 'ftnb-experiment-line' },
+        h('label', { class: 'ftnb-dim', for: 'ftnb-lab-metric-select' }, 'Metric'),
         h(
           'select',
           {
+            id: 'ftnb-lab-metric-select',
             class: 'ftnb-select',
             'data-testid': 'ftnb-lab-metric',
             onchange: (ev: Event) => {
@@ -455,57 +527,13 @@ export class ExperimentsPanel extends Widget {
   }
 
   private renderTrials(s: Snapshot): HTMLElement {
-    const stoppable = new Set(s.actions?.stop_trial ?? []);
-    const metric = this.chart.metric;
     const path = s.experiment.path;
-    const row = (t: TrialRow) =>
-      h(
-        'tr',
-        { 'data-testid': 'ftnb-lab-trial', 'data-trial-id': t.trial_id, 'data-status': t.status },
-        h('td', { title: t.trial_id }, t.trial_id),
-        h('td', {}, statusBadge(t.shown_status || t.status)),
-        h('td', { class: 'ftnb-num' }, formatNumber(t.iteration)),
-        h('td', { class: 'ftnb-num' }, formatNumber(t.failures)),
-        h('td', { class: 'ftnb-num' }, metric ? formatNumber(t.metrics[metric]) : ''),
-        h('td', { class: 'ftnb-params', title: paramsText(t.params) }, paramsText(t.params)),
-        h(
-          'td',
-          {},
-          stoppable.has(t.trial_id) &&
-            h(
-              'button',
-              {
-                class: 'ftnb-button ftnb-small',
-                'data-testid': 'ftnb-lab-stop-trial',
-                'data-trial-id': t.trial_id,
-                title: `Stop trial ${t.trial_id} (the others go on)`,
-                onclick: () =>
-                  this.act(`Stop requested: trial ${t.trial_id}`, () =>
-                    this.api.stopTrial(path, t.trial_id)
-                  )
-              },
-              'Stop'
-            )
-        )
-      );
-    return h(
-      'div',
-      { class: 'ftnb-table-scroll' },
-      h(
-        'table',
-        { class: 'ftnb-trials' },
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ['trial', 'status', 'iter', 'fail', metric ?? '', 'params', ''].map(c => h('th', {}, c))
-          )
-        ),
-        h('tbody', {}, s.experiment.rows.map(row))
-      )
-    );
+    return trialRows(s.experiment.rows, {
+      metric: this.chart.metric,
+      stoppable: new Set(s.actions?.stop_trial ?? []),
+      stopTrial: trialId =>
+        void this.act(`Stop requested: trial ${trialId}`, () => this.api.stopTrial(path, trialId))
+    });
   }
 
   private renderFailures(s: Snapshot): HTMLElement | null {
@@ -546,14 +574,4 @@ export class ExperimentsPanel extends Widget {
       )
     );
   }
-}
-
-function statusBadge(status: string): HTMLElement {
-  return h('span', { class: `ftnb-status ftnb-status-${status}`, 'data-status': status }, status);
-}
-
-function paramsText(params: Record<string, unknown>): string {
-  return Object.entries(params ?? {})
-    .map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : JSON.stringify(v)}`)
-    .join(', ');
 }

@@ -5,9 +5,11 @@ import {
   ExperimentSummary,
   attachCellSource,
   chartLayout,
+  experimentProgress,
   failuresNewestFirst,
   formatAgo,
   formatNumber,
+  matchesFilter,
   mergeSeries,
   niceTicks,
   silentDriver,
@@ -268,5 +270,38 @@ describe('attachCellSource', () => {
     expect(attachCellSource('/r/a "b"\\c\nd')).toBe(
       'import ftnb\nftnb.attach("/r/a \\"b\\"\\\\c\\nd").display()'
     );
+  });
+});
+
+describe('experimentProgress', () => {
+  it('counts ended trials (terminated or errored) out of all of them', () => {
+    const e = {
+      ...summary('a', 'RUNNING', 1),
+      trials: { RUNNING: 2, PENDING: 3, TERMINATED: 2, ERRORED: 1 },
+      num_trials: 8
+    };
+    expect(experimentProgress(e)).toEqual({ done: 3, total: 8, text: '3/8 done' });
+  });
+
+  it('takes the counts when num_trials is behind, and reads an empty experiment as 0/0', () => {
+    const e = { ...summary('a', 'RUNNING', 1), trials: { TERMINATED: 4 }, num_trials: 2 };
+    expect(experimentProgress(e).text).toBe('4/4 done');
+    expect(experimentProgress(summary('b', 'FINISHED', 1)).text).toBe('0/0 done');
+  });
+});
+
+describe('matchesFilter', () => {
+  const e = { ...summary('lr_sweep', 'INTERRUPTED', 1), path: '/data/results/lr_sweep' };
+
+  it('matches every word in the name, the path or the status, case ignored', () => {
+    expect(matchesFilter(e, '')).toBe(true);
+    expect(matchesFilter(e, 'SWEEP')).toBe(true);
+    expect(matchesFilter(e, 'data interrupted')).toBe(true);
+    expect(matchesFilter(e, 'sweep running')).toBe(false);
+  });
+
+  it('takes status:X as that exact status', () => {
+    expect(matchesFilter(e, 'status:interrupted')).toBe(true);
+    expect(matchesFilter(e, 'status:inter')).toBe(false);
   });
 });
