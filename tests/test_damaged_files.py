@@ -308,3 +308,34 @@ def test_the_resume_line_counts_trials_finished_by_their_own_records(tmp_path):
                               storage_path=str(tmp_path), tune_config=None, run_config=None,
                               resources_per_trial=None, caller="ftnb.run")
     assert "(4 of 4 trials finished, 0 errored)" in line, line
+
+
+KEEP_TWO = DRIVER.replace(
+    "verbose=0,", "verbose=0, checkpoint_config=ftnb.CheckpointConfig(num_to_keep=2),")
+
+
+def test_a_retention_cut_short_by_the_drivers_death_is_finished_by_the_next_run(tmp_path):
+    """The driver deletes the checkpoints num_to_keep no longer keeps; SIGKILLed in the middle
+    of one, it leaves a folder whose marker went first: nothing lists it, so no retention would
+    ever delete it (test_examples saw one of three folders so left under load). The next run
+    deletes it, and keeps two checkpoints a trial."""
+    assert KEEP_TWO != DRIVER
+    exp = tmp_path / "dmg"
+    kill_when(tmp_path, KEEP_TWO, [str(tmp_path)],
+              lambda: exp.exists() and any(len(result_rows(str(d))) >= 4
+                                           for d in _trial_dirs(exp)) and exp,
+              "a trial's fourth report")
+    token = json.loads((exp / "owner.json").read_text())["token"]
+    wait_for(lambda: not processes_named(process_name(token)), timeout=30,
+             what="the killed driver's trials to die")
+    trial = next(d for d in _trial_dirs(exp) if len(result_rows(str(d))) >= 4)
+    kept = sorted(n for n in os.listdir(trial) if n.startswith("checkpoint_"))
+    assert "checkpoint_000000" not in kept  # retention deleted it while the driver ran
+    # What a recursive delete cut short leaves: the files, not the marker.
+    half = trial / "checkpoint_000000"
+    shutil.copytree(trial / kept[-1], half)
+    (half / ".ftnb_checkpoint.json").unlink()
+    run_to_end(tmp_path, KEEP_TWO, [str(tmp_path)])
+    for d in _trial_dirs(exp):
+        names = sorted(n for n in os.listdir(d) if n.startswith("checkpoint_"))
+        assert names == [f"checkpoint_{N - 2:06d}", f"checkpoint_{N - 1:06d}"], (d.name, names)

@@ -172,7 +172,29 @@ class TrialFiles:
             attempt.end_iteration = trial.iteration
         if len(trial.checkpoints) > (self.checkpoint_config.num_to_keep or sys.maxsize):
             self.apply_retention(trial)
+        self._remove_half_deleted_checkpoints(trial)
         return recoveries
+
+    def _remove_half_deleted_checkpoints(self, trial: TrialRecord) -> None:
+        """Delete the numbered checkpoint folders older than the newest one kept that have no
+        marker and are not kept: what a retention cut short by the driver's death left (a
+        recursive delete may take the marker first). Nothing lists or restores a folder without
+        its marker, so no later retention would ever delete it. Only where retention deletes
+        (``num_to_keep``): otherwise such a folder is damage that ftnb did not make, left for a
+        look."""
+        if not trial.checkpoints or not self.checkpoint_config.num_to_keep:
+            return
+        newest = checkpoint_index(trial.checkpoints[-1]["dir_name"])
+        if newest is None:
+            return
+        trial_paths = self.paths.trial(trial.dir_name)
+        kept = {c["dir_name"] for c in trial.checkpoints}
+        for name in self.storage.listdir(trial_paths.dir):
+            index = checkpoint_index(name)
+            if (index is not None and index < newest and name not in kept
+                    and not self.storage.exists(trial_paths.checkpoint_marker(name))):
+                self._guard()
+                self.storage.remove(trial_paths.checkpoint(name), recursive=True)
 
     def _results_without_damaged_tail(self, trial: TrialRecord) -> tuple[list[dict], list[dict]]:
         """The trial's result rows, after cutting off lines at the end of ``result.json`` that
