@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -47,7 +48,7 @@ def test_the_resume_line_of_a_stop_and_a_fix_run_as_printed(tmp_path):
     work = tmp_path / "work"
     write(work, "jobs.py", JOBS)
     env = _shell_env(tmp_path / "store")
-    python = sys.executable
+    python = shlex.quote(sys.executable)  # (CI's path holds spaces)
     space = literal({"x": {"grid_search": [1]}, "gate": str(work / "gate")})
     done = _sh(f"{python} -m ftnb run jobs.py:gated -p '{space}' -n printed --detach", work, env)
     assert done.returncode == 0, done.stderr
@@ -65,7 +66,8 @@ def test_the_resume_line_of_a_stop_and_a_fix_run_as_printed(tmp_path):
     assert handle.status() == "FINISHED" and handle.state().trials[0].status == "TERMINATED"
 
     # An error's Fix names a command: it runs as printed too.
-    missing = _sh(f"{python} -m ftnb status nope --storage {tmp_path / 'store'}", work, env)
+    store = shlex.quote(str(tmp_path / "store"))
+    missing = _sh(f"{python} -m ftnb status nope --storage {store}", work, env)
     assert missing.returncode != 0
     fix = re.search(r"Fix: `([^`]+)`", missing.stderr)
     assert fix and not fix.group(1).startswith("ftnb "), missing.stderr
@@ -78,7 +80,7 @@ def test_a_console_script_under_the_current_folder_is_printed_relative(tmp_path)
     ``.venv/bin/ftnb ...``-like: relative, and it runs from there."""
     venv_parent = os.path.dirname(os.path.dirname(BIN))
     env = _shell_env(tmp_path)
-    done = _sh(f"{sys.executable} -c 'from ftnb.wording import ftnb_command; "
+    done = _sh(f"{shlex.quote(sys.executable)} -c 'from ftnb.wording import ftnb_command; "
                f"print(ftnb_command())'", venv_parent, env)
     command = done.stdout.strip()
     assert done.returncode == 0 and not os.path.isabs(command), (command, done.stderr)
